@@ -1,0 +1,82 @@
+# celer - plain Makefile (STYLE.md rule 18).
+#   make            build/celer
+#   make test       install missing packages (as root), build, run every test
+#   make asan       the same tests against an AddressSanitizer + UBSan build
+#   make fuzz       libFuzzer targets for a bounded time (FUZZ_SECONDS each)
+#   make format     clang-format every C file
+#   make fixtures   regenerate tests/fixtures with the pinned Python tools
+
+BUILD   ?= build
+CC      ?= cc
+PKGS    := jansson
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \
+           -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c))
+CLI_SRC := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
+
+.PHONY: all test asan fuzz format fixtures deps clean check-tests
+
+all: $(BUILD)/celer
+
+$(BUILD)/libceler.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(BUILD)/celer: $(CLI_OBJ) $(BUILD)/libceler.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c tests/harness.c $(BUILD)/libceler.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< tests/harness.c $(BUILD)/libceler.a $(LDLIBS)
+
+# Installs the build dependencies when root; otherwise names the command to run.
+deps:
+	@bash tools/install_deps.sh
+
+check-tests: $(BUILD)/celer $(TEST_BIN)
+	@bash tests/run.sh $(BUILD)
+
+test: deps
+	@$(MAKE) --no-print-directory check-tests
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan CC=clang \
+	    CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" check-tests
+
+fuzz: deps
+	@mkdir -p $(BUILD)/fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	    clang -O1 -g -std=c11 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+	        $(shell pkg-config --cflags $(PKGS)) -o $(BUILD)/fuzz/$$t tests/fuzz/$$t.c \
+	        $(filter src/io/% src/base/%,$(LIB_SRC)) $(LDLIBS); \
+	    mkdir -p $(BUILD)/fuzz/$$t-new; \
+	    $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
+	        -rss_limit_mb=2048 $(BUILD)/fuzz/$$t-new tests/fuzz/corpus/$$t; \
+	done
+
+format:
+	clang-format -i $(wildcard include/*.h src/*/*.[ch] src/*/*/*.[ch] tests/*.[ch] tests/fuzz/*.c)
+
+fixtures:
+	bash tools/setup_venv.sh
+	build/venv/bin/python tools/make_fixtures.py --out tests/fixtures
+
+clean:
+	rm -rf build/celer build/libceler.a build/src build/tests build/asan build/fuzz
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,176 @@
+/*
+ * celer.h - the public API of celer, a native runtime for Llama-family language models.
+ *
+ * Everything an outside program (the CLI, the server, an embedding application) needs is
+ * here: opaque handles for a loaded model and an inference context, a transparent batch
+ * struct, and the model contract of DESIGN.md section 2. Nothing here exposes tensors,
+ * kernels or backends.
+ *
+ * Usage:
+ *
+ *     char err[512];
+ *     celer_model *model;
+ *     if (celer_model_open("path/to/checkpoint", NULL, &model, err, sizeof err) != CELER_OK) {
+ *         fprintf(stderr, "%s\n", err);
+ *         return 1;
+ *     }
+ *     celer_context_params cp = celer_context_default_params();
+ *     cp.n_ctx = 2048;
+ *     celer_context *ctx;
+ *     if (celer_context_create(model, &cp, &ctx, err, sizeof err) != CELER_OK) { ... }
+ *
+ *     int32_t ids[] = {1, 15043, 3186};
+ *     float *logits = malloc(sizeof(float) * celer_model_n_vocab(model));
+ *     celer_batch b = celer_batch_tokens(ids, 3);
+ *     celer_forward_last_logits(ctx, &b, 2, logits);   // logits of the row at index 2 only
+ *
+ *     celer_context_destroy(ctx);
+ *     celer_model_close(model);
+ *
+ * Threading: a context is used by one thread at a time; it owns a thread pool that runs
+ * each operation on n_threads threads. Several contexts may share one model.
+ */
+#ifndef CELER_H
+#define CELER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum celer_status {
+    CELER_OK = 0,
+    CELER_STATUS_INVALID_ARGUMENT, /* a caller passed something out of range */
+    CELER_STATUS_IO,               /* a file could not be opened, read or mapped */
+    CELER_STATUS_BAD_FILE,         /* a file is malformed, truncated or lies about itself */
+    CELER_STATUS_BAD_CONFIG,       /* config.json is malformed or disagrees with the weights */
+    CELER_STATUS_UNSUPPORTED,      /* well-formed, but an architecture/format celer lacks */
+    CELER_STATUS_CONTEXT_FULL,     /* a sequence or the KV cache pool has no room left */
+    CELER_STATUS_OUT_OF_MEMORY,
+    CELER_STATUS_COUNT_
+} celer_status;
+
+/* A static, human-readable name for a status; never NULL. */
+const char *celer_status_str(celer_status s);
+
+/* ==== Model ==== */
+
+typedef struct celer_model celer_model;
+
+typedef struct celer_model_params {
+    int reserved; /* no options yet; pass NULL for defaults */
+} celer_model_params;
+
+/* Opens a checkpoint directory (config.json + *.safetensors). Weights are mmap'd
+ * read-only and stay valid until celer_model_close. On failure *out is NULL and err
+ * (if not NULL) holds one line naming the file and the tensor or field at fault. */
+celer_status celer_model_open(const char *path, const celer_model_params *params,
+                              celer_model **out, char *err, size_t err_size);
+void celer_model_close(celer_model *model);
+
+int64_t celer_model_n_vocab(const celer_model *model);
+int64_t celer_model_n_embd(const celer_model *model);
+int64_t celer_model_n_layer(const celer_model *model);
+int64_t celer_model_n_ctx_train(const celer_model *model);
+/* The end-of-sequence id from config.json, or -1 when it names none. */
+int32_t celer_model_eos(const celer_model *model);
+/* A one-line description ("llama, 2 layers, d=64, 4-bit g64 ..."); static per model. */
+const char *celer_model_desc(const celer_model *model);
+
+/* ==== Context: KV cache, activations and thread pool for one or more sequences ==== */
+
+typedef struct celer_context celer_context;
+
+typedef struct celer_context_params {
+    int64_t n_ctx;     /* positions per sequence (KV cache capacity) */
+    int32_t n_seq;     /* sequences the context can hold at once; ids 0 .. n_seq-1 */
+    int64_t n_batch;   /* rows per internal step; longer inputs run in chunks */
+    int32_t n_threads; /* threads for every op; 0 = number of online CPUs */
+} celer_context_params;
+
+celer_context_params celer_context_default_params(void);
+
+celer_status celer_context_create(celer_model *model, const celer_context_params *params,
+                                  celer_context **out, char *err, size_t err_size);
+void celer_context_destroy(celer_context *ctx);
+
+/* The detail of the last failed call on ctx (one line), or "" after success. */
+const char *celer_context_last_error(const celer_context *ctx);
+
+/* Forgets every position of sequence seq_id and returns its cache blocks to the pool. */
+celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id);
+/* Positions sequence seq_id holds in the cache. */
+int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
+
+/* ==== Batches and the model contract (DESIGN.md section 2) ==== */
+
+/* n rows; each row is appended to its sequence at the next position. Exactly one of
+ * token and embd is set. seq_id NULL means every row belongs to sequence 0. */
+typedef struct celer_batch {
+    int64_t n;
+    const int32_t *token;  /* [n] token ids */
+    const float *embd;     /* [n, d] input embeddings, d = celer_model_n_embd */
+    const int32_t *seq_id; /* [n] or NULL */
+    const int8_t *logits;  /* [n] nonzero where a row wants logits (celer_batch_decode) */
+} celer_batch;
+
+static inline celer_batch celer_batch_tokens(const int32_t *token, int64_t n) {
+    celer_batch b = {n, token, NULL, NULL, NULL};
+    return b;
+}
+
+/* The general step: runs every row through the model (appending to the caches) and
+ * writes logits[k, vocab] for the k-th row that wants them, in row order. A mix of
+ * sequences (prefill chunks beside decode steps) is one call. */
+celer_status celer_batch_decode(celer_context *ctx, const celer_batch *batch, float *logits);
+
+/* hidden[n, d]: the final-normed hidden state of every row (no LM head). */
+celer_status celer_hidden_states(celer_context *ctx, const celer_batch *batch, float *hidden);
+
+/* logits[n, vocab] for every row. For tests and perplexity, not for generation. */
+celer_status celer_forward(celer_context *ctx, const celer_batch *batch, float *logits);
+
+/* Single-sequence prefill of sequence 0: logits[vocab] of the row at index last_pos of
+ * the batch only; the LM head runs on that one row. */
+celer_status celer_forward_last_logits(celer_context *ctx, const celer_batch *batch,
+                                       int64_t last_pos, float *logits);
+
+/* The same for sequence seq_id of a multi-sequence context (batch->seq_id is ignored). */
+celer_status celer_forward_last_logits_with_sequence_id(celer_context *ctx,
+                                                        const celer_batch *batch,
+                                                        int32_t seq_id, int64_t last_pos,
+                                                        float *logits);
+
+/* The same with caller-provided input embeddings embd[n, d] instead of token ids. */
+celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(
+    celer_context *ctx, const float *embd, int64_t n, int32_t seq_id, int64_t last_pos,
+    float *logits);
+
+/* The row pos of hidden[n, d], or NULL when pos is outside [0, n). Model code calls it on
+ * the final hidden state before the LM head, so the head sees exactly one row. */
+const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d, int64_t pos);
+
+/* The model's input embeddings of ids: embd[n, d] (dequantized rows of embed_tokens). */
+celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t n, float *embd);
+
+/* ==== Greedy generation from token ids ==== */
+
+typedef struct celer_generate_params {
+    int32_t seq_id;
+    int64_t n_predict;   /* tokens to generate */
+    int32_t stop_at_eos; /* stop after the model's EOS id */
+} celer_generate_params;
+
+/* Prefills prompt[n_prompt] into sequence seq_id (which must be empty), then decodes
+ * greedily one token per step. Writes the generated ids to out (capacity n_predict) and
+ * their count to *n_out. */
+celer_status celer_generate_greedy(celer_context *ctx, const int32_t *prompt, int64_t n_prompt,
+                                   const celer_generate_params *params, int32_t *out,
+                                   int64_t *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CELER_H */

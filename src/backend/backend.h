@@ -1,0 +1,72 @@
+/*
+ * backend.h - the op interface model code is written against (DESIGN.md section 2).
+ *
+ * A backend runs each op over whole batches of rows on buffers it can address (host
+ * memory for the CPU backends). Model files call only these ops, so one forward body
+ * serves every backend. A backend never sees a model, a config or a tokenizer.
+ */
+#ifndef CELER_BACKEND_H
+#define CELER_BACKEND_H
+
+#include "base/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Rotary embedding parameters of one model, precomputed at load. */
+typedef struct rope_params {
+    const float *inv_freq; /* [hd / 2] */
+    float mscale;          /* multiplies cos and sin (YaRN attention factor; else 1) */
+    bool traditional;      /* rotate (2i, 2i+1) instead of (i, i + hd/2) */
+} rope_params;
+
+/* The rows of one attention call: row r sits at position pos[r] of the sequence whose
+ * block table is blocks[r], and attends causally over that sequence's cache. */
+typedef struct attn_rows {
+    int64_t n;
+    const int32_t *pos;           /* [n] */
+    const int32_t *const *blocks; /* [n] */
+    int64_t block_size;
+    int64_t window; /* sliding window in positions; 0 = none */
+    int64_t h, hk, hd;
+    float scale;
+} attn_rows;
+
+typedef struct backend backend;
+
+typedef struct backend_ops {
+    const char *name;
+    void (*destroy)(backend *be);
+    /* y[n, w.rows] = x[n, w.cols] @ W^T */
+    void (*matmul)(backend *be, float *y, const matview *w, const float *x, int64_t n);
+    /* y[n, w.cols] = rows ids[n] of W (an embedding table, dequantized) */
+    void (*embed)(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n);
+    /* y[n, d] = rmsnorm(x[n, d]) * w[d] */
+    void (*rmsnorm)(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
+                    float eps);
+    /* x[n, h, hd] rotated in place, row r at position pos[r] */
+    void (*rope)(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+                 const rope_params *rp);
+    /* k, v [n, hk*hd] stored into the pools at slots slot[n] */
+    void (*kv_store)(backend *be, float *kpool, float *vpool, const float *k, const float *v,
+                     const int32_t *slot, int64_t n, int64_t kvd);
+    /* out[n, h*hd] = attention of q[n, h*hd] over the pools */
+    void (*attention)(backend *be, float *out, const float *q, const float *kpool,
+                      const float *vpool, const attn_rows *rows);
+    /* y[m] = silu(gate[m]) * up[m] */
+    void (*swiglu)(backend *be, float *y, const float *gate, const float *up, int64_t m);
+    /* y[m] += x[m] */
+    void (*add)(backend *be, float *y, const float *x, int64_t m);
+    /* y[n, d] += bias[d] for every row */
+    void (*add_bias)(backend *be, float *y, const float *bias, int64_t n, int64_t d);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+};
+
+static inline void backend_destroy(backend *be) {
+    if (be) be->ops->destroy(be);
+}
+
+#endif

@@ -1,0 +1,23 @@
+/*
+ * mapped_file.h - read-only memory maps of whole files.
+ *
+ * The map is PROT_READ: weights are never written through it (STYLE.md rule 8).
+ */
+#ifndef CELER_BASE_MAPPED_FILE_H
+#define CELER_BASE_MAPPED_FILE_H
+
+#include "base/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mapped_file {
+    const uint8_t *data; /* NULL for an empty file */
+    size_t size;
+} mapped_file;
+
+/* Maps path read-only. On failure *out is zeroed and e names the path and the reason. */
+celer_status mapped_file_open(const char *path, mapped_file *out, celer_error *e);
+void mapped_file_close(mapped_file *f);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * tensor.h - plain views of weights: element types and the matrix view every matmul,
+ * embedding lookup and LM head takes.
+ *
+ * A view never owns memory: its pointers reach into a read-only mmap (or a load-time
+ * arena) and stay valid until the model is closed.
+ */
+#ifndef CELER_BASE_TENSOR_H
+#define CELER_BASE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum dtype {
+    DTYPE_UNKNOWN = 0,
+    DTYPE_F32,
+    DTYPE_F16,
+    DTYPE_BF16,
+    DTYPE_U32,
+    DTYPE_I32,
+    DTYPE_U8,
+    DTYPE_I8,
+    DTYPE_F64,
+    DTYPE_I64,
+    DTYPE_U16,
+    DTYPE_I16,
+    DTYPE_BOOL,
+    DTYPE_COUNT_
+} dtype;
+
+/* Bytes per element (0 for DTYPE_UNKNOWN). */
+size_t dtype_size(dtype t);
+/* The safetensors name ("F32", "BF16", ...). */
+const char *dtype_name(dtype t);
+/* Parses a safetensors dtype name; DTYPE_UNKNOWN when unknown. */
+dtype dtype_from_name(const char *s);
+
+/* A weight matrix W[rows, cols] used as y = x @ W^T (rows = outputs, cols = inputs).
+ *
+ * Dense (quant_bits == 0): data is [rows, cols] of dtype F32, F16 or BF16.
+ * MLX affine (quant_bits 4 or 8): data is uint32 codes [rows, cols * bits / 32], element j
+ * of a word in bits j*bits .. j*bits+bits-1; scales and biases are [rows, cols / group]
+ * of scale_dtype, and w[r, c] = scale[r, c/group] * q[r, c] + bias[r, c/group]. */
+typedef struct matview {
+    int64_t rows, cols;
+    dtype type; /* dense element type, or DTYPE_U32 for affine codes */
+    const void *data;
+    int quant_bits;  /* 0 = dense */
+    int64_t group;   /* affine group size along cols */
+    dtype scale_type;
+    const void *scales, *biases;
+} matview;
+
+/* One sequence's keys and values in the paged KV cache of one layer. The pools hold
+ * [n_slots, hk * hd] floats; position p of the sequence lives in slot
+ * blocks[p / block_size] * block_size + p % block_size. */
+typedef struct kv_span {
+    const float *k, *v;
+    const int32_t *blocks;
+    int64_t block_size;
+} kv_span;
+
+static inline int64_t kv_span_slot(const kv_span *kv, int64_t pos) {
+    return (int64_t)kv->blocks[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+}
+
+#endif

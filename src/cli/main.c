@@ -1,0 +1,28 @@
+/*
+ * main.c - the celer command line: dispatches to one file per subcommand.
+ */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fputs("usage: celer COMMAND [options]\n"
+          "  logits   -m MODEL --ids 1,2,3 [--all] -o FILE.npy   float32 logits\n"
+          "  generate -m MODEL --ids 1,2,3 [-n N] [--temp 0] [--print-ids] [--ignore-eos]\n"
+          "common options: -t THREADS, -c CTX\n"
+          "MODEL is a checkpoint directory (config.json + *.safetensors)\n",
+          f);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
+    fprintf(stderr, "celer: unknown command %s\n", argv[1]);
+    usage(stderr);
+    return 1;
+}

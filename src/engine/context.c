@@ -1,0 +1,298 @@
+/*
+ * context.c - the public model and context API: opens models, owns the KV cache, the
+ * backend and every activation buffer, and plans each step (positions, cache slots,
+ * block tables) before handing it to the model contract in src/models/.
+ *
+ * Inputs longer than n_batch run in chunks through the whole model; every buffer is
+ * sized at creation, so no forward allocates.
+ */
+#include "celer.h"
+
+#include "base/error.h"
+#include "engine/kv_cache.h"
+#include "backend/cpu/threadpool.h"
+#include "kernels/ref/backend_ref.h"
+#include "models/model.h"
+#include "sampling/sampling.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_BLOCK_SIZE 16
+
+struct celer_context {
+    celer_model *model;
+    backend *be;
+    kv_cache kv;
+    int64_t n_batch;
+    float *scratch;    /* model activations for n_batch rows */
+    float *hidden;     /* [n_batch, d] */
+    float *logits;     /* [v]: the generate loop's row */
+    int32_t *pos, *slot;            /* [n_batch] */
+    const int32_t **blocks;         /* [n_batch] */
+    int64_t *add, *next;            /* [n_seq] */
+    celer_error err;
+};
+
+/* ==== Model ==== */
+
+celer_status celer_model_open(const char *path, const celer_model_params *params,
+                              celer_model **out, char *err, size_t err_size) {
+    (void)params;
+    celer_error e = {{0}};
+    if (!path || !out) {
+        error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "celer_model_open: path and out are required");
+        error_copy(&e, err, err_size);
+        return CELER_STATUS_INVALID_ARGUMENT;
+    }
+    celer_status s = model_open(path, out, &e);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+void celer_model_close(celer_model *model) { model_close(model); }
+int64_t celer_model_n_vocab(const celer_model *m) { return m->dims.v; }
+int64_t celer_model_n_embd(const celer_model *m) { return m->dims.d; }
+int64_t celer_model_n_layer(const celer_model *m) { return m->dims.n_layer; }
+int64_t celer_model_n_ctx_train(const celer_model *m) { return m->dims.n_ctx_train; }
+int32_t celer_model_eos(const celer_model *m) { return m->eos; }
+const char *celer_model_desc(const celer_model *m) { return m->desc; }
+
+/* ==== Context ==== */
+
+celer_context_params celer_context_default_params(void) {
+    return (celer_context_params){.n_ctx = 4096, .n_seq = 1, .n_batch = 512, .n_threads = 0};
+}
+
+void celer_context_destroy(celer_context *ctx) {
+    if (!ctx) return;
+    backend_destroy(ctx->be);
+    kv_cache_destroy(&ctx->kv);
+    free(ctx->scratch);
+    free(ctx->hidden);
+    free(ctx->logits);
+    free(ctx->pos);
+    free(ctx->slot);
+    free(ctx->blocks);
+    free(ctx->add);
+    free(ctx->next);
+    free(ctx);
+}
+
+celer_status celer_context_create(celer_model *model, const celer_context_params *params,
+                                  celer_context **out, char *err, size_t err_size) {
+    celer_error e = {{0}};
+    celer_status s = CELER_OK;
+    celer_context_params p = params ? *params : celer_context_default_params();
+    *out = NULL;
+    if (p.n_ctx <= 0 || p.n_seq <= 0 || p.n_batch <= 0 || p.n_threads < 0) {
+        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
+                      "context: n_ctx, n_seq and n_batch must be positive, n_threads >= 0");
+        error_copy(&e, err, err_size);
+        return s;
+    }
+    if (p.n_threads == 0) p.n_threads = threadpool_cpu_count();
+    celer_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) goto oom;
+    const model_dims *dm = &model->dims;
+    ctx->model = model;
+    ctx->n_batch = p.n_batch;
+    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, p.n_ctx, p.n_seq,
+                             KV_BLOCK_SIZE, &e)) != CELER_OK)
+        goto fail;
+    int64_t max_cols = dm->d;
+    if (dm->h * dm->hd > max_cols) max_cols = dm->h * dm->hd;
+    if (dm->f > max_cols) max_cols = dm->f;
+    ctx->be = backend_ref_create(p.n_threads, max_cols, p.n_ctx);
+    ctx->scratch = malloc(sizeof(float) * (size_t)model->family->scratch_floats(model, p.n_batch));
+    ctx->hidden = malloc(sizeof(float) * (size_t)(p.n_batch * dm->d));
+    ctx->logits = malloc(sizeof(float) * (size_t)dm->v);
+    ctx->pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    ctx->slot = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    ctx->blocks = malloc(sizeof(int32_t *) * (size_t)p.n_batch);
+    ctx->add = calloc((size_t)p.n_seq, sizeof(int64_t));
+    ctx->next = calloc((size_t)p.n_seq, sizeof(int64_t));
+    if (!ctx->be || !ctx->scratch || !ctx->hidden || !ctx->logits || !ctx->pos || !ctx->slot ||
+        !ctx->blocks || !ctx->add || !ctx->next)
+        goto oom;
+    *out = ctx;
+    return CELER_OK;
+oom:
+    s = error_set(&e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory");
+fail:
+    celer_context_destroy(ctx);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+const char *celer_context_last_error(const celer_context *ctx) { return ctx->err.msg; }
+
+celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id) {
+    if (seq_id < 0 || seq_id >= ctx->kv.n_seq)
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
+                         "sequence id %d outside [0, %d)", seq_id, ctx->kv.n_seq);
+    kv_cache_seq_reset(&ctx->kv, seq_id);
+    return CELER_OK;
+}
+
+int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id) {
+    if (seq_id < 0 || seq_id >= ctx->kv.n_seq) return -1;
+    return ctx->kv.len[seq_id];
+}
+
+/* ==== Running a batch ==== */
+
+typedef enum run_output {
+    RUN_HIDDEN, /* out: hidden[n, d] */
+    RUN_ALL,    /* out: logits[n, v] */
+    RUN_ROW,    /* out: logits[v] of row last_pos */
+    RUN_WANTED, /* out: logits[k, v] of the rows batch->logits marks */
+} run_output;
+
+static int32_t row_seq(const celer_batch *b, int32_t force_seq, int64_t r) {
+    return force_seq >= 0 ? force_seq : b->seq_id ? b->seq_id[r] : 0;
+}
+
+static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_t force_seq,
+                                run_output kind, int64_t last_pos) {
+    const celer_model *m = ctx->model;
+    celer_error *e = &ctx->err;
+    if (!b || b->n <= 0)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "batch: expected at least one row");
+    if (!b->token == !b->embd)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "batch: expected exactly one of token ids and embeddings");
+    if (kind == RUN_ROW && (last_pos < 0 || last_pos >= b->n))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "last_pos %lld outside the batch of %lld rows", (long long)last_pos,
+                         (long long)b->n);
+    if (kind == RUN_WANTED && !b->logits)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "batch: logits flags are required");
+    memset(ctx->add, 0, sizeof(int64_t) * (size_t)ctx->kv.n_seq);
+    for (int64_t r = 0; r < b->n; r++) {
+        const int32_t s = row_seq(b, force_seq, r);
+        if (s < 0 || s >= ctx->kv.n_seq)
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "batch row %lld: sequence id %d outside [0, %d)", (long long)r, s,
+                             ctx->kv.n_seq);
+        if (b->token && (b->token[r] < 0 || b->token[r] >= m->dims.v))
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "batch row %lld: token id %d outside the vocabulary [0, %lld)",
+                             (long long)r, b->token[r], (long long)m->dims.v);
+        ctx->add[s]++;
+    }
+    return CELER_OK;
+}
+
+static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_seq,
+                        run_output kind, int64_t last_pos, float *out) {
+    const celer_model *m = ctx->model;
+    const int64_t d = m->dims.d, v = m->dims.v;
+    celer_status s = check_batch(ctx, b, force_seq, kind, last_pos);
+    if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
+    if (s != CELER_OK) return s;
+    memcpy(ctx->next, ctx->kv.len, sizeof(int64_t) * (size_t)ctx->kv.n_seq);
+    const model_kv kv = {ctx->kv.k, ctx->kv.v};
+    for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
+        const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
+        for (int64_t r = 0; r < n; r++) {
+            const int32_t sq = row_seq(b, force_seq, off + r);
+            const int64_t p = ctx->next[sq]++;
+            ctx->pos[r] = (int32_t)p;
+            ctx->slot[r] = kv_cache_slot(&ctx->kv, sq, p);
+            ctx->blocks[r] = kv_cache_table(&ctx->kv, sq);
+        }
+        const model_step st = {.n = n,
+                               .token = b->token ? b->token + off : NULL,
+                               .embd = b->embd ? b->embd + off * d : NULL,
+                               .pos = ctx->pos,
+                               .slot = ctx->slot,
+                               .blocks = ctx->blocks,
+                               .block_size = ctx->kv.block_size};
+        switch (kind) {
+        case RUN_HIDDEN: model_hidden_states(m, ctx->be, &st, &kv, ctx->scratch, out + off * d); break;
+        case RUN_ALL: model_forward(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden, out + off * v); break;
+        case RUN_ROW:
+            if (last_pos >= off && last_pos < off + n)
+                model_forward_last_logits(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden,
+                                          last_pos - off, out);
+            else
+                model_hidden_states(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden);
+            break;
+        case RUN_WANTED:
+            out += v * model_forward_rows(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden,
+                                          b->logits + off, out);
+            break;
+        }
+    }
+    kv_cache_commit(&ctx->kv, ctx->add);
+    ctx->err.msg[0] = '\0';
+    return CELER_OK;
+}
+
+celer_status celer_batch_decode(celer_context *ctx, const celer_batch *batch, float *logits) {
+    return run(ctx, batch, -1, RUN_WANTED, 0, logits);
+}
+
+celer_status celer_hidden_states(celer_context *ctx, const celer_batch *batch, float *hidden) {
+    return run(ctx, batch, -1, RUN_HIDDEN, 0, hidden);
+}
+
+celer_status celer_forward(celer_context *ctx, const celer_batch *batch, float *logits) {
+    return run(ctx, batch, -1, RUN_ALL, 0, logits);
+}
+
+celer_status celer_forward_last_logits(celer_context *ctx, const celer_batch *batch,
+                                       int64_t last_pos, float *logits) {
+    return run(ctx, batch, 0, RUN_ROW, last_pos, logits);
+}
+
+celer_status celer_forward_last_logits_with_sequence_id(celer_context *ctx,
+                                                        const celer_batch *batch, int32_t seq_id,
+                                                        int64_t last_pos, float *logits) {
+    if (seq_id < 0)
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "sequence id %d is negative",
+                         seq_id);
+    return run(ctx, batch, seq_id, RUN_ROW, last_pos, logits);
+}
+
+celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(
+    celer_context *ctx, const float *embd, int64_t n, int32_t seq_id, int64_t last_pos,
+    float *logits) {
+    const celer_batch b = {.n = n, .embd = embd};
+    return celer_forward_last_logits_with_sequence_id(ctx, &b, seq_id, last_pos, logits);
+}
+
+celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t n, float *embd) {
+    const int64_t v = ctx->model->dims.v;
+    for (int64_t r = 0; r < n; r++)
+        if (ids[r] < 0 || ids[r] >= v)
+            return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
+                             "token id %d outside the vocabulary [0, %lld)", ids[r], (long long)v);
+    model_embed(ctx->model, ctx->be, ids, n, embd);
+    return CELER_OK;
+}
+
+/* ==== Greedy generation ==== */
+
+celer_status celer_generate_greedy(celer_context *ctx, const int32_t *prompt, int64_t n_prompt,
+                                   const celer_generate_params *params, int32_t *out,
+                                   int64_t *n_out) {
+    const int32_t seq = params->seq_id;
+    const int64_t v = ctx->model->dims.v;
+    *n_out = 0;
+    if (celer_seq_length(ctx, seq) != 0)
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
+                         "generate: sequence %d is not empty", seq);
+    celer_batch b = celer_batch_tokens(prompt, n_prompt);
+    celer_status s = celer_forward_last_logits_with_sequence_id(ctx, &b, seq, n_prompt - 1, ctx->logits);
+    for (int64_t i = 0; s == CELER_OK && i < params->n_predict; i++) {
+        const int32_t tok = sampling_argmax(ctx->logits, v);
+        out[(*n_out)++] = tok;
+        if (params->stop_at_eos && tok == ctx->model->eos) break;
+        if (i + 1 == params->n_predict) break;
+        b = celer_batch_tokens(&out[i], 1);
+        s = celer_forward_last_logits_with_sequence_id(ctx, &b, seq, 0, ctx->logits);
+    }
+    return s;
+}

@@ -1,0 +1,29 @@
+/*
+ * attention.c - reference causal attention of one query row over a paged KV cache,
+ * with grouped-query heads and an optional sliding window. Materializes the score row
+ * (pos + 1 floats); the tiled online-softmax kernel belongs to the CPU backend.
+ */
+#include "kernels/ref/ref.h"
+
+void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
+                   int64_t h, int64_t hk, int64_t hd, float scale, float *scores) {
+    const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+    const int64_t n = pos - lo + 1, group = h / hk, kvd = hk * hd;
+    for (int64_t i = 0; i < h; i++) {
+        const float *qi = q + i * hd;
+        const int64_t off = (i / group) * hd;
+        for (int64_t j = 0; j < n; j++) {
+            const float *k = kv->k + kv_span_slot(kv, lo + j) * kvd + off;
+            float dot = 0.0f;
+            for (int64_t c = 0; c < hd; c++) dot += qi[c] * k[c];
+            scores[j] = dot * scale;
+        }
+        ref_softmax(scores, n);
+        float *o = out + i * hd;
+        for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            const float *v = kv->v + kv_span_slot(kv, lo + j) * kvd + off;
+            for (int64_t c = 0; c < hd; c++) o[c] += scores[j] * v[c];
+        }
+    }
+}

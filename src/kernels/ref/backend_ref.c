@@ -1,0 +1,208 @@
+/*
+ * backend_ref.c - the backend ops over the scalar reference kernels.
+ *
+ * Rows are split across the pool: matmul by output rows in chunks from an atomic
+ * counter, everything else by batch rows. Scratch (one dequantized weight row and one
+ * score row per thread) is allocated once at creation, never in a forward.
+ */
+#include "kernels/ref/backend_ref.h"
+
+#include "backend/cpu/threadpool.h"
+#include "base/error.h"
+#include "kernels/ref/ref.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ref_backend {
+    backend base;
+    threadpool *pool;
+    int64_t max_cols, max_keys;
+    float *scratch; /* per thread: max_cols + max_keys floats */
+    threadpool_counter counter;
+} ref_backend;
+
+static float *thread_scratch(ref_backend *rb, int ith) {
+    return rb->scratch + (size_t)ith * (size_t)(rb->max_cols + rb->max_keys);
+}
+
+/* Static split of [0, n) for thread ith of nth. */
+static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* ==== matmul and embedding ==== */
+
+typedef struct matmul_job {
+    ref_backend *rb;
+    float *y;
+    const matview *w;
+    const float *x;
+    const int32_t *ids;
+    int64_t n;
+} matmul_job;
+
+static void matmul_task(void *p, int ith, int nth) {
+    (void)nth;
+    matmul_job *j = p;
+    float *wrow = thread_scratch(j->rb, ith);
+    int64_t lo, hi;
+    while (threadpool_chunk(&j->rb->counter, j->w->rows, 16, &lo, &hi))
+        ref_matmul(j->y, j->w, j->x, j->n, lo, hi, wrow);
+}
+
+static void ref_op_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
+    ref_backend *rb = (ref_backend *)be;
+    CELER_ASSERT(w->cols <= rb->max_cols);
+    matmul_job j = {rb, y, w, x, NULL, n};
+    atomic_store(&rb->counter.next, 0);
+    threadpool_run(rb->pool, matmul_task, &j);
+}
+
+static void embed_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) ref_mat_row(j->y + t * j->w->cols, j->w, j->ids[t]);
+}
+
+static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
+    ref_backend *rb = (ref_backend *)be;
+    matmul_job j = {rb, y, w, NULL, ids, n};
+    threadpool_run(rb->pool, embed_task, &j);
+}
+
+/* ==== per-row ops ==== */
+
+typedef struct row_job {
+    ref_backend *rb;
+    float *y;
+    const float *x, *x2, *w;
+    const float *kpool, *vpool;
+    float *kpool_w, *vpool_w;
+    const int32_t *idx;
+    int64_t n, d, h, hd;
+    float eps;
+    const rope_params *rp;
+    const attn_rows *ar;
+} row_job;
+
+static void rmsnorm_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) ref_rmsnorm(j->y + t * j->d, j->x + t * j->d, j->w, j->d, j->eps);
+}
+
+static void ref_op_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n,
+                           int64_t d, float eps) {
+    row_job j = {.rb = (ref_backend *)be, .y = y, .x = x, .w = w, .n = n, .d = d, .eps = eps};
+    threadpool_run(j.rb->pool, rmsnorm_task, &j);
+}
+
+static void rope_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        ref_rope(j->y + t * j->h * j->hd, j->h, j->hd, j->idx[t], j->rp->inv_freq, j->rp->mscale,
+                 j->rp->traditional);
+}
+
+static void ref_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h,
+                        int64_t hd, const rope_params *rp) {
+    row_job j = {.rb = (ref_backend *)be, .y = x, .idx = pos, .n = n, .h = h, .hd = hd, .rp = rp};
+    threadpool_run(j.rb->pool, rope_task, &j);
+}
+
+static void ref_op_kv_store(backend *be, float *kpool, float *vpool, const float *k,
+                            const float *v, const int32_t *slot, int64_t n, int64_t kvd) {
+    (void)be;
+    for (int64_t t = 0; t < n; t++) {
+        memcpy(kpool + (size_t)slot[t] * (size_t)kvd, k + t * kvd, sizeof(float) * (size_t)kvd);
+        memcpy(vpool + (size_t)slot[t] * (size_t)kvd, v + t * kvd, sizeof(float) * (size_t)kvd);
+    }
+}
+
+static void attention_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    const attn_rows *ar = j->ar;
+    float *scores = thread_scratch(j->rb, ith) + j->rb->max_cols;
+    const int64_t qd = ar->h * ar->hd;
+    int64_t lo, hi;
+    split(ar->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        kv_span kv = {j->kpool, j->vpool, ar->blocks[t], ar->block_size};
+        ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], ar->window, ar->h, ar->hk,
+                      ar->hd, ar->scale, scores);
+    }
+}
+
+static void ref_op_attention(backend *be, float *out, const float *q, const float *kpool,
+                             const float *vpool, const attn_rows *rows) {
+    ref_backend *rb = (ref_backend *)be;
+    for (int64_t t = 0; t < rows->n; t++) CELER_ASSERT(rows->pos[t] < rb->max_keys);
+    row_job j = {.rb = rb, .y = out, .x = q, .kpool = kpool, .vpool = vpool, .ar = rows};
+    threadpool_run(rb->pool, attention_task, &j);
+}
+
+static void swiglu_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    ref_swiglu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo);
+}
+
+static void ref_op_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
+    row_job j = {.rb = (ref_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
+    threadpool_run(j.rb->pool, swiglu_task, &j);
+}
+
+static void ref_op_add(backend *be, float *y, const float *x, int64_t m) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++) y[i] += x[i];
+}
+
+static void ref_op_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
+    (void)be;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
+}
+
+static void ref_destroy(backend *be) {
+    ref_backend *rb = (ref_backend *)be;
+    threadpool_destroy(rb->pool);
+    free(rb->scratch);
+    free(rb);
+}
+
+static const backend_ops ref_ops = {
+    .name = "ref",
+    .destroy = ref_destroy,
+    .matmul = ref_op_matmul,
+    .embed = ref_op_embed,
+    .rmsnorm = ref_op_rmsnorm,
+    .rope = ref_op_rope,
+    .kv_store = ref_op_kv_store,
+    .attention = ref_op_attention,
+    .swiglu = ref_op_swiglu,
+    .add = ref_op_add,
+    .add_bias = ref_op_add_bias,
+};
+
+backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys) {
+    ref_backend *rb = calloc(1, sizeof *rb);
+    if (!rb) return NULL;
+    rb->base.ops = &ref_ops;
+    rb->max_cols = max_cols;
+    rb->max_keys = max_keys;
+    rb->pool = threadpool_create(n_threads);
+    rb->scratch = calloc((size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)(max_cols + max_keys),
+                         sizeof(float));
+    if (!rb->pool || !rb->scratch) {
+        ref_destroy(&rb->base);
+        return NULL;
+    }
+    return &rb->base;
+}

@@ -1,0 +1,47 @@
+/*
+ * ref.h - scalar reference kernels: the correctness oracle, kept forever.
+ *
+ * Plain C, fp32 accumulation, no SIMD and no threads: every fast kernel is tested
+ * against these. Each works on one row (or a range of output rows) so a caller can split
+ * work across threads; none allocates.
+ */
+#ifndef CELER_KERNELS_REF_H
+#define CELER_KERNELS_REF_H
+
+#include "base/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* out[cols] = W[r, :] as floats (dense converted, affine dequantized). */
+void ref_mat_row(float *out, const matview *w, int64_t r);
+
+/* y[t, r] = x[t, :] @ W[r, :] for t < n and r0 <= r < r1; y is [n, w->rows], x is
+ * [n, w->cols]. wrow is scratch of w->cols floats. */
+void ref_matmul(float *y, const matview *w, const float *x, int64_t n, int64_t r0, int64_t r1,
+                float *wrow);
+
+/* y[d] = x[d] / sqrt(mean(x^2) + eps) * w[d] (y may alias x). */
+void ref_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps);
+
+/* In-place rotary embedding of x[h, hd] at position pos. Pair i < hd/2 rotates by
+ * pos * inv_freq[i], cos and sin scaled by mscale. traditional: pairs (2i, 2i+1);
+ * otherwise (i, i + hd/2) as Hugging Face's rotate_half. */
+void ref_rope(float *x, int64_t h, int64_t hd, int64_t pos, const float *inv_freq, float mscale,
+              bool traditional);
+
+/* In-place softmax of x[n]. */
+void ref_softmax(float *x, int64_t n);
+
+float ref_silu(float x);
+
+/* y[n] = silu(gate[n]) * up[n] (y may alias gate). */
+void ref_swiglu(float *y, const float *gate, const float *up, int64_t n);
+
+/* out[h, hd] = causal attention of q[h, hd] at position pos over the keys of kv at
+ * positions [max(0, pos - window + 1), pos] (window <= 0: all of [0, pos]). Query head i
+ * reads kv head i / (h / hk) (GQA). scores: scratch of pos + 1 floats. */
+void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
+                   int64_t h, int64_t hk, int64_t hd, float scale, float *scores);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * model.c - model_type dispatch, and the contract entry points over a family's one
+ * hidden_states body: the LM head runs on exactly the rows a caller reads.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "models/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const model_family *const families[] = {&llama_family};
+
+static const model_family *family_for(const char *type) {
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        for (const char *const *t = families[i]->model_types; *t; t++)
+            if (strcmp(*t, type) == 0) return families[i];
+    return NULL;
+}
+
+celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
+    *out = NULL;
+    celer_model *m = calloc(1, sizeof *m);
+    if (!m) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    celer_status s = checkpoint_open(&m->ck, dir, e);
+    if (s != CELER_OK) goto fail;
+    const char *type;
+    if ((s = config_str(&m->ck, m->ck.config, "model_type", &type, e)) != CELER_OK) goto fail;
+    if (!type) {
+        s = error_set(e, CELER_STATUS_BAD_CONFIG, "%s: model_type: required field is missing",
+                      m->ck.config_path);
+        goto fail;
+    }
+    if (!(m->family = family_for(type))) {
+        s = error_set(e, CELER_STATUS_UNSUPPORTED,
+                      "%s: model_type: expected llama, mistral or qwen2, found %s",
+                      m->ck.config_path, type);
+        goto fail;
+    }
+    if ((s = m->family->load(m, e)) != CELER_OK) goto fail;
+    *out = m;
+    return CELER_OK;
+fail:
+    model_close(m);
+    return s;
+}
+
+void model_close(celer_model *m) {
+    if (!m) return;
+    arena_free(&m->mem);
+    checkpoint_close(&m->ck);
+    free(m);
+}
+
+const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d, int64_t pos) {
+    if (!hidden || pos < 0 || pos >= n || d <= 0) return NULL;
+    return hidden + pos * d;
+}
+
+void model_hidden_states(const celer_model *m, backend *be, const model_step *step,
+                         const model_kv *kv, float *scratch, float *hidden) {
+    m->family->hidden_states(m, be, step, kv, scratch, hidden);
+}
+
+void model_forward(const celer_model *m, backend *be, const model_step *step, const model_kv *kv,
+                   float *scratch, float *hidden, float *logits) {
+    model_hidden_states(m, be, step, kv, scratch, hidden);
+    be->ops->matmul(be, logits, m->family->head(m), hidden, step->n);
+}
+
+void model_forward_last_logits(const celer_model *m, backend *be, const model_step *step,
+                               const model_kv *kv, float *scratch, float *hidden,
+                               int64_t last_pos, float *logits) {
+    model_hidden_states(m, be, step, kv, scratch, hidden);
+    const float *row = celer_logits_at_position(hidden, step->n, m->dims.d, last_pos);
+    CELER_ASSERT(row != NULL);
+    be->ops->matmul(be, logits, m->family->head(m), row, 1);
+}
+
+int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *step,
+                           const model_kv *kv, float *scratch, float *hidden, const int8_t *want,
+                           float *logits) {
+    model_hidden_states(m, be, step, kv, scratch, hidden);
+    const int64_t d = m->dims.d;
+    int64_t k = 0;
+    for (int64_t r = 0; r < step->n; r++) {
+        if (!want[r]) continue;
+        /* Compact the wanted rows to the front (k <= r keeps the order safe). */
+        if (k != r) memcpy(hidden + k * d, celer_logits_at_position(hidden, step->n, d, r), sizeof(float) * (size_t)d);
+        k++;
+    }
+    if (k) be->ops->matmul(be, logits, m->family->head(m), hidden, k);
+    return k;
+}
+
+void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd) {
+    be->ops->embed(be, embd, m->family->embedding(m), ids, n);
+}

@@ -1,0 +1,161 @@
+/*
+ * weights.c - binding checkpoint tensors to weight views, with every name, dtype and
+ * shape checked against what the architecture expects (expected vs found in errors).
+ */
+#include "models/model.h"
+
+#include "base/half.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *shp(char *buf, const st_tensor *t) { return shape_str(buf, 96, t->shape, t->ndim); }
+
+static bool aligned_for(const st_tensor *t) {
+    return ((uintptr_t)t->data % dtype_size(t->type)) == 0;
+}
+
+static celer_status find(const celer_model *m, const char *name, const st_tensor **t,
+                         const char **file, celer_error *e) {
+    *t = checkpoint_find(&m->ck, name, file);
+    if (!*t)
+        return error_set(e, CELER_STATUS_BAD_FILE, "%s: missing tensor %s", m->ck.dir, name);
+    if (!aligned_for(*t))
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: tensor %s: data offset is not a multiple of its %zu-byte element",
+                         *file, name, dtype_size((*t)->type));
+    return CELER_OK;
+}
+
+static bool is_float(dtype t) { return t == DTYPE_F32 || t == DTYPE_F16 || t == DTYPE_BF16; }
+
+static celer_status bind_affine(const celer_model *m, const char *module, const st_tensor *w,
+                                const char *file, int64_t rows, int64_t cols,
+                                const quant_spec *q, matview *out, celer_error *e) {
+    char name[256], b1[96], b2[96];
+    const st_tensor *sc, *bi;
+    const char *sfile, *bfile;
+    celer_status s;
+    snprintf(name, sizeof name, "%s.scales", module);
+    if ((s = find(m, name, &sc, &sfile, e)) != CELER_OK) return s;
+    snprintf(name, sizeof name, "%s.biases", module);
+    if ((s = find(m, name, &bi, &bfile, e)) != CELER_OK) return s;
+    if (w->ndim != 2 || w->shape[0] != rows)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: tensor %s.weight: expected [%lld, packed] uint32 codes for a "
+                         "[%lld, %lld] linear (config.json), found %s",
+                         file, module, (long long)rows, (long long)rows, (long long)cols, shp(b1, w));
+    if (sc->ndim != 2 || sc->shape[0] != rows || sc->shape[1] <= 0 || cols % sc->shape[1] != 0)
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: tensor %s.scales: expected [%lld, %lld / group_size], found %s",
+                         sfile, module, (long long)rows, (long long)cols, shp(b1, sc));
+    if (bi->ndim != 2 || bi->shape[0] != sc->shape[0] || bi->shape[1] != sc->shape[1] ||
+        bi->type != sc->type)
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: tensor %s.biases: expected %s %s like the scales, found %s %s", bfile,
+                         module, dtype_name(sc->type), shp(b1, sc), dtype_name(bi->type), shp(b2, bi));
+    if (!is_float(sc->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s.scales: expected F32, F16 or BF16, found %s", sfile, module,
+                         dtype_name(sc->type));
+    const int64_t packed = w->shape[1], group = cols / sc->shape[1];
+    if ((packed * 32) % cols != 0)
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: tensor %s.weight: %lld packed words per row do not hold %lld "
+                         "codes of a whole number of bits",
+                         file, module, (long long)packed, (long long)cols);
+    const int bits = (int)(packed * 32 / cols);
+    if (bits != 4 && bits != 8)
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s.weight: %d-bit affine quantization is not supported "
+                         "(expected 4 or 8)",
+                         file, module, bits);
+    if (group % (32 / bits) != 0)
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s: group size %lld is not a multiple of the %d codes per word",
+                         file, module, (long long)group, 32 / bits);
+    if (q->rule == QUANT_RULE_MODULE && (q->bits != bits || q->group != group))
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: quantization.%s: expected bits %d group_size %lld as the tensors "
+                         "have, found bits %d group_size %lld",
+                         m->ck.config_path, module, bits, (long long)group, q->bits,
+                         (long long)q->group);
+    *out = (matview){.rows = rows, .cols = cols, .type = DTYPE_U32, .data = w->data,
+                     .quant_bits = bits, .group = group, .scale_type = sc->type,
+                     .scales = sc->data, .biases = bi->data};
+    return CELER_OK;
+}
+
+celer_status bind_matrix(const celer_model *m, const char *module, int64_t rows, int64_t cols,
+                         matview *out, celer_error *e) {
+    char name[256], b1[96];
+    const st_tensor *w;
+    const char *file;
+    quant_spec q;
+    celer_status s;
+    snprintf(name, sizeof name, "%s.weight", module);
+    if ((s = find(m, name, &w, &file, e)) != CELER_OK) return s;
+    if ((s = checkpoint_quant_for(&m->ck, module, &q, e)) != CELER_OK) return s;
+    if (w->type == DTYPE_U32) {
+        if (q.rule == QUANT_RULE_DENSE)
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: tensor %s: config.json says quantization.%s is false, found "
+                             "U32 codes",
+                             file, name, module);
+        return bind_affine(m, module, w, file, rows, cols, &q, out, e);
+    }
+    if (!is_float(w->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s: expected F32, F16, BF16 or U32 (affine codes), found %s",
+                         file, name, dtype_name(w->type));
+    if (q.rule == QUANT_RULE_MODULE)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: tensor %s: config.json quantizes %s to %d bits, found dense %s",
+                         file, name, module, q.bits, dtype_name(w->type));
+    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: tensor %s: expected shape [%lld, %lld] (config.json), found %s", file,
+                         name, (long long)rows, (long long)cols, shp(b1, w));
+    *out = (matview){.rows = rows, .cols = cols, .type = w->type, .data = w->data};
+    return CELER_OK;
+}
+
+celer_status bind_vector(celer_model *m, const char *name, int64_t d, bool required,
+                         const float **out, celer_error *e) {
+    char b1[96];
+    const char *file;
+    *out = NULL;
+    const st_tensor *t = checkpoint_find(&m->ck, name, &file);
+    if (!t && !required) return CELER_OK;
+    celer_status s = find(m, name, &t, &file, e);
+    if (s != CELER_OK) return s;
+    if (!is_float(t->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s: expected F32, F16 or BF16, found %s", file, name,
+                         dtype_name(t->type));
+    if (t->ndim != 1 || t->shape[0] != d)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: tensor %s: expected shape [%lld] (config.json), found %s", file, name,
+                         (long long)d, shp(b1, t));
+    float *v = arena_alloc(&m->mem, sizeof(float) * (size_t)d);
+    if (!v) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", name);
+    for (int64_t i = 0; i < d; i++) {
+        if (t->type == DTYPE_F32) memcpy(&v[i], t->data + 4 * i, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            v[i] = t->type == DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+    }
+    *out = v;
+    return CELER_OK;
+}
+
+celer_status reject_tensor(const celer_model *m, const char *name, const char *why,
+                           celer_error *e) {
+    const char *file;
+    if (checkpoint_find(&m->ck, name, &file))
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: unexpected tensor %s (%s)", file, name,
+                         why);
+    return CELER_OK;
+}
