@@ -1,0 +1,113 @@
+/*
+ * harness.c - check counting, fixture and .npy readers for the tests.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "harness.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+
+bool check_(bool ok, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (ok) n_pass++;
+    else {
+        n_fail++;
+        fprintf(stdout, "FAIL %s:%d: ", file, line);
+        vfprintf(stdout, fmt, ap);
+        fputc('\n', stdout);
+    }
+    va_end(ap);
+    fflush(stdout);
+    return ok;
+}
+
+int harness_done(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
+
+const char *fixture_root(void) {
+    const char *r = getenv("CELER_FIXTURES");
+    return r && *r ? r : "tests/fixtures";
+}
+
+const char *fixture_path(const char *name) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", fixture_root(), name);
+    return buf;
+}
+
+float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char pre[10];
+    float *data = NULL;
+    char header[1024];
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0 || pre[6] != 1) goto out;
+    size_t hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
+    if (hlen >= sizeof header || fread(header, 1, hlen, f) != hlen) goto out;
+    header[hlen] = '\0';
+    if (!strstr(header, "'<f4'") || strstr(header, "True")) goto out;
+    const char *sh = strstr(header, "'shape': (");
+    long long r, c;
+    if (!sh || sscanf(sh, "'shape': (%lld, %lld)", &r, &c) != 2) goto out;
+    data = malloc(sizeof(float) * (size_t)(r * c));
+    if (data && fread(data, sizeof(float), (size_t)(r * c), f) != (size_t)(r * c)) {
+        free(data);
+        data = NULL;
+    }
+    *rows = r;
+    *cols = c;
+out:
+    fclose(f);
+    return data;
+}
+
+static int32_t *ids_from(const json_t *a, int64_t *n) {
+    if (!json_is_array(a)) return NULL;
+    *n = (int64_t)json_array_size(a);
+    int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
+    for (int64_t i = 0; v && i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **greedy,
+                int64_t *n_greedy) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    json_t *g = json_load_file(path, 0, NULL);
+    if (!g) return -1;
+    *input = ids_from(json_object_get(g, "input_ids"), n_input);
+    *greedy = ids_from(json_object_get(g, "greedy"), n_greedy);
+    json_decref(g);
+    return *input && *greedy ? 0 : -1;
+}
+
+double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+double max_abs(const float *a, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fabs((double)a[i]) > m ? fabs((double)a[i]) : m;
+    return m;
+}
+
+float rand_uniform(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}

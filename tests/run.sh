@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every test program in BUILD/tests and adds up their "N passed, M failed" lines.
+# The last line is the total; the exit status is non-zero on any failure or crash.
+set -u
+build=${1:-build}
+export CELER_BIN="$build/celer"
+pass=0; fail=0
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -E '^(FAIL|  )' || true
+    last=$(printf '%s\n' "$out" | tail -n 1)
+    if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+        pass=$((pass + BASH_REMATCH[1])); fail=$((fail + BASH_REMATCH[2]))
+        echo "$last"
+    else
+        echo "$name: crashed or printed no summary (exit $rc)"; printf '%s\n' "$out" | tail -n 20
+        fail=$((fail + 1))
+    fi
+    if [ $rc -ne 0 ] && [[ ! $last =~ [1-9][0-9]*\ failed ]]; then
+        echo "$name: exit status $rc"; fail=$((fail + 1))
+    fi
+done
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,222 @@
+/*
+ * test_bad_input.c - broken checkpoints through the real CLI ($CELER_BIN): each must
+ * exit non-zero with exactly one line on stderr that names the file and the tensor or
+ * field at fault (what was expected, what was found), and never crash. Under the
+ * sanitizer build the same runs also catch memory errors and leaks, which would add
+ * report lines to stderr.
+ */
+#define _DEFAULT_SOURCE
+#include "harness.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char work[256];
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = 0;
+    if (buf) buf[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void write_all(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len) CHECK(false, "cannot write %s", path);
+    if (f) fclose(f);
+}
+
+/* A fresh copy of fixture name in work/<case>; returns the directory. */
+static const char *copy_fixture(const char *name, const char *tag) {
+    static char dir[512];
+    char src[4200], dst[600];
+    snprintf(dir, sizeof dir, "%s/%s", work, tag);
+    snprintf(dst, sizeof dst, "mkdir -p '%s'", dir);
+    if (system(dst) != 0) CHECK(false, "mkdir");
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        snprintf(src, sizeof src, "%s/%s", fixture_path(name), files[i]);
+        char *buf = read_all(src, &len);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        if (buf) write_all(dst, buf, len);
+        free(buf);
+    }
+    return dir;
+}
+
+/* Rewrites dir/model.safetensors with its header changed by edit (data unchanged). */
+static void edit_header(const char *dir, void (*edit)(json_t *)) {
+    char path[600];
+    size_t len;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unsigned char *buf = (unsigned char *)read_all(path, &len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+    json_t *h = json_loadb((char *)buf + 8, hlen, 0, NULL);
+    edit(h);
+    char *text = json_dumps(h, JSON_COMPACT);
+    size_t tl = strlen(text);
+    size_t padded = (tl + 7) & ~(size_t)7;
+    unsigned char *out = malloc(8 + padded + (len - 8 - hlen));
+    for (int i = 0; i < 8; i++) out[i] = (unsigned char)(padded >> (8 * i));
+    memcpy(out + 8, text, tl);
+    memset(out + 8 + tl, ' ', padded - tl);
+    memcpy(out + 8 + padded, buf + 8 + hlen, len - 8 - hlen);
+    write_all(path, out, 8 + padded + (len - 8 - hlen));
+    free(out), free(text), free(buf);
+    json_decref(h);
+}
+
+static void edit_config(const char *dir, const char *key, json_t *value) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *c = json_load_file(path, 0, NULL);
+    json_object_set_new(c, key, value);
+    json_dump_file(c, path, JSON_INDENT(2));
+    json_decref(c);
+}
+
+/* Runs `celer logits` on dir; checks the exit status and the one stderr line. */
+static void expect_error(const char *what, const char *dir, const char *const *needles) {
+    char cmd[2048], errpath[600];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", work);
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids 1,2,3 -o '%s/out.npy' 2>'%s' >/dev/null",
+             getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer", dir, work, errpath);
+    int rc = system(cmd);
+    size_t len = 0;
+    char *err = read_all(errpath, &len);
+    int lines = 0;
+    for (size_t i = 0; err && i < len; i++) lines += err[i] == '\n';
+    bool exited = WIFEXITED(rc) && WEXITSTATUS(rc) != 0 && WEXITSTATUS(rc) < 128;
+    CHECK(exited, "%s: expected a non-zero exit, got status %d", what, rc);
+    CHECK(lines == 1, "%s: expected one line on stderr, got %d:\n%s", what, lines, err ? err : "");
+    for (int i = 0; needles[i]; i++)
+        CHECK(err && strstr(err, needles[i]), "%s: message lacks \"%s\": %s", what, needles[i], err ? err : "");
+    printf("  %-26s %s", what, err ? err : "\n");
+    free(err);
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void overlap(json_t *h) {
+    json_t *a = json_object_get(h, "model.norm.weight"), *b = json_object_get(h, "model.embed_tokens.weight");
+    json_t *ob = json_object_get(b, "data_offsets");
+    json_int_t begin = json_integer_value(json_array_get(ob, 0));
+    json_t *oa = json_object_get(a, "data_offsets");
+    json_int_t size = json_integer_value(json_array_get(oa, 1)) - json_integer_value(json_array_get(oa, 0));
+    json_array_set_new(oa, 0, json_integer(begin + 2));
+    json_array_set_new(oa, 1, json_integer(begin + 2 + size));
+}
+
+static void out_of_range(json_t *h) {
+    json_t *o = json_object_get(json_object_get(h, "model.norm.weight"), "data_offsets");
+    json_array_set_new(o, 0, json_integer(1 << 30));
+    json_array_set_new(o, 1, json_integer((1 << 30) + 128));
+}
+
+static void drop_norm(json_t *h) { json_object_del(h, "model.norm.weight"); }
+
+static void wrong_dtype(json_t *h) {
+    json_object_set_new(json_object_get(h, "model.norm.weight"), "dtype", json_string("I16"));
+}
+
+/* q_proj of layer 0 as 2-bit codes: half the words per row, offsets shrunk to match. */
+static void two_bit(json_t *h) {
+    json_t *t = json_object_get(h, "model.layers.0.self_attn.q_proj.weight");
+    json_t *shape = json_object_get(t, "shape"), *o = json_object_get(t, "data_offsets");
+    json_int_t rows = json_integer_value(json_array_get(shape, 0)), cols = json_integer_value(json_array_get(shape, 1));
+    json_array_set_new(shape, 1, json_integer(cols / 2));
+    json_array_set_new(o, 1, json_integer(json_integer_value(json_array_get(o, 0)) + rows * (cols / 2) * 4));
+}
+
+int main(void) {
+    snprintf(work, sizeof work, "/tmp/celer-bad-XXXXXX");
+    if (!mkdtemp(work)) return CHECK(false, "mkdtemp"), harness_done("test_bad_input");
+    char path[700];
+    const char *dir;
+    size_t len;
+
+    dir = copy_fixture("llama3-bf16", "truncated");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char *buf = read_all(path, &len);
+    write_all(path, buf, len / 2);
+    free(buf);
+    expect_error("truncated file", dir, NEEDLES("model.safetensors", "data_offsets", "outside the data section"));
+
+    dir = copy_fixture("llama3-bf16", "hlen");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    buf = read_all(path, &len);
+    uint64_t big = (uint64_t)len * 4;
+    for (int i = 0; i < 8; i++) buf[i] = (char)(big >> (8 * i));
+    write_all(path, buf, len);
+    free(buf);
+    expect_error("header past end of file", dir, NEEDLES("model.safetensors", "header length", "past the end"));
+
+    dir = copy_fixture("llama3-bf16", "tiny");
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_all(path, "\x10\x00\x00", 3);
+    expect_error("3-byte file", dir, NEEDLES("model.safetensors", "truncated"));
+
+    dir = copy_fixture("llama3-bf16", "overlap");
+    edit_header(dir, overlap);
+    expect_error("overlapping offsets", dir, NEEDLES("model.safetensors", "overlap", "model.norm.weight"));
+
+    dir = copy_fixture("llama3-bf16", "range");
+    edit_header(dir, out_of_range);
+    expect_error("offsets out of range", dir, NEEDLES("model.safetensors", "model.norm.weight", "outside the data section"));
+
+    dir = copy_fixture("llama3-bf16", "shape");
+    edit_config(dir, "intermediate_size", json_integer(100));
+    expect_error("shape vs config.json", dir, NEEDLES("mlp.gate_proj.weight", "expected shape [100, 64]", "found [128, 64]"));
+
+    dir = copy_fixture("llama3-bf16", "dtype");
+    edit_header(dir, wrong_dtype);
+    expect_error("dtype vs expectation", dir, NEEDLES("model.norm.weight", "expected F32, F16 or BF16", "found I16"));
+
+    dir = copy_fixture("llama3-bf16", "missing");
+    edit_header(dir, drop_norm);
+    expect_error("missing tensor", dir, NEEDLES("missing tensor model.norm.weight"));
+
+    dir = copy_fixture("llama3-bf16", "arch");
+    edit_config(dir, "model_type", json_string("gpt_neox"));
+    expect_error("unknown model_type", dir, NEEDLES("config.json", "model_type", "gpt_neox"));
+
+    dir = copy_fixture("llama3-q4g64", "bits");
+    edit_header(dir, two_bit);
+    expect_error("unsupported bits", dir, NEEDLES("model.layers.0.self_attn.q_proj.weight", "2-bit", "expected 4 or 8"));
+
+    dir = copy_fixture("llama3-q4g64", "mode");
+    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", 4, "mode", "mxfp4");
+    edit_config(dir, "quantization", q);
+    expect_error("unsupported mode", dir, NEEDLES("config.json", "quantization.mode", "mxfp4"));
+
+    dir = copy_fixture("llama3-bf16", "json");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_all(path, "{\"model_type\": \"llama\",\n \"hidden_size\": 64,,}\n", 46);
+    expect_error("malformed config.json", dir, NEEDLES("config.json", "line 2"));
+
+    dir = copy_fixture("llama3-bf16", "noconfig");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    expect_error("missing config.json", dir, NEEDLES("config.json", "cannot open"));
+
+    dir = copy_fixture("llama3-bf16", "heads");
+    edit_config(dir, "num_key_value_heads", json_integer(3));
+    expect_error("bad head counts", dir, NEEDLES("num_key_value_heads", "found 3"));
+
+    snprintf(path, sizeof path, "rm -rf '%s'", work);
+    if (system(path) != 0) CHECK(false, "cleanup");
+    return harness_done("test_bad_input");
+}

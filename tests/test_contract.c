@@ -1,0 +1,180 @@
+/*
+ * test_contract.c - the model contract (DESIGN.md section 2) and the KV cache.
+ *
+ * For prompt lengths 1, 7 and 13 (longer than the mistral fixture's window of 8), the
+ * three forward_last_logits entry points must equal the full forward's row last_pos,
+ * and must NOT equal row last_pos - 1, so a slice shifted by one row is caught. Then:
+ * prefill + one decode step equals the full forward of n + 1 tokens; two sequences in
+ * one context do not disturb each other; a mixed batch (prefill beside decode) equals
+ * separate calls; a full context is a clean error that changes nothing.
+ */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static celer_model *model;
+static int64_t V, D;
+
+static celer_context *ctx_new(int64_t n_ctx, int32_t n_seq) {
+    celer_context_params cp = celer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq = n_seq;
+    cp.n_threads = 2;
+    celer_context *ctx = NULL;
+    char err[512];
+    if (celer_context_create(model, &cp, &ctx, err, sizeof err) != CELER_OK) CHECK(false, "%s", err);
+    return ctx;
+}
+
+static double rel_diff(const float *a, const float *ref) {
+    return max_abs_diff(a, ref, V) / max_abs(ref, V);
+}
+
+static void check_entry_points(const int32_t *ids, int64_t n) {
+    const int64_t last = n - 1;
+    float *all = malloc(sizeof(float) * (size_t)(n * V)), *row = malloc(sizeof(float) * (size_t)V);
+    celer_context *ctx = ctx_new(64, 3);
+    celer_batch b = celer_batch_tokens(ids, n);
+    CHECK(celer_forward(ctx, &b, all) == CELER_OK, "forward n=%lld", (long long)n);
+    celer_seq_reset(ctx, 0);
+    const float *want = all + last * V, *shifted = n > 1 ? all + (last - 1) * V : NULL;
+
+    const char *names[3] = {"forward_last_logits", "forward_last_logits_with_sequence_id",
+                            "forward_last_logits_with_embeddings_and_sequence_id"};
+    float *embd = malloc(sizeof(float) * (size_t)(n * D));
+    CHECK(celer_embed_tokens(ctx, ids, n, embd) == CELER_OK, "embed_tokens");
+    for (int k = 0; k < 3; k++) {
+        celer_status s;
+        if (k == 0) s = celer_forward_last_logits(ctx, &b, last, row);
+        else if (k == 1) s = celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row);
+        else s = celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, embd, n, 2, last, row);
+        CHECK(s == CELER_OK, "%s n=%lld: %s", names[k], (long long)n, celer_context_last_error(ctx));
+        double d = rel_diff(row, want);
+        CHECK(d <= 1e-6, "%s n=%lld: differs from forward row %lld by %g", names[k], (long long)n, (long long)last, d);
+        if (shifted) {
+            double ds = rel_diff(row, shifted);
+            CHECK(ds > 1e-6, "%s n=%lld: also matches row %lld (%g): the shifted-slice check cannot fail", names[k],
+                  (long long)n, (long long)(last - 1), ds);
+        }
+    }
+    CHECK(celer_seq_length(ctx, 0) == n && celer_seq_length(ctx, 1) == n && celer_seq_length(ctx, 2) == n,
+          "each entry point filled its own sequence");
+    /* last_pos inside the batch but not the last row: still that row. */
+    if (n > 2) {
+        celer_seq_reset(ctx, 1);
+        CHECK(celer_forward_last_logits_with_sequence_id(ctx, &b, 1, 1, row) == CELER_OK, "last_pos 1");
+        CHECK(rel_diff(row, all + V) <= 1e-6, "n=%lld last_pos=1 equals forward row 1", (long long)n);
+    }
+    CHECK(celer_forward_last_logits(ctx, &b, n, row) == CELER_STATUS_INVALID_ARGUMENT, "last_pos n is refused");
+    free(all), free(row), free(embd);
+    celer_context_destroy(ctx);
+}
+
+static void check_cache(const int32_t *ids, int64_t n) {
+    float *all = malloc(sizeof(float) * (size_t)((n + 1) * V)), *row = malloc(sizeof(float) * (size_t)V);
+    celer_context *ctx = ctx_new(64, 2);
+    celer_batch b = celer_batch_tokens(ids, n + 1);
+    CHECK(celer_forward(ctx, &b, all) == CELER_OK, "forward n+1");
+    celer_seq_reset(ctx, 0);
+    b.n = n;
+    CHECK(celer_forward_last_logits(ctx, &b, n - 1, row) == CELER_OK, "prefill");
+    celer_batch step = celer_batch_tokens(ids + n, 1);
+    CHECK(celer_forward_last_logits(ctx, &step, 0, row) == CELER_OK, "decode");
+    double d = rel_diff(row, all + n * V);
+    printf("  prefill %lld + 1 decode vs forward of %lld: rel %.3g\n", (long long)n, (long long)(n + 1), d);
+    CHECK(d <= 1e-5, "prefill+decode differs from full forward by %g", d);
+    free(all), free(row);
+    celer_context_destroy(ctx);
+}
+
+/* Two sequences with different prompts, interleaved, against each run alone. */
+static void check_two_sequences(const int32_t *ids, int64_t n) {
+    const int64_t na = n, nb = n - 3;
+    const int32_t *a = ids, *bb = ids + 3;
+    float *ref_a = malloc(sizeof(float) * (size_t)V), *ref_b = malloc(sizeof(float) * (size_t)V);
+    float *got = malloc(sizeof(float) * (size_t)(2 * V));
+    const int32_t next_a = 11, next_b = 17;
+    celer_context *solo = ctx_new(64, 1);
+    celer_batch x = celer_batch_tokens(a, na), one;
+    celer_forward_last_logits(solo, &x, na - 1, ref_a);
+    one = celer_batch_tokens(&next_a, 1);
+    celer_forward_last_logits(solo, &one, 0, ref_a);
+    celer_seq_reset(solo, 0);
+    x = celer_batch_tokens(bb, nb);
+    celer_forward_last_logits(solo, &x, nb - 1, ref_b);
+    one = celer_batch_tokens(&next_b, 1);
+    celer_forward_last_logits(solo, &one, 0, ref_b);
+    celer_context_destroy(solo);
+
+    celer_context *ctx = ctx_new(64, 2);
+    x = celer_batch_tokens(a, na);
+    celer_forward_last_logits_with_sequence_id(ctx, &x, 0, na - 1, got);
+    x = celer_batch_tokens(bb, nb);
+    celer_forward_last_logits_with_sequence_id(ctx, &x, 1, nb - 1, got);
+    one = celer_batch_tokens(&next_b, 1);
+    celer_forward_last_logits_with_sequence_id(ctx, &one, 1, 0, got + V);
+    one = celer_batch_tokens(&next_a, 1);
+    celer_forward_last_logits_with_sequence_id(ctx, &one, 0, 0, got);
+    CHECK(rel_diff(got, ref_a) <= 1e-6 && rel_diff(got + V, ref_b) <= 1e-6,
+          "two interleaved sequences equal their solo runs (%g, %g)", rel_diff(got, ref_a), rel_diff(got + V, ref_b));
+
+    /* One mixed batch: a decode row of sequence 0 beside sequence 1's prefill. */
+    celer_seq_reset(ctx, 0);
+    celer_seq_reset(ctx, 1);
+    x = celer_batch_tokens(a, na);
+    celer_forward_last_logits_with_sequence_id(ctx, &x, 0, na - 1, got);
+    int32_t tok[64], seq[64];
+    int8_t want[64] = {0};
+    tok[0] = next_a, seq[0] = 0, want[0] = 1;
+    for (int64_t i = 0; i < nb; i++) tok[1 + i] = bb[i], seq[1 + i] = 1;
+    want[nb] = 1;
+    celer_batch mix = {.n = nb + 1, .token = tok, .seq_id = seq, .logits = want};
+    CHECK(celer_batch_decode(ctx, &mix, got) == CELER_OK, "mixed batch: %s", celer_context_last_error(ctx));
+    float *pre_b = malloc(sizeof(float) * (size_t)V);
+    celer_context *s2 = ctx_new(64, 1);
+    x = celer_batch_tokens(bb, nb);
+    celer_forward_last_logits(s2, &x, nb - 1, pre_b);
+    celer_context_destroy(s2);
+    CHECK(rel_diff(got, ref_a) <= 1e-6 && rel_diff(got + V, pre_b) <= 1e-6,
+          "mixed decode+prefill batch equals separate calls (%g, %g)", rel_diff(got, ref_a), rel_diff(got + V, pre_b));
+    free(pre_b);
+
+    /* A full context: clean error, nothing changed. */
+    celer_context *small = ctx_new(8, 1);
+    x = celer_batch_tokens(a, 9);
+    celer_status s = celer_forward_last_logits(small, &x, 8, got);
+    CHECK(s == CELER_STATUS_CONTEXT_FULL && strstr(celer_context_last_error(small), "context size 8"),
+          "9 tokens into n_ctx 8: %s", celer_context_last_error(small));
+    CHECK(celer_seq_length(small, 0) == 0, "a refused batch leaves the sequence empty");
+    x.n = 8;
+    CHECK(celer_forward_last_logits(small, &x, 7, got) == CELER_OK, "8 tokens fit");
+    x.n = 1;
+    CHECK(celer_forward_last_logits(small, &x, 0, got) == CELER_STATUS_CONTEXT_FULL, "a 9th decode step is refused");
+    celer_context_destroy(small);
+    free(ref_a), free(ref_b), free(got);
+    celer_context_destroy(ctx);
+}
+
+int main(void) {
+    const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32"};
+    for (int f = 0; f < 3; f++) {
+        char err[512];
+        if (!CHECK(celer_model_open(fixture_path(names[f]), NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
+            continue;
+        V = celer_model_n_vocab(model);
+        D = celer_model_n_embd(model);
+        int32_t ids[32];
+        uint64_t rng = 1234 + (uint64_t)f;
+        for (int i = 0; i < 32; i++) ids[i] = 3 + (int32_t)((rand_uniform(&rng) + 1.0f) * 0.5f * (float)(V - 4));
+        printf("  %s\n", names[f]);
+        check_entry_points(ids, 1);
+        check_entry_points(ids, 7);
+        check_entry_points(ids, 13);
+        check_cache(ids, 12);
+        check_two_sequences(ids, 13);
+        celer_model_close(model);
+    }
+    return harness_done("test_contract");
+}

@@ -1,0 +1,116 @@
+/*
+ * test_parity.c - every fixture in tests/fixtures against its golden outputs from
+ * Hugging Face transformers (fp32 on the dequantized weights): forward logits of all
+ * rows within 1e-4 x max|golden|, and the identical 16-token greedy continuation.
+ * Also runs one fixture in chunks of 5 rows and with 1 and 3 threads, which must give
+ * the same logits.
+ */
+#define _DEFAULT_SOURCE
+#include "harness.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static celer_context *open_ctx(celer_model *m, int64_t n_ctx, int64_t n_batch, int threads) {
+    celer_context_params cp = celer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.n_threads = threads;
+    celer_context *ctx = NULL;
+    char err[512];
+    if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK) CHECK(false, "context: %s", err);
+    return ctx;
+}
+
+/* Returns the forward logits [n, v] (malloc'd) or NULL. */
+static float *forward_all(celer_model *m, const int32_t *ids, int64_t n, int64_t n_batch, int threads) {
+    celer_context *ctx = open_ctx(m, n, n_batch, threads);
+    if (!ctx) return NULL;
+    float *logits = malloc(sizeof(float) * (size_t)(n * celer_model_n_vocab(m)));
+    celer_batch b = celer_batch_tokens(ids, n);
+    celer_status s = celer_forward(ctx, &b, logits);
+    CHECK(s == CELER_OK, "forward: %s", celer_context_last_error(ctx));
+    celer_context_destroy(ctx);
+    return logits;
+}
+
+static void check_fixture(const char *name) {
+    char dir[4096], path[4200], err[512];
+    snprintf(dir, sizeof dir, "%s", fixture_path(name));
+    int32_t *ids, *greedy;
+    int64_t n, n_greedy, rows, cols;
+    if (!CHECK(golden_read(dir, &ids, &n, &greedy, &n_greedy) == 0, "%s: golden.json", name)) return;
+    snprintf(path, sizeof path, "%s/golden_logits.npy", dir);
+    float *golden = npy_read_f32(path, &rows, &cols);
+    celer_model *m = NULL;
+    celer_status s = celer_model_open(dir, NULL, &m, err, sizeof err);
+    if (CHECK(s == CELER_OK && golden, "%s: open: %s", name, err) && CHECK(rows == n && cols == celer_model_n_vocab(m), "%s: golden shape", name)) {
+        float *logits = forward_all(m, ids, n, 512, 2);
+        double diff = logits ? max_abs_diff(logits, golden, n * cols) : 1e30, mx = max_abs(golden, n * cols);
+        printf("  %-22s max |logit diff| %.3g  (max |golden| %.3g, rel %.2g)\n", name, diff, mx, diff / mx);
+        CHECK(diff <= 1e-4 * mx, "%s: logits differ by %g (> 1e-4 x %g)", name, diff, mx);
+        free(logits);
+
+        celer_context *ctx = open_ctx(m, n + n_greedy, 512, 2);
+        int32_t *out = calloc((size_t)n_greedy, sizeof *out);
+        int64_t n_out = 0;
+        celer_generate_params gp = {.seq_id = 0, .n_predict = n_greedy, .stop_at_eos = 0};
+        s = celer_generate_greedy(ctx, ids, n, &gp, out, &n_out);
+        bool same = s == CELER_OK && n_out == n_greedy && memcmp(out, greedy, sizeof *out * (size_t)n_greedy) == 0;
+        CHECK(same, "%s: greedy continuation differs from golden", name);
+        if (!same) {
+            printf("    got:   ");
+            for (int64_t i = 0; i < n_out; i++) printf(" %d", out[i]);
+            printf("\n    golden:");
+            for (int64_t i = 0; i < n_greedy; i++) printf(" %d", greedy[i]);
+            printf("\n");
+        }
+        free(out);
+        celer_context_destroy(ctx);
+    }
+    celer_model_close(m);
+    free(golden), free(ids), free(greedy);
+}
+
+static void check_chunks_and_threads(const char *name) {
+    char dir[4096], err[512];
+    snprintf(dir, sizeof dir, "%s", fixture_path(name));
+    int32_t *ids, *greedy;
+    int64_t n, n_greedy;
+    celer_model *m = NULL;
+    if (golden_read(dir, &ids, &n, &greedy, &n_greedy) != 0 || celer_model_open(dir, NULL, &m, err, sizeof err) != CELER_OK) {
+        CHECK(false, "%s: cannot open", name);
+        return;
+    }
+    const int64_t v = celer_model_n_vocab(m);
+    float *a = forward_all(m, ids, n, 512, 1), *b = forward_all(m, ids, n, 5, 3);
+    double diff = a && b ? max_abs_diff(a, b, n * v) : 1e30;
+    printf("  %-22s 1 thread/one step vs 3 threads/chunks of 5: %.3g\n", name, diff);
+    CHECK(diff <= 1e-6 * max_abs(a, n * v), "%s: chunked/threaded forward differs by %g", name, diff);
+    free(a), free(b), free(ids), free(greedy);
+    celer_model_close(m);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void) {
+    DIR *d = opendir(fixture_root());
+    if (!CHECK(d != NULL, "fixture root %s", fixture_root())) return harness_done("test_parity");
+    char *names[256];
+    int k = 0;
+    for (struct dirent *de; (de = readdir(d)) && k < 256;) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s/golden.json", fixture_root(), de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) fclose(f), names[k++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)k, sizeof *names, cmp_name);
+    CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
+    for (int i = 0; i < k; i++) check_fixture(names[i]);
+    check_chunks_and_threads("mistral-q4g64");
+    for (int i = 0; i < k; i++) free(names[i]);
+    return harness_done("test_parity");
+}
