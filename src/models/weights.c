@@ -11,19 +11,11 @@
 
 static const char *shp(char *buf, const st_tensor *t) { return shape_str(buf, 96, t->shape, t->ndim); }
 
-static bool aligned_for(const st_tensor *t) {
-    return ((uintptr_t)t->data % dtype_size(t->type)) == 0;
-}
-
 static celer_status find(const celer_model *m, const char *name, const st_tensor **t,
                          const char **file, celer_error *e) {
     *t = checkpoint_find(&m->ck, name, file);
     if (!*t)
         return error_set(e, CELER_STATUS_BAD_FILE, "%s: missing tensor %s", m->ck.dir, name);
-    if (!aligned_for(*t))
-        return error_set(e, CELER_STATUS_BAD_FILE,
-                         "%s: tensor %s: data offset is not a multiple of its %zu-byte element",
-                         *file, name, dtype_size((*t)->type));
     return CELER_OK;
 }
 
