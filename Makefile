@@ -9,10 +9,11 @@
 BUILD   ?= build
 CC      ?= cc
 PKGS    := jansson
-CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \
+OPT     ?= -O2 -g
+SAN     ?=
+CFLAGS  := $(OPT) $(SAN) -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \
            -MMD -MP $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS  += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
+LDLIBS  := $(SAN) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c))
@@ -55,8 +56,8 @@ test: deps
 	@$(MAKE) --no-print-directory check-tests
 
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build/asan CC=clang \
-	    CFLAGS="-O1 -g $(SAN_FLAGS)" LDFLAGS="$(SAN_FLAGS)" check-tests
+	@$(MAKE) --no-print-directory BUILD=build/asan CC=clang OPT="-O1 -g" SAN="$(SAN_FLAGS)" \
+	    check-tests
 
 fuzz: deps
 	@mkdir -p $(BUILD)/fuzz
