@@ -33,6 +33,7 @@
 #ifndef CELER_H
 #define CELER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,8 +75,8 @@ int64_t celer_model_n_vocab(const celer_model *model);
 int64_t celer_model_n_embd(const celer_model *model);
 int64_t celer_model_n_layer(const celer_model *model);
 int64_t celer_model_n_ctx_train(const celer_model *model);
-/* The end-of-sequence id from config.json, or -1 when it names none. */
-int32_t celer_model_eos(const celer_model *model);
+/* Whether token is one of the end-of-sequence ids config.json names. */
+bool celer_model_is_eos(const celer_model *model, int32_t token);
 /* A one-line description ("llama, 2 layers, d=64, 4-bit g64 ..."); static per model. */
 const char *celer_model_desc(const celer_model *model);
 

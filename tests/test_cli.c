@@ -7,6 +7,7 @@
 #define _DEFAULT_SOURCE
 #include "harness.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +83,69 @@ static void check_fails(const char *what, const char *args, const char *needle) 
     CHECK(rc == 1 && strstr(out, needle) && lines >= 1, "%s: exit %d, output: %s", what, rc, out);
 }
 
+/* A copy of fixture name in /tmp whose config.json edit() rewrites. */
+static const char *variant(const char *name, void (*edit)(json_t *)) {
+    static char dir[256];
+    char cmd[4600], path[300];
+    snprintf(dir, sizeof dir, "/tmp/celer-variant-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, fixture_path(name), dir);
+    if (system(cmd) != 0) CHECK(false, "copy %s", name);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *c = json_load_file(path, 0, NULL);
+    edit(c);
+    json_dump_file(c, path, JSON_INDENT(2));
+    json_decref(c);
+    return dir;
+}
+
+static int32_t eos_stop;
+
+/* eos_token_id as a list, as Llama 3 configs have it. */
+static void eos_list(json_t *c) { json_object_set_new(c, "eos_token_id", json_pack("[i,i]", 999 % 512, eos_stop)); }
+
+/* transformers 5 style: rope_theta and the scaling inside rope_parameters. */
+static void rope_parameters(json_t *c) {
+    json_t *rp = json_deep_copy(json_object_get(c, "rope_scaling"));
+    json_object_set(rp, "rope_theta", json_object_get(c, "rope_theta"));
+    json_object_set_new(c, "rope_parameters", rp);
+    json_object_del(c, "rope_scaling");
+    json_object_del(c, "rope_theta");
+}
+
+static void check_config_variants(void) {
+    char d[4096], cmd[8192], out[4096], npy[128], path[4200];
+    snprintf(d, sizeof d, "%s", fixture_path("llama3-bf16"));
+    int32_t *ids, *greedy;
+    int64_t n, ng, rows, cols;
+    if (golden_read(d, &ids, &n, &greedy, &ng) != 0) return;
+    char *ids_s = ids_str(ids, n);
+
+    eos_stop = greedy[3];
+    const char *dir = variant("llama3-bf16", eos_list);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --ids %s -n 16", bin(), dir, ids_s);
+    CHECK(run(cmd, out, sizeof out) == 0, "generate with an eos list exits 0");
+    int words = 1;
+    for (char *p = out; *p; p++) words += *p == ' ';
+    bool first_is_eos = false;
+    for (int i = 0; i < 3; i++) first_is_eos |= greedy[i] == eos_stop;
+    CHECK(first_is_eos || words == 4, "generation stops at the second listed eos id after 4 tokens: %s", out);
+
+    dir = variant("llama3-bf16", rope_parameters);
+    snprintf(npy, sizeof npy, "/tmp/celer-cli-rp-%d.npy", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all -o %s", bin(), dir, ids_s, npy);
+    CHECK(run(cmd, out, sizeof out) == 0, "rope_parameters config loads");
+    snprintf(path, sizeof path, "%s/golden_logits.npy", d);
+    float *golden = npy_read_f32(path, &rows, &cols), *got = npy_read_f32(npy, &rows, &cols);
+    CHECK(golden && got && max_abs_diff(golden, got, rows * cols) <= 1e-4 * max_abs(golden, rows * cols),
+          "rope_parameters gives the golden logits");
+    unlink(npy);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) CHECK(false, "cleanup");
+    free(golden), free(got), free(ids), free(greedy), free(ids_s);
+}
+
 int main(void) {
+    check_config_variants();
     check_fixture("llama3-q4g64");
     check_fixture("qwen2-bf16");
     char args[4200];

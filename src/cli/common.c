@@ -57,13 +57,15 @@ int32_t *cli_parse_ids(const char *s, int64_t *n) {
 
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
-    if (strcmp(a, "-m") && strcmp(a, "--model") && strcmp(a, "-t") && strcmp(a, "--threads") &&
-        strcmp(a, "-c") && strcmp(a, "--ctx-size"))
-        return false;
+    const bool model = !strcmp(a, "-m") || !strcmp(a, "--model");
+    const bool threads = !strcmp(a, "-t") || !strcmp(a, "--threads");
+    const bool ctx = !strcmp(a, "-c") || !strcmp(a, "--ctx-size");
+    if (!model && !threads && !ctx) return false;
     if (*i + 1 >= argc) cli_die("%s: expected a value", a);
     const char *val = argv[++*i];
-    if (a[1] == 'm' || a[2] == 'm') o->model = val;
-    else if (a[1] == 't' || a[2] == 't') {
+    if (model) {
+        o->model = val;
+    } else if (threads) {
         int64_t t = cli_parse_int(a, val);
         if (t < 1 || t > 1024) cli_die("%s: expected 1 to 1024 threads, found %lld", a, (long long)t);
         o->n_threads = (int32_t)t;

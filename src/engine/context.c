@@ -55,7 +55,6 @@ int64_t celer_model_n_vocab(const celer_model *m) { return m->dims.v; }
 int64_t celer_model_n_embd(const celer_model *m) { return m->dims.d; }
 int64_t celer_model_n_layer(const celer_model *m) { return m->dims.n_layer; }
 int64_t celer_model_n_ctx_train(const celer_model *m) { return m->dims.n_ctx_train; }
-int32_t celer_model_eos(const celer_model *m) { return m->eos; }
 const char *celer_model_desc(const celer_model *m) { return m->desc; }
 
 /* ==== Context ==== */
@@ -289,7 +288,7 @@ celer_status celer_generate_greedy(celer_context *ctx, const int32_t *prompt, in
     for (int64_t i = 0; s == CELER_OK && i < params->n_predict; i++) {
         const int32_t tok = sampling_argmax(ctx->logits, v);
         out[(*n_out)++] = tok;
-        if (params->stop_at_eos && tok == ctx->model->eos) break;
+        if (params->stop_at_eos && celer_model_is_eos(ctx->model, tok)) break;
         if (i + 1 == params->n_predict) break;
         b = celer_batch_tokens(&out[i], 1);
         s = celer_forward_last_logits_with_sequence_id(ctx, &b, seq, 0, ctx->logits);

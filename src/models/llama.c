@@ -157,7 +157,7 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     const char *type = json_string_value(json_object_get(cfg, "model_type"));
     const bool is_qwen2 = strcmp(type, "qwen2") == 0, is_mistral = strcmp(type, "mistral") == 0;
     celer_status s;
-    int64_t eos, max_window_layers, window;
+    int64_t max_window_layers, window;
     double eps, theta;
     bool tie, tie_set, attn_bias, mlp_bias, traditional, use_sw;
     const char *act;
@@ -170,9 +170,14 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     TRY(config_int(ck, cfg, "num_key_value_heads", dm->h, &dm->hk, e));
     TRY(config_int(ck, cfg, "head_dim", dm->d / dm->h, &dm->hd, e));
     TRY(config_int(ck, cfg, "max_position_embeddings", 4096, &dm->n_ctx_train, e));
-    TRY(config_int(ck, cfg, "eos_token_id", -1, &eos, e));
     TRY(config_num(ck, cfg, "rms_norm_eps", 1e-6, &eps, e));
-    TRY(config_num(ck, cfg, "rope_theta", 10000.0, &theta, e));
+    /* transformers 5 writes rope_theta and the scaling type into one rope_parameters
+     * block; older configs have rope_theta and rope_scaling at the top level. */
+    const json_t *rope_params = json_object_get(cfg, "rope_parameters");
+    const json_t *rope_scaling = json_object_get(cfg, "rope_scaling");
+    if (!json_is_object(rope_params)) rope_params = NULL;
+    if ((!rope_scaling || json_is_null(rope_scaling)) && rope_params) rope_scaling = rope_params;
+    TRY(config_num(ck, rope_params ? rope_params : cfg, "rope_theta", 10000.0, &theta, e));
     TRY(config_bool(ck, cfg, "attention_bias", false, &attn_bias, e));
     TRY(config_bool(ck, cfg, "mlp_bias", false, &mlp_bias, e));
     TRY(config_bool(ck, cfg, "rope_traditional", false, &traditional, e));
@@ -202,7 +207,7 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     if (window < 0)
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window: expected >= 0",
                          ck->config_path);
-    m->eos = eos >= 0 && eos < dm->v ? (int32_t)eos : -1;
+    TRY(model_read_eos(m, e));
 
     llama_weights *w = arena_alloc(&m->mem, sizeof *w);
     if (!w) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
@@ -212,7 +217,7 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     float *inv_freq = arena_alloc(&m->mem, sizeof(float) * (size_t)(dm->hd / 2));
     w->layers = arena_alloc(&m->mem, sizeof *w->layers * (size_t)dm->n_layer);
     if (!inv_freq || !w->layers) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    TRY(rope_init(m, json_object_get(cfg, "rope_scaling"), theta, inv_freq, &w->rope.mscale, e));
+    TRY(rope_init(m, rope_scaling, theta, inv_freq, &w->rope.mscale, e));
     w->rope.inv_freq = inv_freq;
     w->rope.traditional = traditional;
 

@@ -51,6 +51,28 @@ void model_close(celer_model *m) {
     free(m);
 }
 
+celer_status model_read_eos(celer_model *m, celer_error *e) {
+    const json_t *j = json_object_get(m->ck.config, "eos_token_id");
+    m->n_eos = 0;
+    if (!j || json_is_null(j)) return CELER_OK;
+    const size_t n = json_is_array(j) ? json_array_size(j) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_is_array(j) ? json_array_get(j, i) : j;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->dims.v)
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: eos_token_id: expected ids in [0, %lld)", m->ck.config_path,
+                             (long long)m->dims.v);
+        if (m->n_eos < CELER_MAX_EOS) m->eos[m->n_eos++] = (int32_t)json_integer_value(v);
+    }
+    return CELER_OK;
+}
+
+bool celer_model_is_eos(const celer_model *m, int32_t token) {
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == token) return true;
+    return false;
+}
+
 const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d, int64_t pos) {
     if (!hidden || pos < 0 || pos >= n || d <= 0) return NULL;
     return hidden + pos * d;

@@ -40,11 +40,14 @@ typedef struct model_kv {
 
 typedef struct model_family model_family;
 
+#define CELER_MAX_EOS 8
+
 struct celer_model {
     const model_family *family;
     checkpoint ck;
     model_dims dims;
-    int32_t eos;
+    int32_t eos[CELER_MAX_EOS]; /* end-of-sequence ids from config.json */
+    int n_eos;
     char desc[256];
     arena mem;     /* fp32 copies of vectors, RoPE tables */
     void *weights; /* the family's weight struct */
@@ -82,6 +85,9 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
                            float *logits);
 /* embd[n, d] = the embedding rows of ids. */
 void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd);
+
+/* Reads eos_token_id (an id or a list of ids) from config.json into m->eos. */
+celer_status model_read_eos(celer_model *m, celer_error *e);
 
 /* ==== Weight binding shared by families (STYLE.md rule 10) ==== */
 
