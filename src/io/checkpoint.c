@@ -227,6 +227,12 @@ celer_status checkpoint_quant_for(const checkpoint *ck, const char *module, quan
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: quantization.%s: expected an object or false", ck->config_path,
                          module);
+    const json_t *mode = json_object_get(m, "mode");
+    if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine") != 0))
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: quantization.%s.mode: expected \"affine\", found %s",
+                         ck->config_path, module,
+                         json_is_string(mode) ? json_string_value(mode) : "a non-string");
     int64_t bits, group;
     celer_status s;
     if ((s = config_int(ck, m, "bits", ck->quant_bits, &bits, e)) != CELER_OK) return s;
