@@ -8,7 +8,7 @@
 
 BUILD   ?= build
 CC      ?= cc
-PKGS    := jansson
+PKGS    := jansson libpcre2-8 libutf8proc
 OPT     ?= -O2 -g
 SAN     ?=
 CFLAGS  := $(OPT) $(SAN) -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \
