@@ -76,6 +76,7 @@ format:
 fixtures:
 	bash tools/setup_venv.sh
 	build/venv/bin/python tools/make_fixtures.py --out tests/fixtures
+	build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures
 
 clean:
 	rm -rf build/celer build/libceler.a build/src build/tests build/asan build/fuzz

@@ -5,7 +5,7 @@
  * sanitizer build the same runs also catch memory errors and leaks, which would add
  * report lines to stderr.
  */
-#define _DEFAULT_SOURCE
+#define _GNU_SOURCE
 #include "harness.h"
 
 #include <jansson.h>
@@ -141,6 +141,43 @@ static void two_bit(json_t *h) {
     json_array_set_new(o, 1, json_integer(json_integer_value(json_array_get(o, 0)) + rows * (cols / 2) * 4));
 }
 
+/* Copies fixture dir/model.gguf to work/<tag>.gguf, applying patch to its bytes. */
+static const char *gguf_variant(const char *fixture, const char *tag, void (*patch)(char *, size_t *)) {
+    static char dst[600];
+    char src[4200];
+    size_t len;
+    snprintf(src, sizeof src, "%s/model.gguf", fixture_path(fixture));
+    snprintf(dst, sizeof dst, "%s/%s.gguf", work, tag);
+    char *buf = read_all(src, &len);
+    if (!CHECK(buf != NULL, "read %s", src)) return dst;
+    patch(buf, &len);
+    write_all(dst, buf, len);
+    free(buf);
+    return dst;
+}
+
+static char *find(char *buf, size_t len, const char *needle) {
+    return memmem(buf, len, needle, strlen(needle));
+}
+
+static void gguf_truncate(char *buf, size_t *len) { (void)buf, *len = *len * 2 / 3; }
+
+/* The type field follows the name, the dimension count and two dimensions. */
+static void gguf_q4_k(char *buf, size_t *len) {
+    char *p = find(buf, *len, "blk.0.attn_q.weight");
+    if (p) p[strlen("blk.0.attn_q.weight") + 4 + 16] = 12;
+}
+
+static void gguf_arch(char *buf, size_t *len) {
+    char *p = find(buf, *len, "general.architecture");
+    if (p && (p = find(p, *len - (size_t)(p - buf), "llama"))) memcpy(p, "bloom", 5);
+}
+
+static void gguf_header_count(char *buf, size_t *len) {
+    (void)len;
+    memset(buf + 8, 0x7f, 8); /* tensor count */
+}
+
 int main(void) {
     snprintf(work, sizeof work, "/tmp/celer-bad-XXXXXX");
     if (!mkdtemp(work)) return CHECK(false, "mkdtemp"), harness_done("test_bad_input");
@@ -215,6 +252,15 @@ int main(void) {
     dir = copy_fixture("llama3-bf16", "heads");
     edit_config(dir, "num_key_value_heads", json_integer(3));
     expect_error("bad head counts", dir, NEEDLES("num_key_value_heads", "found 3"));
+
+    expect_error("gguf truncated", gguf_variant("llama-tied-gguf-q4_1", "trunc", gguf_truncate),
+                 NEEDLES("trunc.gguf", "outside the file"));
+    expect_error("gguf tensor type Q4_K", gguf_variant("llama-tied-gguf-q4_1", "q4k", gguf_q4_k),
+                 NEEDLES("q4k.gguf", "blk.0.attn_q.weight", "Q4_K is not supported"));
+    expect_error("gguf architecture", gguf_variant("llama-tied-gguf-q4_1", "arch", gguf_arch),
+                 NEEDLES("arch.gguf", "general.architecture", "bloom"));
+    expect_error("gguf tensor count", gguf_variant("llama-tied-gguf-q4_1", "count", gguf_header_count),
+                 NEEDLES("count.gguf", "cannot fit"));
 
     snprintf(path, sizeof path, "rm -rf '%s'", work);
     if (system(path) != 0) CHECK(false, "cleanup");

@@ -13,6 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A fixture is a checkpoint directory, or a directory holding model.gguf. */
+static const char *model_path(const char *dir) {
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return dir;
+    fclose(f);
+    return path;
+}
+
 static celer_context *open_ctx(celer_model *m, int64_t n_ctx, int64_t n_batch, int threads) {
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = n_ctx;
@@ -45,7 +55,7 @@ static void check_fixture(const char *name) {
     snprintf(path, sizeof path, "%s/golden_logits.npy", dir);
     float *golden = npy_read_f32(path, &rows, &cols);
     celer_model *m = NULL;
-    celer_status s = celer_model_open(dir, NULL, &m, err, sizeof err);
+    celer_status s = celer_model_open(model_path(dir), NULL, &m, err, sizeof err);
     if (CHECK(s == CELER_OK && golden, "%s: open: %s", name, err) && CHECK(rows == n && cols == celer_model_n_vocab(m), "%s: golden shape", name)) {
         float *logits = forward_all(m, ids, n, 512, 2);
         double diff = logits ? max_abs_diff(logits, golden, n * cols) : 1e30, mx = max_abs(golden, n * cols);
@@ -93,6 +103,28 @@ static void check_chunks_and_threads(const char *name) {
     celer_model_close(m);
 }
 
+/* A GGUF written from the same values as a safetensors fixture gives the same logits. */
+static void check_same_weights(const char *gguf_name, const char *st_name) {
+    char a[4200], err[512];
+    snprintf(a, sizeof a, "%s", model_path(fixture_path(gguf_name)));
+    celer_model *mg = NULL, *ms = NULL;
+    int32_t *ids, *greedy;
+    int64_t n, ng;
+    if (golden_read(fixture_path(st_name), &ids, &n, &greedy, &ng) != 0) return;
+    if (CHECK(celer_model_open(a, NULL, &mg, err, sizeof err) == CELER_OK, "%s", err) &&
+        CHECK(celer_model_open(fixture_path(st_name), NULL, &ms, err, sizeof err) == CELER_OK, "%s", err)) {
+        const int64_t v = celer_model_n_vocab(ms);
+        float *x = forward_all(mg, ids, n, 512, 2), *y = forward_all(ms, ids, n, 512, 2);
+        double diff = x && y ? max_abs_diff(x, y, n * v) : 1e30;
+        printf("  %-22s vs %s: %.3g\n", gguf_name, st_name, diff);
+        CHECK(diff <= 1e-6 * max_abs(y, n * v), "%s and %s differ by %g", gguf_name, st_name, diff);
+        free(x), free(y);
+    }
+    celer_model_close(mg);
+    celer_model_close(ms);
+    free(ids), free(greedy);
+}
+
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(void) {
@@ -111,6 +143,8 @@ int main(void) {
     CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
     for (int i = 0; i < k; i++) check_fixture(names[i]);
     check_chunks_and_threads("mistral-q4g64");
+    check_same_weights("llama-tied-gguf-f32", "llama-tied-bf16");
+    check_same_weights("qwen2-gguf-f32", "qwen2-bf16");
     for (int i = 0; i < k; i++) free(names[i]);
     return harness_done("test_parity");
 }

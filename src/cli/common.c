@@ -78,7 +78,7 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
 
 void cli_open(const cli_model_opts *o, int64_t n_ctx, celer_model **m, celer_context **ctx) {
     char err[512];
-    if (!o->model) cli_die("-m MODEL is required (a checkpoint directory)");
+    if (!o->model) cli_die("-m MODEL is required (a checkpoint directory or a .gguf file)");
     if (celer_model_open(o->model, NULL, m, err, sizeof err) != CELER_OK) cli_die("%s", err);
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = o->n_ctx ? o->n_ctx : n_ctx;

@@ -11,7 +11,7 @@ static void usage(FILE *f) {
           "  logits   -m MODEL --ids 1,2,3 [--all] -o FILE.npy   float32 logits\n"
           "  generate -m MODEL --ids 1,2,3 [-n N] [--temp 0] [--print-ids] [--ignore-eos]\n"
           "common options: -t THREADS, -c CTX\n"
-          "MODEL is a checkpoint directory (config.json + *.safetensors)\n",
+          "MODEL is a checkpoint directory (config.json + *.safetensors) or a .gguf file\n",
           f);
 }
 

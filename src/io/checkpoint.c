@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "io/checkpoint.h"
 
+#include "io/gguf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,8 +141,9 @@ celer_status checkpoint_open(checkpoint *ck, const char *dir, celer_error *e) {
     char **names = NULL;
     size_t n_names = 0;
     struct stat st;
+    if (stat(dir, &st) == 0 && S_ISREG(st.st_mode)) return gguf_open_checkpoint(ck, dir, e);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        return error_set(e, CELER_STATUS_IO, "%s: not a checkpoint directory", dir);
+        return error_set(e, CELER_STATUS_IO, "%s: not a checkpoint directory or .gguf file", dir);
     }
     if (!(ck->dir = strdup(dir)) || !(ck->config_path = path_join(dir, "config.json"))) {
         s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
@@ -189,6 +192,10 @@ void checkpoint_close(checkpoint *ck) {
     for (size_t i = 0; i < ck->n_shards; i++) safetensors_close(&ck->shards[i]);
     free(ck->shards);
     json_decref(ck->config);
+    if (ck->gguf) gguf_free(ck->gguf);
+    free(ck->gguf);
+    mapped_file_close(&ck->gguf_map);
+    arena_free(&ck->mem);
     free(ck->config_path);
     free(ck->dir);
     memset(ck, 0, sizeof *ck);

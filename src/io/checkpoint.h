@@ -9,6 +9,7 @@
 #ifndef CELER_IO_CHECKPOINT_H
 #define CELER_IO_CHECKPOINT_H
 
+#include "base/arena.h"
 #include "base/error.h"
 #include "io/safetensors.h"
 
@@ -26,9 +27,14 @@ typedef struct checkpoint {
     int quant_bits;
     int64_t quant_group;
     const json_t *quant; /* borrowed from config; NULL when has_quant is false */
+    /* A GGUF file opened as a checkpoint: its map, parsed header and repacked tensors. */
+    struct gguf_file *gguf;
+    mapped_file gguf_map;
+    arena mem;
 } checkpoint;
 
-celer_status checkpoint_open(checkpoint *ck, const char *dir, celer_error *e);
+/* Opens a checkpoint directory, or a .gguf file (see gguf.h). */
+celer_status checkpoint_open(checkpoint *ck, const char *path, celer_error *e);
 void checkpoint_close(checkpoint *ck);
 
 /* The tensor called name in any shard, or NULL; *shard_path (if not NULL) names its file. */

@@ -187,6 +187,10 @@ void safetensors_close(safetensors *st) {
     memset(st, 0, sizeof *st);
 }
 
+void safetensors_index(safetensors *st) {
+    qsort(st->tensors, st->n_tensors, sizeof *st->tensors, cmp_by_name);
+}
+
 const st_tensor *safetensors_find(const safetensors *st, const char *name) {
     st_tensor key = {.name = (char *)name};
     return bsearch(&key, st->tensors, st->n_tensors, sizeof key, cmp_by_name);

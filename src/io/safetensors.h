@@ -40,6 +40,9 @@ celer_status safetensors_open(safetensors *st, const char *path, celer_error *e)
 /* Frees everything; safe on a zeroed or half-built struct. */
 void safetensors_close(safetensors *st);
 
+/* Sorts st->tensors by name, for a table built by hand (as GGUF loading does). */
+void safetensors_index(safetensors *st);
+
 /* The tensor called name, or NULL. */
 const st_tensor *safetensors_find(const safetensors *st, const char *name);
 

@@ -1,0 +1,276 @@
+/*
+ * gguf_checkpoint.c - a GGUF file presented as a checkpoint (see gguf.h): config fields
+ * from the metadata, Hugging Face tensor names, MLX affine codes from ggml blocks.
+ *
+ * Q4_1 holds exactly MLX affine 4-bit group 32 with fp16 scale d and bias m; Q4_0
+ * (w = d*(q-8)) and Q8_0 (w = d*q, q signed) become scale d and bias -8d / -128d, exact
+ * in fp16 since they are d times a power of two. Inside a ggml block, byte j holds
+ * elements j (low nibble) and j+16 (high nibble); MLX puts element k of a word in bits
+ * 4k..4k+3, so only the nibble order changes.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "io/gguf.h"
+
+#include "base/half.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+
+/* ==== Metadata -> config.json fields ==== */
+
+static bool kv_number(const gguf_file *g, const char *key, double *out) {
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) return false;
+    switch (kv->val.type) {
+    case GGUF_TYPE_FLOAT32:
+    case GGUF_TYPE_FLOAT64: *out = kv->val.num.f; return true;
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: *out = (double)kv->val.num.i; return true;
+    case GGUF_TYPE_UINT8:
+    case GGUF_TYPE_UINT16:
+    case GGUF_TYPE_UINT32:
+    case GGUF_TYPE_UINT64:
+    case GGUF_TYPE_BOOL: *out = (double)kv->val.num.u; return true;
+    default: return false;
+    }
+}
+
+/* Copies arch.<suffix> into cfg[field] (as an integer unless real). */
+static void map_field(const gguf_file *g, json_t *cfg, const char *arch, const char *suffix,
+                      const char *field, bool real) {
+    char key[128];
+    double v;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (kv_number(g, key, &v)) json_object_set_new(cfg, field, real ? json_real(v) : json_integer((json_int_t)v));
+}
+
+static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char *arch, celer_error *e) {
+    json_t *cfg = json_object();
+    if (!cfg) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    ck->config = cfg;
+    json_object_set_new(cfg, "model_type", json_string(arch));
+    map_field(g, cfg, arch, "embedding_length", "hidden_size", false);
+    map_field(g, cfg, arch, "feed_forward_length", "intermediate_size", false);
+    map_field(g, cfg, arch, "attention.head_count", "num_attention_heads", false);
+    map_field(g, cfg, arch, "attention.head_count_kv", "num_key_value_heads", false);
+    map_field(g, cfg, arch, "block_count", "num_hidden_layers", false);
+    map_field(g, cfg, arch, "context_length", "max_position_embeddings", false);
+    map_field(g, cfg, arch, "attention.layer_norm_rms_epsilon", "rms_norm_eps", true);
+    map_field(g, cfg, arch, "rope.freq_base", "rope_theta", true);
+    map_field(g, cfg, arch, "attention.key_length", "head_dim", false);
+    map_field(g, cfg, arch, "vocab_size", "vocab_size", false);
+    double v;
+    if (kv_number(g, "tokenizer.ggml.eos_token_id", &v)) json_object_set_new(cfg, "eos_token_id", json_integer((json_int_t)v));
+    if (kv_number(g, "tokenizer.ggml.bos_token_id", &v)) json_object_set_new(cfg, "bos_token_id", json_integer((json_int_t)v));
+    if (!json_object_get(cfg, "vocab_size")) {
+        const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
+        if (t && t->ndim == 2) json_object_set_new(cfg, "vocab_size", json_integer(t->ne[1]));
+    }
+    json_object_set_new(cfg, "tie_word_embeddings", json_boolean(!gguf_find_tensor(g, "output.weight")));
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const gguf_kv *st = gguf_find_kv(g, key);
+    if (st && st->val.type == GGUF_TYPE_STRING && !(st->val.str_len == 4 && !memcmp(st->val.str, "none", 4))) {
+        json_t *rs = json_object();
+        json_object_set_new(rs, "type", json_stringn(st->val.str, st->val.str_len));
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        if (kv_number(g, key, &v)) json_object_set_new(rs, "factor", json_real(v));
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+        if (kv_number(g, key, &v)) json_object_set_new(rs, "original_max_position_embeddings", json_integer((json_int_t)v));
+        json_object_set_new(cfg, "rope_scaling", rs);
+    }
+    return CELER_OK;
+}
+
+/* ==== Tensors ==== */
+
+/* GGUF tensor name -> Hugging Face module path (without .weight/.bias), and whether
+ * its rows carry llama.cpp's interleaved-RoPE permutation (q or k of arch llama). */
+static bool map_name(const char *gname, char *module, size_t size, char *suffix, int *qk) {
+    static const struct { const char *g, *hf; int qk; } layer_map[] = {
+        {"attn_norm", "input_layernorm", 0},   {"ffn_norm", "post_attention_layernorm", 0},
+        {"attn_q", "self_attn.q_proj", 1},     {"attn_k", "self_attn.k_proj", 2},
+        {"attn_v", "self_attn.v_proj", 0},     {"attn_output", "self_attn.o_proj", 0},
+        {"ffn_gate", "mlp.gate_proj", 0},      {"ffn_up", "mlp.up_proj", 0},
+        {"ffn_down", "mlp.down_proj", 0},
+    };
+    const char *dot = strrchr(gname, '.');
+    if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
+    snprintf(suffix, 8, "%s", dot + 1);
+    const size_t base = (size_t)(dot - gname);
+    *qk = 0;
+    if (!strncmp(gname, "token_embd", base) && base == 10) return snprintf(module, size, "model.embed_tokens"), true;
+    if (!strncmp(gname, "output_norm", base) && base == 11) return snprintf(module, size, "model.norm"), true;
+    if (!strncmp(gname, "output", base) && base == 6) return snprintf(module, size, "lm_head"), true;
+    int layer, n = 0;
+    if (sscanf(gname, "blk.%d.%n", &layer, &n) != 1 || n == 0 || layer < 0) return false;
+    for (size_t i = 0; i < sizeof layer_map / sizeof *layer_map; i++) {
+        const size_t len = strlen(layer_map[i].g);
+        if ((size_t)n + len == base && !strncmp(gname + n, layer_map[i].g, len)) {
+            snprintf(module, size, "model.layers.%d.%s", layer, layer_map[i].hf);
+            *qk = layer_map[i].qk;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The source row of HF row r when q/k rows were permuted for n_head heads. */
+static int64_t unpermute_row(int64_t r, int64_t rows, int64_t n_head) {
+    if (n_head <= 0) return r;
+    const int64_t hd = rows / n_head, half = hd / 2, h = r / hd, rem = r % hd;
+    return h * hd + 2 * (rem % half) + rem / half;
+}
+
+typedef struct table {
+    safetensors *st; /* entries appended to st->tensors, counted as they are named */
+    arena *mem;
+    const char *path;
+    celer_error *e;
+} table;
+
+static st_tensor *add(table *tb, const char *module, const char *suffix, dtype type, int ndim, int64_t r, int64_t c,
+                      const void *data, size_t nbytes) {
+    st_tensor *t = &tb->st->tensors[tb->st->n_tensors];
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", module, suffix);
+    if (!(t->name = strdup(name))) return NULL;
+    tb->st->n_tensors++;
+    t->type = type;
+    t->ndim = ndim;
+    t->shape[0] = ndim == 1 ? c : r;
+    t->shape[1] = c;
+    t->data = data;
+    t->nbytes = nbytes;
+    return t;
+}
+
+static celer_status oom(table *tb) { return error_set(tb->e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", tb->path); }
+
+/* A dense tensor: a view into the map, or a row-reordered copy for permuted q/k. */
+static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *module, const char *suffix, int64_t n_head) {
+    const dtype type = gt->ggml_type == GGML_F32 ? DTYPE_F32 : gt->ggml_type == GGML_F16 ? DTYPE_F16 : DTYPE_BF16;
+    const int64_t cols = gt->ne[0], rows = gt->ndim == 2 ? gt->ne[1] : 1;
+    const uint8_t *data = gt->data;
+    if (n_head) {
+        const size_t rb = gt->nbytes / (size_t)rows;
+        uint8_t *copy = arena_alloc(tb->mem, gt->nbytes);
+        if (!copy) return oom(tb);
+        /* A 1-D bias permutes element-wise: treat it as rows of one element. */
+        const int64_t n = gt->ndim == 1 ? cols : rows;
+        const size_t unit = gt->ndim == 1 ? dtype_size(type) : rb;
+        for (int64_t r = 0; r < n; r++) memcpy(copy + (size_t)r * unit, gt->data + (size_t)unpermute_row(r, n, n_head) * unit, unit);
+        data = copy;
+    }
+    return add(tb, module, suffix, type, gt->ndim, rows, cols, data, gt->nbytes) ? CELER_OK : oom(tb);
+}
+
+/* A Q4_0 / Q4_1 / Q8_0 matrix -> MLX codes [rows, cols*bits/32] + fp16 scales/biases. */
+static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
+    const uint32_t gtype = gt->ggml_type;
+    const int bits = gtype == GGML_Q8_0 ? 8 : 4;
+    const int64_t cols = gt->ne[0], rows = gt->ne[1], nb = cols / 32;
+    const size_t bsize = gtype == GGML_Q4_0 ? 18 : gtype == GGML_Q4_1 ? 20 : 34;
+    const int64_t words = cols * bits / 32;
+    uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
+    uint16_t *scales = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
+    uint16_t *biases = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
+    if (!codes || !scales || !biases) return oom(tb);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nb * bsize;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = src + (size_t)b * bsize;
+            uint16_t d, m = 0;
+            memcpy(&d, blk, 2);
+            if (gtype == GGML_Q4_1) memcpy(&m, blk + 2, 2);
+            const uint8_t *qs = blk + (gtype == GGML_Q4_1 ? 4 : 2);
+            uint32_t *w = codes + r * words + b * 32 * bits / 32;
+            memset(w, 0, sizeof(uint32_t) * (size_t)bits);
+            for (int k = 0; k < 32; k++) {
+                uint32_t q = bits == 8 ? (uint32_t)((int)(int8_t)qs[k] + 128) : (uint32_t)(k < 16 ? qs[k] & 15 : qs[k - 16] >> 4);
+                w[k * bits / 32] |= q << ((k * bits) % 32);
+            }
+            scales[r * nb + b] = d;
+            biases[r * nb + b] = gtype == GGML_Q4_1 ? m : f32_to_f16(-(gtype == GGML_Q4_0 ? 8.0f : 128.0f) * f16_to_f32(d));
+        }
+    }
+    if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
+        !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales, sizeof(uint16_t) * (size_t)(rows * nb)) ||
+        !add(tb, module, "biases", DTYPE_F16, 2, rows, nb, biases, sizeof(uint16_t) * (size_t)(rows * nb)))
+        return oom(tb);
+    return CELER_OK;
+}
+
+static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char *arch, celer_error *e) {
+    safetensors *st = calloc(1, sizeof *st);
+    if (!st) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    ck->shards = st;
+    ck->n_shards = 1;
+    if (!(st->path = strdup(ck->config_path)) || !(st->tensors = calloc(3 * g->n_tensors + 1, sizeof *st->tensors)))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    table tb = {st, &ck->mem, ck->config_path, e};
+    double heads = 0, kv_heads = 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count", arch);
+    kv_number(g, key, &heads);
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    if (!kv_number(g, key, &kv_heads)) kv_heads = heads;
+    /* llama.cpp's converter permutes q/k rows for arch llama only (qwen2 keeps NeoX order). */
+    const bool permuted = strcmp(arch, "llama") == 0;
+    celer_status s = CELER_OK;
+    for (size_t i = 0; i < g->n_tensors && s == CELER_OK; i++) {
+        const gguf_tensor *gt = &g->tensors[i];
+        char module[200], suffix[8];
+        int qk;
+        if (!strcmp(gt->name, "rope_freqs.weight"))
+            return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor rope_freqs.weight: RoPE frequency factors are not supported yet", ck->config_path);
+        if (!map_name(gt->name, module, sizeof module, suffix, &qk)) continue; /* not a weight celer reads */
+        const int64_t n_head = permuted ? (qk == 1 ? (int64_t)heads : qk == 2 ? (int64_t)kv_heads : 0) : 0;
+        if (gt->ndim > 2)
+            return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: %d dimensions (expected 1 or 2)", ck->config_path, gt->name, gt->ndim);
+        const int64_t rows = gt->ndim == 2 ? gt->ne[1] : gt->ne[0];
+        if (n_head && (rows % n_head || (rows / n_head) % 2))
+            return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: %lld rows do not split into %lld heads of even size",
+                             ck->config_path, gt->name, (long long)rows, (long long)n_head);
+        switch (gt->ggml_type) {
+        case GGML_F32:
+        case GGML_F16:
+        case GGML_BF16: s = add_dense(&tb, gt, module, suffix, n_head); break;
+        default:
+            if (gt->ndim != 2 || strcmp(suffix, "weight"))
+                return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: block-quantized vectors are not supported", ck->config_path, gt->name);
+            s = add_blocks(&tb, gt, module, n_head);
+        }
+    }
+    safetensors_index(st);
+    return s;
+}
+
+celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error *e) {
+    celer_status s;
+    if (!(ck->dir = strdup(path)) || !(ck->config_path = strdup(path)) || !(ck->gguf = calloc(1, sizeof *ck->gguf))) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        goto fail;
+    }
+    if ((s = mapped_file_open(path, &ck->gguf_map, e)) != CELER_OK) goto fail;
+    if ((s = gguf_parse(ck->gguf, path, ck->gguf_map.data, ck->gguf_map.size, e)) != CELER_OK) goto fail;
+    const gguf_kv *a = gguf_find_kv(ck->gguf, "general.architecture");
+    char arch[32] = "";
+    if (a && a->val.type == GGUF_TYPE_STRING && a->val.str_len < sizeof arch) memcpy(arch, a->val.str, a->val.str_len);
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2")) {
+        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: general.architecture: expected llama or qwen2, found %s", path,
+                      a ? (arch[0] ? arch : "a non-string or over-long value") : "nothing");
+        goto fail;
+    }
+    if ((s = synth_config(ck, ck->gguf, arch, e)) != CELER_OK) goto fail;
+    if ((s = build_tensors(ck, ck->gguf, arch, e)) != CELER_OK) goto fail;
+    return CELER_OK;
+fail:
+    checkpoint_close(ck);
+    return s;
+}
