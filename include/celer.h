@@ -171,6 +171,39 @@ celer_status celer_generate_greedy(celer_context *ctx, const int32_t *prompt, in
                                    const celer_generate_params *params, int32_t *out,
                                    int64_t *n_out);
 
+/* ==== Tokenizer ==== */
+
+/* A Hugging Face tokenizer.json (BPE: Llama 2/3, Mistral, Qwen2/3, SmolLM2). Immutable
+ * once open: any number of threads may tokenize with one handle.
+ *
+ *     celer_tokenizer *tok;
+ *     if (celer_tokenizer_open("path/to/model", &tok, err, sizeof err) != CELER_OK) { ... }
+ *     int32_t *ids; int64_t n;
+ *     celer_tokenize(tok, "Hello", 5, true, &ids, &n, err, sizeof err);  // BOS, Hello
+ *     free(ids);
+ *     celer_tokenizer_close(tok);
+ */
+typedef struct celer_tokenizer celer_tokenizer;
+
+/* path: a tokenizer.json file or a directory holding one. On failure *out is NULL and
+ * err holds one line naming the file and the JSON path at fault. */
+celer_status celer_tokenizer_open(const char *path, celer_tokenizer **out, char *err, size_t err_size);
+void celer_tokenizer_close(celer_tokenizer *tok);
+
+/* Ids of the UTF-8 text[len] (invalid UTF-8 is an error), as Hugging Face
+ * tokenizer(text)["input_ids"] gives them; add_special adds the template tokens (BOS).
+ * *ids is malloc'd (also when *n is 0); the caller frees it with free(). */
+celer_status celer_tokenize(const celer_tokenizer *tok, const char *text, size_t len, bool add_special,
+                            int32_t **ids, int64_t *n, char *err, size_t err_size);
+
+/* Text of ids[n] (NUL-terminated, *len bytes, len may be NULL); skip_special drops
+ * special tokens such as BOS. *text is malloc'd; the caller frees it with free(). */
+celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, int64_t n, bool skip_special,
+                              char **text, size_t *len, char *err, size_t err_size);
+
+/* Ids of the vocabulary, added tokens included. */
+int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok);
+
 #ifdef __cplusplus
 }
 #endif
