@@ -44,6 +44,15 @@ const char *fixture_path(const char *name) {
     return buf;
 }
 
+const char *real_model_path(void) {
+    static char path[4096];
+    const char *p = getenv("CELER_REAL_MODEL"), *cache = getenv("CELER_CACHE_DIR"), *home = getenv("HOME");
+    if (p && *p) return p;
+    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return path;
+}
+
 float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

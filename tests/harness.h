@@ -23,6 +23,10 @@ const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */
 const char *fixture_path(const char *name);
 
+/* The default model's GGUF: $CELER_REAL_MODEL, else in ${CELER_CACHE_DIR:-~/.cache/celer}
+ * (where tools/fetch_model.sh puts it). Static buffer. */
+const char *real_model_path(void);
+
 /* Reads a float32 2-D .npy file (malloc'd); NULL on any problem. */
 float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols);
 

@@ -14,16 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *model_file(void) {
-    static char path[4096];
-    const char *p = getenv("CELER_REAL_MODEL");
-    if (p && *p) return p;
-    const char *cache = getenv("CELER_CACHE_DIR");
-    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : ".");
-    return path;
-}
-
 static int32_t *ids_of(const json_t *a, int64_t *n) {
     *n = (int64_t)json_array_size(a);
     int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
@@ -32,7 +22,7 @@ static int32_t *ids_of(const json_t *a, int64_t *n) {
 }
 
 int main(void) {
-    const char *path = model_file();
+    const char *path = real_model_path();
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (getenv("CI") && *getenv("CI")) CHECK(false, "%s is missing: CI must fetch it (tools/fetch_model.sh)", path);

@@ -1,0 +1,83 @@
+/*
+ * test_tokenizer_gguf.c - SmolLM2's tokenizer two ways: from the tokenizer.json that
+ * transformers exports from the GGUF file (committed, always run) and from the GGUF
+ * metadata itself (when the default model has been fetched; required in CI). Both must
+ * give the ids Hugging Face tokenizers gives (tests/tokenizer/golden_smollm2.json), with
+ * and without special tokens, and decode back to the reference text.
+ */
+#include "harness.h"
+
+#include "tokenizer/tok_gguf.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool same_ids(const int32_t *ids, int64_t n, const json_t *want) {
+    if ((size_t)n != json_array_size(want)) return false;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] != json_integer_value(json_array_get(want, (size_t)i))) return false;
+    return true;
+}
+
+static void check(const char *label, const tokenizer *t, const json_t *cases) {
+    int64_t checked = 0, mismatches = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *text = json_string_value(json_object_get(c, "text"));
+        const size_t len = json_string_length(json_object_get(c, "text"));
+        for (int special = 0; special < 2; special++) {
+            int32_t *ids = NULL;
+            int64_t n = 0;
+            celer_error e = {{0}};
+            celer_status s = tok_encode(t, text, len, special, &ids, &n, &e);
+            bool ok = s == CELER_OK && same_ids(ids, n, json_object_get(c, special ? "ids" : "ids_plain"));
+            if (ok && !special) {
+                char *back = NULL;
+                size_t blen = 0;
+                const char *want = json_string_value(json_object_get(c, "decoded"));
+                ok = tok_decode(t, ids, n, false, &back, &blen, &e) == CELER_OK && blen == strlen(want) &&
+                     memcmp(back, want, blen) == 0;
+                free(back);
+            }
+            if (!ok && mismatches < 5) CHECK(false, "%s: string %zu (add_special %d) differs: %s", label, i, special, e.msg);
+            mismatches += !ok;
+            checked++;
+            free(ids);
+        }
+    }
+    printf("  %-28s %lld encodings checked, %lld mismatches\n", label, (long long)checked, (long long)mismatches);
+    CHECK(mismatches == 0 && checked >= 600, "%s: %lld mismatches of %lld", label, (long long)mismatches, (long long)checked);
+}
+
+int main(void) {
+    json_t *doc = json_load_file("tests/tokenizer/golden_smollm2.json", 0, NULL);
+    const json_t *cases = json_object_get(doc, "cases");
+    if (!CHECK(json_array_size(cases) >= 300, "golden_smollm2.json has at least 300 strings")) return harness_done("test_tokenizer_gguf");
+    tokenizer *t = NULL;
+    celer_error e = {{0}};
+    if (CHECK(tok_load("tests/tokenizer/smollm2", &t, &e) == CELER_OK, "%s", e.msg)) check("smollm2 tokenizer.json", t, cases);
+    tok_free(t);
+
+    const char *path = real_model_path();
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        t = NULL;
+        if (CHECK(tok_load_gguf(path, &t, &e) == CELER_OK, "%s", e.msg)) check("smollm2 from GGUF metadata", t, cases);
+        tok_free(t);
+    } else if (getenv("CI") && *getenv("CI")) {
+        CHECK(false, "%s is missing: CI must fetch it (tools/fetch_model.sh)", path);
+    } else {
+        printf("  skipped the GGUF path: %s not found\n", path);
+    }
+    /* A GGUF without tokenizer metadata is a clear error. */
+    t = NULL;
+    char fixture[4200];
+    snprintf(fixture, sizeof fixture, "%s/model.gguf", fixture_path("llama-tied-gguf-q4_1"));
+    CHECK(tok_load_gguf(fixture, &t, &e) == CELER_STATUS_BAD_FILE && strstr(e.msg, "tokenizer.ggml.model") && !t,
+          "GGUF without tokenizer: %s", e.msg);
+    json_decref(doc);
+    return harness_done("test_tokenizer_gguf");
+}
