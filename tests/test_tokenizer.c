@@ -332,6 +332,7 @@ static void check_bad_input(void) {
         {"template without A", "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}", "{\"Sequence\":{\"id\":\"B\",\"type_id\":0}}",
          "post_processor.single[1]", CELER_STATUS_BAD_FILE},
         {"unknown special", "\"ids\":[10]", "\"idz\":[10]", "post_processor.single[0]", CELER_STATUS_BAD_FILE},
+        {"template id outside vocab", "\"ids\":[10]", "\"ids\":[77]", "template token id 77", CELER_STATUS_BAD_FILE},
         {"added token id", "\"id\":11,", "\"id\":\"x\",", "added_tokens[1].id", CELER_STATUS_BAD_FILE},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

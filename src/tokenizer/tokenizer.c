@@ -16,16 +16,15 @@
 
 /* ==== Indices ==== */
 
-static int cmp_len_desc(const void *a, const void *b, void *ctx);
+static const char *id_token(const tokenizer *t, int32_t id, size_t *len);
 
-static const tokenizer *sort_ctx;
+/* qsort has no context argument in C11; tok_index runs inside one load at a time per
+ * thread, so the tokenizer being sorted is kept thread-local. */
+static _Thread_local const tokenizer *sort_ctx;
 
+/* By first byte, then longest first, then by index (a stable, total order). */
 static int cmp_match(const void *a, const void *b) {
-    return cmp_len_desc(a, b, (void *)sort_ctx);
-}
-
-static int cmp_len_desc(const void *a, const void *b, void *ctx) {
-    const tokenizer *t = ctx;
+    const tokenizer *t = sort_ctx;
     const added_token *x = &t->added[*(const int32_t *)a], *y = &t->added[*(const int32_t *)b];
     if ((uint8_t)x->s[0] != (uint8_t)y->s[0]) return (uint8_t)x->s[0] < (uint8_t)y->s[0] ? -1 : 1;
     if (x->n != y->n) return x->n > y->n ? -1 : 1;
@@ -39,7 +38,6 @@ celer_status tok_index(tokenizer *t, celer_error *e) {
             return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
         for (size_t i = 0; i < t->n_added; i++)
             if (t->added[i].normalized == (k == 1)) t->match[k][m++] = (int32_t)i;
-        /* Single-threaded at load; qsort has no context argument in C11. */
         sort_ctx = t;
         qsort(t->match[k], m, sizeof(int32_t), cmp_match);
         size_t j = 0;
@@ -54,6 +52,12 @@ celer_status tok_index(tokenizer *t, celer_error *e) {
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int64_t i = 0; i < t->n_total; i++) t->added_index[i] = -1;
     for (size_t i = 0; i < t->n_added; i++) t->added_index[t->added[i].id] = (int32_t)i;
+    for (size_t i = 0; i < t->tmpl.n; i++) {
+        size_t len;
+        if (t->tmpl.ids[i] >= 0 && !id_token(t, t->tmpl.ids[i], &len))
+            return error_set(e, CELER_STATUS_BAD_FILE, "%s: post_processor: template token id %d is not in the vocabulary",
+                             t->name, t->tmpl.ids[i]);
+    }
     return CELER_OK;
 }
 
