@@ -204,6 +204,47 @@ celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, in
 /* Ids of the vocabulary, added tokens included. */
 int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok);
 
+/* ==== Sampling ==== */
+
+/* The chain (in order): repetition penalty over the last repeat_last_n accepted tokens,
+ * temperature (0 = greedy), top-k, top-p, min-p, then a seeded draw. */
+typedef struct celer_sampler_params {
+    float temp;
+    int32_t top_k;         /* 0 = off */
+    float top_p;           /* 1 = off */
+    float min_p;           /* 0 = off */
+    float repeat_penalty;  /* 1 = off */
+    int32_t repeat_last_n;
+    uint64_t seed;
+} celer_sampler_params;
+
+typedef struct celer_sampler celer_sampler;
+
+/* temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no repetition penalty, seed 0. */
+celer_sampler_params celer_sampler_default_params(void);
+/* NULL when out of memory. */
+celer_sampler *celer_sampler_create(const celer_sampler_params *params, int64_t n_vocab);
+void celer_sampler_destroy(celer_sampler *s);
+/* A token from logits[n_vocab]; the logits are not changed. */
+int32_t celer_sampler_sample(celer_sampler *s, const float *logits);
+/* Records a token for the repetition penalty. */
+void celer_sampler_accept(celer_sampler *s, int32_t token);
+
+/* ==== Streaming detokenization ==== */
+
+/* Text of ids arriving one at a time that never ends inside a UTF-8 sequence. */
+typedef struct celer_detok_stream celer_detok_stream;
+
+celer_status celer_detok_stream_create(const celer_tokenizer *tok, bool skip_special,
+                                       celer_detok_stream **out, char *err, size_t err_size);
+void celer_detok_stream_destroy(celer_detok_stream *s);
+/* *text (owned by s, valid until the next call) gets the newly complete text of id. */
+celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const char **text, size_t *len,
+                                     char *err, size_t err_size);
+/* Held-back bytes that never completed, as U+FFFD. */
+celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len, char *err,
+                                      size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,6 +32,32 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
 /* Opens o->model and a one-sequence context of at least n_ctx positions; dies on error. */
 void cli_open(const cli_model_opts *o, int64_t n_ctx, celer_model **m, celer_context **ctx);
+celer_model *cli_open_model(const cli_model_opts *o);
+celer_context *cli_open_context(const cli_model_opts *o, celer_model *m, int64_t n_ctx);
+/* The model's tokenizer: tokenizer.json beside the weights, or the GGUF metadata. */
+celer_tokenizer *cli_open_tokenizer(const char *model_path);
+
+/* The KV cache size for a prompt of n_prompt tokens and n_predict more (-1: as many as
+ * fit): -c when given (dies if too small), else what the request needs, capped at
+ * 4096 or the training context. */
+int64_t cli_context_size(const cli_model_opts *o, const celer_model *m, int64_t n_prompt,
+                         int64_t n_predict);
+
+/* Prompt flags: -p/--prompt, --system, --no-chat-template. */
+typedef struct cli_prompt_opts {
+    const char *prompt;
+    const char *system;
+    bool no_template;
+} cli_prompt_opts;
+
+bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i);
+/* Sampling flags: --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed. */
+bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i);
+
+/* The prompt's token ids (malloc'd): the chat template applied to one user turn (and the
+ * system text) unless o->no_template, then tokenized. Dies on error. */
+int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const char *model_path,
+                        const cli_prompt_opts *o, int64_t *n);
 
 /* Writes data[rows, cols] as a float32 little-endian C-order .npy file (version 1.0). */
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols);

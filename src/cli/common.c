@@ -76,19 +76,105 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
     return true;
 }
 
-void cli_open(const cli_model_opts *o, int64_t n_ctx, celer_model **m, celer_context **ctx) {
+celer_model *cli_open_model(const cli_model_opts *o) {
     char err[512];
+    celer_model *m;
     if (!o->model) cli_die("-m MODEL is required (a checkpoint directory or a .gguf file)");
-    if (celer_model_open(o->model, NULL, m, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    if (celer_model_open(o->model, NULL, &m, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    return m;
+}
+
+celer_context *cli_open_context(const cli_model_opts *o, celer_model *m, int64_t n_ctx) {
+    char err[512];
     celer_context_params cp = celer_context_default_params();
-    cp.n_ctx = o->n_ctx ? o->n_ctx : n_ctx;
+    cp.n_ctx = n_ctx;
     cp.n_threads = o->n_threads;
-    if (cp.n_ctx < n_ctx)
-        cli_die("-c %lld: the request needs %lld positions", (long long)cp.n_ctx, (long long)n_ctx);
-    if (celer_context_create(*m, &cp, ctx, err, sizeof err) != CELER_OK) {
-        celer_model_close(*m);
-        cli_die("%s", err);
+    celer_context *ctx;
+    if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    return ctx;
+}
+
+void cli_open(const cli_model_opts *o, int64_t n_ctx, celer_model **m, celer_context **ctx) {
+    *m = cli_open_model(o);
+    if (o->n_ctx && o->n_ctx < n_ctx)
+        cli_die("-c %lld: the request needs %lld positions", (long long)o->n_ctx, (long long)n_ctx);
+    *ctx = cli_open_context(o, *m, o->n_ctx ? o->n_ctx : n_ctx);
+}
+
+celer_tokenizer *cli_open_tokenizer(const char *model_path) {
+    char err[512];
+    celer_tokenizer *tok;
+    if (celer_tokenizer_open(model_path, &tok, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    return tok;
+}
+
+int64_t cli_context_size(const cli_model_opts *o, const celer_model *m, int64_t n_prompt,
+                         int64_t n_predict) {
+    const int64_t need = n_prompt + (n_predict > 0 ? n_predict : 1);
+    if (o->n_ctx) {
+        if (o->n_ctx < need)
+            cli_die("-c %lld: the prompt of %lld tokens and %lld to generate need %lld positions",
+                    (long long)o->n_ctx, (long long)n_prompt, (long long)(n_predict > 0 ? n_predict : 1),
+                    (long long)need);
+        return o->n_ctx;
     }
+    int64_t cap = celer_model_n_ctx_train(m);
+    if (cap <= 0 || cap > 4096) cap = 4096;
+    if (n_predict > 0) return need;
+    if (need > cap)
+        cli_die("the prompt of %lld tokens leaves no room in a context of %lld; pass a larger -c",
+                (long long)n_prompt, (long long)cap);
+    return cap;
+}
+
+bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--no-chat-template")) {
+        o->no_template = true;
+        return true;
+    }
+    const bool prompt = !strcmp(a, "-p") || !strcmp(a, "--prompt"), sys = !strcmp(a, "--system");
+    if (!prompt && !sys) return false;
+    if (*i + 1 >= argc) cli_die("%s: expected a value", a);
+    if (prompt) o->prompt = argv[++*i];
+    else o->system = argv[++*i];
+    return true;
+}
+
+bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i) {
+    static const char *const flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                        "--repeat-last-n", "--seed"};
+    int k = -1;
+    for (int j = 0; j < 7; j++)
+        if (!strcmp(argv[*i], flags[j])) k = j;
+    if (k < 0) return false;
+    if (*i + 1 >= argc) cli_die("%s: expected a value", argv[*i]);
+    const char *a = argv[*i], *v = argv[++*i];
+    switch (k) {
+    case 0: p->temp = (float)cli_parse_num(a, v); break;
+    case 1: p->top_k = (int32_t)cli_parse_int(a, v); break;
+    case 2: p->top_p = (float)cli_parse_num(a, v); break;
+    case 3: p->min_p = (float)cli_parse_num(a, v); break;
+    case 4: p->repeat_penalty = (float)cli_parse_num(a, v); break;
+    case 5: p->repeat_last_n = (int32_t)cli_parse_int(a, v); break;
+    default: p->seed = (uint64_t)cli_parse_int(a, v); break;
+    }
+    if (p->temp < 0 || p->top_k < 0 || p->top_p <= 0 || p->top_p > 1 || p->min_p < 0 || p->min_p > 1 ||
+        p->repeat_penalty <= 0 || p->repeat_last_n < 0)
+        cli_die("%s %s: out of range (temp >= 0, top-k >= 0, 0 < top-p <= 1, 0 <= min-p <= 1, repeat-penalty > 0)", a, v);
+    return true;
+}
+
+int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const char *model_path,
+                        const cli_prompt_opts *o, int64_t *n) {
+    char err[512];
+    int32_t *ids;
+    (void)m;
+    (void)model_path;
+    if (!o->no_template) cli_die("chat templates are not available; pass --no-chat-template");
+    if (celer_tokenize(tok, o->prompt, strlen(o->prompt), true, &ids, n, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    if (*n == 0) cli_die("-p: the prompt is empty");
+    return ids;
 }
 
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols) {

@@ -1,8 +1,12 @@
 /*
  * celer_tokenizer.c - the public tokenizer API of celer.h over tokenizer.h. Adds
- * nothing but the translation of errors into the caller's buffer.
+ * nothing but the choice of source (a .gguf file or tokenizer.json) and the translation
+ * of errors into the caller's buffer.
  */
+#include "tokenizer/tok_gguf.h"
 #include "tokenizer/tokenizer.h"
+
+#include <string.h>
 
 #include <stdlib.h>
 
@@ -19,7 +23,10 @@ celer_status celer_tokenizer_open(const char *path, celer_tokenizer **out, char 
         error_copy(&e, err, err_size);
         return CELER_STATUS_OUT_OF_MEMORY;
     }
-    celer_status st = tok_load(path, &tok->t, &e);
+    /* A .gguf file carries its tokenizer in its metadata. */
+    const size_t n = strlen(path);
+    const bool gguf = n > 5 && strcmp(path + n - 5, ".gguf") == 0;
+    celer_status st = gguf ? tok_load_gguf(path, &tok->t, &e) : tok_load(path, &tok->t, &e);
     if (st != CELER_OK) {
         free(tok);
         error_copy(&e, err, err_size);
@@ -52,3 +59,48 @@ celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, in
 }
 
 int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok) { return tok_vocab_size(tok->t); }
+
+/* ==== Streaming detokenization ==== */
+
+struct celer_detok_stream {
+    tok_stream *s;
+};
+
+celer_status celer_detok_stream_create(const celer_tokenizer *tok, bool skip_special,
+                                       celer_detok_stream **out, char *err, size_t err_size) {
+    celer_error e = {{0}};
+    *out = calloc(1, sizeof **out);
+    if (!*out) {
+        error_copy(&(celer_error){"out of memory"}, err, err_size);
+        return CELER_STATUS_OUT_OF_MEMORY;
+    }
+    celer_status st = tok_stream_create(tok->t, skip_special, &(*out)->s, &e);
+    if (st != CELER_OK) {
+        free(*out);
+        *out = NULL;
+        error_copy(&e, err, err_size);
+    }
+    return st;
+}
+
+void celer_detok_stream_destroy(celer_detok_stream *s) {
+    if (!s) return;
+    tok_stream_destroy(s->s);
+    free(s);
+}
+
+celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const char **text, size_t *len,
+                                     char *err, size_t err_size) {
+    celer_error e = {{0}};
+    celer_status st = tok_stream_push(s->s, id, text, len, &e);
+    if (st != CELER_OK) error_copy(&e, err, err_size);
+    return st;
+}
+
+celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len, char *err,
+                                      size_t err_size) {
+    celer_error e = {{0}};
+    celer_status st = tok_stream_flush(s->s, text, len, &e);
+    if (st != CELER_OK) error_copy(&e, err, err_size);
+    return st;
+}
