@@ -65,6 +65,8 @@ def corpus():
         "<|im_end|>", "<|endoftext|>", "<think>\nhmm\n</think>", "<tool_call>{}</tool_call>",
         "<|im_start|> spaced <|im_end|>", "text<|im_start|>text", "<|fim_prefix|>", "<|vision_start|>",
         "<0x41>", "<0xFF>", "[INST] hi [/INST]",
+        "a <mask> b", "x<mask>y", "<mask>", "  <mask>  ", "[NEW] word [NEW]word", "[NEW]", "w[NEW] [NEW]",
+        "１２３ ｶﾀｶﾅ ㍿", "v1.2.3 and 2,500.00",
         "a" * 300, "ab" * 200, "Supercalifragilisticexpialidocious",
         "pneumonoultramicroscopicsilicovolcanoconiosis", "x" * 1000 + " y",
         "antidisestablishmentarianism" * 5, " " * 64, "\n" * 40, "\t" * 20, "-" * 100,
@@ -93,6 +95,77 @@ def corpus():
     return out
 
 
+# Configurations the real tokenizers do not use, built on a real one: the C test
+# applies the same "override" to the base tokenizer.json before loading it.
+META = "\u2581"
+VARIANTS = [
+    ("llama2_metaspace_first", "llama2", {
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": META, "prepend_scheme": "first", "split": False},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"},
+            {"type": "Metaspace", "replacement": META, "prepend_scheme": "first", "split": False}]},
+    }),
+    ("llama2_metaspace_split", "llama2", {
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Metaspace", "replacement": META, "prepend_scheme": "always", "split": True}]},
+    }),
+    ("llama2_nfkc_digits", "llama2", {
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "NFKC"}, {"type": "Prepend", "prepend": META},
+            {"type": "Replace", "pattern": {"Regex": " +"}, "content": META}]},
+        "pre_tokenizer": {"type": "Digits", "individual_digits": True},
+        "added_tokens_extra": [
+            {"id": 32000, "content": "<mask>", "single_word": False, "lstrip": True, "rstrip": False,
+             "normalized": False, "special": True},
+            {"id": 32001, "content": "[NEW]", "single_word": True, "lstrip": False, "rstrip": True,
+             "normalized": True, "special": False}],
+    }),
+    ("llama3_gpt2", "llama3_1", {
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+    }),
+    ("llama3_splits", "llama3_1", {
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{N}+"}, "behavior": "MergedWithPrevious", "invert": False},
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext", "invert": False},
+            {"type": "Split", "pattern": {"Regex": "[,.!?]"}, "behavior": "Contiguous", "invert": False},
+            {"type": "Split", "pattern": {"Regex": "\\p{L}+"}, "behavior": "Isolated", "invert": True},
+            {"type": "Split", "pattern": {"Regex": "\\n+"}, "behavior": "Removed", "invert": False},
+            {"type": "Digits", "individual_digits": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+    }),
+]
+
+
+def apply_override(doc, override):
+    doc = dict(doc)
+    for k, v in override.items():
+        if k == "added_tokens_extra":
+            doc["added_tokens"] = list(doc["added_tokens"]) + v
+        else:
+            doc[k] = v
+    return doc
+
+
+def golden_cases(tok, texts):
+    cases = []
+    for t in texts:
+        ids = tok.encode(t, add_special_tokens=True).ids
+        plain = tok.encode(t, add_special_tokens=False).ids
+        cases.append({
+            "ids": ids,
+            "ids_plain": plain,
+            "decoded": tok.decode(ids, skip_special_tokens=False),
+            "decoded_skip": tok.decode(ids, skip_special_tokens=True),
+            "roundtrip": tok.decode(plain, skip_special_tokens=False) == t,
+        })
+    return cases
+
+
 def main():
     ap = argparse.ArgumentParser()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,22 +179,23 @@ def main():
         f.write("\n")
     for name in NAMES:
         tok = Tokenizer.from_file(os.path.join(args.shared, "tokenizers", name, "tokenizer.json"))
-        cases = []
-        for t in texts:
-            ids = tok.encode(t, add_special_tokens=True).ids
-            plain = tok.encode(t, add_special_tokens=False).ids
-            cases.append({
-                "ids": ids,
-                "ids_plain": plain,
-                "decoded": tok.decode(ids, skip_special_tokens=False),
-                "decoded_skip": tok.decode(ids, skip_special_tokens=True),
-                "roundtrip": tok.decode(plain, skip_special_tokens=False) == t,
-            })
+        cases = golden_cases(tok, texts)
         doc = {"tokenizer": name, "tokenizers_version": tokenizers.__version__, "cases": cases}
         with open(os.path.join(args.out, f"golden_{name}.json"), "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, separators=(",", ":"))
             f.write("\n")
         print(name, len(cases), "cases")
+    variants = []
+    for name, base, override in VARIANTS:
+        with open(os.path.join(args.shared, "tokenizers", base, "tokenizer.json"), encoding="utf-8") as f:
+            doc = json.load(f)
+        tok = Tokenizer.from_str(json.dumps(apply_override(doc, override)))
+        variants.append({"name": name, "base": base, "override": override, "cases": golden_cases(tok, texts)})
+        print(name, "variant")
+    with open(os.path.join(args.out, "golden_variants.json"), "w", encoding="utf-8") as f:
+        json.dump({"tokenizers_version": tokenizers.__version__, "variants": variants}, f,
+                  ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
 
 
 if __name__ == "__main__":

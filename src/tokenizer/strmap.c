@@ -21,8 +21,7 @@ static uint64_t hash_u64(uint64_t x) {
     return x ^ (x >> 33);
 }
 
-static bool strmap_grow(strmap *m) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
+static bool strmap_grow_to(strmap *m, size_t cap) {
     strmap_slot *s = calloc(cap, sizeof *s);
     if (!s) return false;
     for (size_t i = 0; i < m->cap; i++) {
@@ -35,6 +34,14 @@ static bool strmap_grow(strmap *m) {
     m->slots = s;
     m->cap = cap;
     return true;
+}
+
+static bool strmap_grow(strmap *m) { return strmap_grow_to(m, m->cap ? m->cap * 2 : 64); }
+
+bool strmap_reserve(strmap *m, size_t n) {
+    size_t cap = 64;
+    while (cap < 2 * n + 2) cap *= 2;
+    return cap <= m->cap || strmap_grow_to(m, cap);
 }
 
 bool strmap_put(strmap *m, const char *key, size_t len, int32_t value) {
@@ -67,8 +74,7 @@ void strmap_free(strmap *m) {
     memset(m, 0, sizeof *m);
 }
 
-static bool u64map_grow(u64map *m) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
+static bool u64map_grow_to(u64map *m, size_t cap) {
     uint64_t *k = malloc(cap * sizeof *k);
     int32_t *v = malloc(cap * sizeof *v);
     if (!k || !v) {
@@ -86,6 +92,14 @@ static bool u64map_grow(u64map *m) {
     free(m->keys), free(m->values);
     m->keys = k, m->values = v, m->cap = cap;
     return true;
+}
+
+static bool u64map_grow(u64map *m) { return u64map_grow_to(m, m->cap ? m->cap * 2 : 64); }
+
+bool u64map_reserve(u64map *m, size_t n) {
+    size_t cap = 64;
+    while (cap < 2 * n + 2) cap *= 2;
+    return cap <= m->cap || u64map_grow_to(m, cap);
 }
 
 bool u64map_put(u64map *m, uint64_t key, int32_t value) {

@@ -25,6 +25,8 @@ typedef struct strmap {
     size_t n;
 } strmap;
 
+/* Sizes the table for n keys up front (load time, no rehashing); false on OOM. */
+bool strmap_reserve(strmap *m, size_t n);
 /* Inserts or overwrites key -> value; false on out of memory. */
 bool strmap_put(strmap *m, const char *key, size_t len, int32_t value);
 /* The value of key, or -1 when absent. */
@@ -38,6 +40,7 @@ typedef struct u64map {
     size_t n;
 } u64map;
 
+bool u64map_reserve(u64map *m, size_t n);
 /* Inserts or overwrites key -> value; false on out of memory. key != UINT64_MAX. */
 bool u64map_put(u64map *m, uint64_t key, int32_t value);
 int32_t u64map_get(const u64map *m, uint64_t key);

@@ -123,6 +123,8 @@ typedef struct added_token {
     int32_t id;
     char *s;
     size_t n;
+    char *pat;    /* what is matched: s, or s normalized when normalized is set */
+    size_t pat_n;
     bool lstrip, rstrip, normalized, single_word, special;
 } added_token;
 

@@ -409,6 +409,7 @@ static celer_status load_bpe(loader *L, json_t *m, bpe *b) {
     b->id_len = malloc(sizeof *b->id_len * (size_t)(b->n_ids ? b->n_ids : 1));
     if (!b->strs || !b->id_off || !b->id_len) return free(unk), oom(L);
     for (int64_t i = 0; i < b->n_ids; i++) b->id_off[i] = SIZE_MAX, b->id_len[i] = 0;
+    if (!strmap_reserve(&b->vocab, json_object_size(vocab))) return free(unk), oom(L);
     size_t off = 0;
     json_object_foreach(vocab, key, v) {
         size_t n = strlen(key);
@@ -441,7 +442,7 @@ static celer_status load_bpe(loader *L, json_t *m, bpe *b) {
     if (b->n_merges >= INT32_MAX) return bad(L, "model.merges", "too many merges");
     b->merge_rank = malloc(sizeof *b->merge_rank * (size_t)(b->n_merges ? b->n_merges : 1));
     b->merge_new = malloc(sizeof *b->merge_new * (size_t)(b->n_merges ? b->n_merges : 1));
-    if (!b->merge_rank || !b->merge_new) return oom(L);
+    if (!b->merge_rank || !b->merge_new || !u64map_reserve(&b->merges, (size_t)b->n_merges)) return oom(L);
     sbuf joined = {0};
     for (int64_t i = 0; i < b->n_merges; i++) {
         json_t *it = json_array_get(merges, (size_t)i);
@@ -580,21 +581,43 @@ celer_status tok_load(const char *path, tokenizer **out, celer_error *e) {
     if (stat(path, &sb) != 0) return error_set(e, CELER_STATUS_IO, "%s: no such file or directory", path);
     if (S_ISDIR(sb.st_mode)) snprintf(file, sizeof file, "%s/tokenizer.json", path);
     else snprintf(file, sizeof file, "%s", path);
-    json_error_t je;
-    json_t *doc = json_load_file(file, JSON_REJECT_DUPLICATES, &je);
-    if (!doc) {
-        if (stat(file, &sb) != 0) return error_set(e, CELER_STATUS_IO, "%s: no such file", file);
-        return error_set(e, CELER_STATUS_BAD_FILE, "%s:%d:%d: %s", file, je.line, je.column, je.text);
+    /* One read and an in-memory parse: jansson's file reader goes a byte at a time. */
+    FILE *f = fopen(file, "rb");
+    if (!f) return error_set(e, CELER_STATUS_IO, "%s: cannot open", file);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            size_t c = cap ? cap * 2 : (size_t)1 << 20;
+            char *p = realloc(buf, c);
+            if (!p) {
+                free(buf), fclose(f);
+                return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", file);
+            }
+            buf = p, cap = c;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        if (k == 0) break;
+        n += k;
     }
-    celer_status st = load_doc(doc, file, out, e);
-    json_decref(doc);
+    bool read_error = ferror(f);
+    fclose(f);
+    if (read_error) {
+        free(buf);
+        return error_set(e, CELER_STATUS_IO, "%s: read error", file);
+    }
+    celer_status st = tok_load_json(buf, n, file, out, e);
+    free(buf);
     return st;
 }
 
 void tok_destroy(tokenizer *t) {
     if (!t) return;
     bpe_free(&t->model);
-    for (size_t i = 0; i < t->n_added; i++) free(t->added[i].s);
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].pat != t->added[i].s) free(t->added[i].pat);
+        free(t->added[i].s);
+    }
     free(t->added);
     strmap_free(&t->added_map);
     normalizer_free(t->norm), free(t->norm);

@@ -26,12 +26,27 @@ static _Thread_local const tokenizer *sort_ctx;
 static int cmp_match(const void *a, const void *b) {
     const tokenizer *t = sort_ctx;
     const added_token *x = &t->added[*(const int32_t *)a], *y = &t->added[*(const int32_t *)b];
-    if ((uint8_t)x->s[0] != (uint8_t)y->s[0]) return (uint8_t)x->s[0] < (uint8_t)y->s[0] ? -1 : 1;
-    if (x->n != y->n) return x->n > y->n ? -1 : 1;
+    if ((uint8_t)x->pat[0] != (uint8_t)y->pat[0]) return (uint8_t)x->pat[0] < (uint8_t)y->pat[0] ? -1 : 1;
+    if (x->pat_n != y->pat_n) return x->pat_n > y->pat_n ? -1 : 1;
     return *(const int32_t *)a < *(const int32_t *)b ? -1 : 1;
 }
 
 celer_status tok_index(tokenizer *t, celer_error *e) {
+    /* As Hugging Face does, a normalized added token is matched in its normalized form
+     * (with a Prepend normalizer, "[X]" is found as "\u2581[X]"). */
+    for (size_t i = 0; i < t->n_added; i++) {
+        added_token *a = &t->added[i];
+        a->pat = a->s, a->pat_n = a->n;
+        if (!a->normalized || !t->norm) continue;
+        sbuf b = {0};
+        celer_status st = normalize(t->norm, a->s, a->n, &b, e);
+        if (st != CELER_OK || b.n == 0) {
+            free(b.p);
+            if (st != CELER_OK) return st;
+            continue;
+        }
+        a->pat = b.p, a->pat_n = b.n;
+    }
     for (int k = 0; k < 2; k++) {
         size_t m = 0;
         if (!(t->match[k] = malloc(sizeof(int32_t) * (t->n_added ? t->n_added : 1))))
@@ -43,7 +58,7 @@ celer_status tok_index(tokenizer *t, celer_error *e) {
         size_t j = 0;
         for (int b = 0; b < 256; b++) {
             t->match_start[k][b] = j;
-            while (j < m && (uint8_t)t->added[t->match[k][j]].s[0] == b) j++;
+            while (j < m && (uint8_t)t->added[t->match[k][j]].pat[0] == b) j++;
         }
         t->match_start[k][256] = j;
     }
@@ -76,7 +91,8 @@ int32_t tok_token_to_id(const tokenizer *t, const char *token, size_t len) {
 static const char *id_token(const tokenizer *t, int32_t id, size_t *len) {
     if (id < 0 || id >= t->n_total) return NULL;
     int32_t a = t->added_index[id];
-    if (a >= 0) return *len = t->added[a].n, t->added[a].s;
+    /* A normalized added token reads back in its normalized form, as in Hugging Face. */
+    if (a >= 0) return *len = t->added[a].pat_n, t->added[a].pat;
     if (id >= t->model.n_ids || t->model.id_off[id] == SIZE_MAX) return NULL;
     *len = t->model.id_len[id];
     return t->model.strs + t->model.id_off[id];
@@ -140,7 +156,7 @@ static bool split_added(const tokenizer *t, int k, const char *s, size_t n, segs
         int32_t hit = -1;
         for (size_t j = t->match_start[k][c0]; j < t->match_start[k][c0 + 1]; j++) {
             const added_token *a = &t->added[t->match[k][j]];
-            if (a->n <= n - i && !memcmp(s + i, a->s, a->n)) {
+            if (a->pat_n <= n - i && !memcmp(s + i, a->pat, a->pat_n)) {
                 hit = t->match[k][j];
                 break;
             }
@@ -150,7 +166,7 @@ static bool split_added(const tokenizer *t, int k, const char *s, size_t n, segs
             continue;
         }
         const added_token *a = &t->added[hit];
-        size_t ma = i, mb = i + a->n, cl;
+        size_t ma = i, mb = i + a->pat_n, cl;
         uint32_t cp;
         if (a->single_word) {
             bool ok = ma == 0 || !is_word_char(prev_char(s, ma, &cl));
