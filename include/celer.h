@@ -245,6 +245,31 @@ celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const ch
 celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len, char *err,
                                       size_t err_size);
 
+/* ==== Chat templates ==== */
+
+/* Renders a chat template (Jinja source, as in tokenizer_config.json) over messages_json,
+ * an OpenAI-style array of {"role", "content", ...} objects (or an object with a
+ * "messages" array), as transformers' apply_chat_template(tokenize=False) does.
+ * bos_token / eos_token may be NULL (undefined in the template). *out is malloc'd; the
+ * caller frees it with free(). On failure err holds one line, "template line L column C:
+ * ..." for a template error or a raise_exception in it.
+ *
+ *     char *prompt;
+ *     celer_chat_template_render(src, "[{\"role\": \"user\", \"content\": \"Hi\"}]", 1,
+ *                                "<s>", "</s>", &prompt, err, sizeof err);
+ */
+celer_status celer_chat_template_render(const char *template_src, const char *messages_json,
+                                        int add_generation_prompt, const char *bos_token,
+                                        const char *eos_token, char **out, char *err,
+                                        size_t err_size);
+
+/* The chat template of a model directory (chat_template.jinja, else the chat_template of
+ * tokenizer_config.json) and its bos/eos tokens. Each out string is malloc'd, NULL when
+ * absent; the caller frees them with free(). */
+celer_status celer_chat_template_load(const char *model_path, char **template_src,
+                                      char **bos_token, char **eos_token, char *err,
+                                      size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

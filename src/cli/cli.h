@@ -66,5 +66,6 @@ int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static void usage(FILE *f) {
           "  generate -m MODEL --ids 1,2,3 [-n N] [--temp 0] [--print-ids] [--ignore-eos]\n"
           "  tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]   ids of a text\n"
           "  detokenize -m PATH --ids 1,2,3 [--skip-special]   text of ids\n"
+          "  template -m MODEL --messages FILE.json [--add-generation-prompt]   prompt from the chat template\n"
           "common options: -t THREADS, -c CTX\n"
           "MODEL is a checkpoint directory (config.json + *.safetensors) or a .gguf file\n",
           f);
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "template")) return cmd_template(argc - 2, argv + 2);
     fprintf(stderr, "celer: unknown command %s\n", argv[1]);
     usage(stderr);
     return 1;

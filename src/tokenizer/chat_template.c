@@ -1761,3 +1761,49 @@ celer_status chat_template_from_dir(const char *dir, char **template_src, char *
     }
     return CELER_OK;
 }
+
+/* ==== Public API (celer.h) ==== */
+
+celer_status celer_chat_template_render(const char *template_src, const char *messages_json,
+                                        int add_generation_prompt, const char *bos_token,
+                                        const char *eos_token, char **out, char *err, size_t err_size) {
+    celer_error e = {{0}};
+    chat_template *t = NULL;
+    json_t *doc = NULL;
+    *out = NULL;
+    celer_status st = CELER_OK;
+    if (!template_src || !messages_json) {
+        st = error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "template and messages are required");
+        goto done;
+    }
+    json_error_t je;
+    doc = json_loads(messages_json, 0, &je);
+    if (!doc) {
+        st = error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "messages: line %d column %d: %s", je.line, je.column,
+                       je.text);
+        goto done;
+    }
+    const json_t *msgs = json_is_object(doc) ? json_object_get(doc, "messages") : doc;
+    if (!json_is_array(msgs)) {
+        st = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
+                       "messages: expected an array of messages or an object with a \"messages\" array");
+        goto done;
+    }
+    if ((st = chat_template_parse(template_src, strlen(template_src), &t, &e)) != CELER_OK) goto done;
+    chat_template_opts o = {.add_generation_prompt = add_generation_prompt != 0, .bos_token = bos_token,
+                            .eos_token = eos_token};
+    st = chat_template_render(t, msgs, &o, out, NULL, &e);
+done:
+    if (st != CELER_OK) error_copy(&e, err, err_size);
+    chat_template_free(t);
+    json_decref(doc);
+    return st;
+}
+
+celer_status celer_chat_template_load(const char *model_path, char **template_src, char **bos_token,
+                                      char **eos_token, char *err, size_t err_size) {
+    celer_error e = {{0}};
+    celer_status st = chat_template_from_dir(model_path, template_src, bos_token, eos_token, &e);
+    if (st != CELER_OK) error_copy(&e, err, err_size);
+    return st;
+}
