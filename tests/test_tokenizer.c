@@ -170,6 +170,16 @@ static const char tiny2[] =
     "\"vocab\":{\"\\u2581\":0,\"h\":1,\"i\":2,\"\\u2581h\":3,\"\\u2581hi\":4,\"<0xC3>\":5,\"<0xA9>\":6,\"<unk>\":7},"
     "\"merges\":[[\"\\u2581\",\"h\"],[\"\\u2581h\",\"i\"]]}}";
 
+/* continuing_subword_prefix / end_of_word_suffix and Strip; ids and text as Hugging Face
+ * `tokenizers` 0.23 gives them for this file. */
+static const char tiny3[] =
+    "{\"version\":\"1.0\",\"added_tokens\":[],\"normalizer\":null,"
+    "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"Removed\",\"invert\":false},"
+    "\"post_processor\":null,\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Strip\",\"content\":\">\",\"start\":1,\"stop\":2}]},"
+    "\"model\":{\"type\":\"BPE\",\"unk_token\":null,\"continuing_subword_prefix\":\"##\",\"end_of_word_suffix\":\"</w>\","
+    "\"vocab\":{\"h\":0,\"##i\":1,\"hi\":2,\"i\":3,\"x</w>\":4,\"##x</w>\":5,\"hix</w>\":6,\"h</w>\":7,\">>a>>>\":8},"
+    "\"merges\":[[\"h\",\"##i\"],[\"hi\",\"##x</w>\"]]}}";
+
 static void expect_ids(const tokenizer *t, const char *text, bool special, const int32_t *want, int64_t nw) {
     int32_t *ids;
     int64_t n;
@@ -228,6 +238,16 @@ static void check_tiny(void) {
                   ids[ni - 1] == 8,
               "long word: %lld ids", (long long)ni);
         free(ids), free(w);
+        tok_free(t);
+    }
+    if (CHECK(tok_load_json(tiny3, sizeof tiny3 - 1, "tiny3", &t, &e) == CELER_OK, "tiny3: %s", e.msg)) {
+        expect_ids(t, "hix", false, (int32_t[]){6}, 1);
+        expect_ids(t, "x", false, (int32_t[]){4}, 1);
+        expect_ids(t, "hx", false, (int32_t[]){0, 5}, 2);
+        expect_ids(t, "h", false, (int32_t[]){7}, 1);
+        expect_ids(t, "hiq x", false, (int32_t[]){2, 4}, 2); /* no unk_token: "q" is dropped */
+        expect_text(t, (int32_t[]){4, 4}, 2, false, "x</wx</w");
+        expect_text(t, (int32_t[]){8, 4}, 2, false, ">a>x</w");
         tok_free(t);
     }
     if (CHECK(tok_load_json(tiny2, sizeof tiny2 - 1, "tiny2", &t, &e) == CELER_OK, "tiny2: %s", e.msg)) {

@@ -11,6 +11,7 @@ Usage: build/venv/bin/python tools/make_tokenizer_goldens.py [--shared ../shared
 import argparse
 import json
 import os
+import random
 
 import tokenizers
 from tokenizers import Tokenizer
@@ -87,6 +88,16 @@ def corpus():
     for i in range(60):
         a, b, c = words[i % len(words)], words[(i * 5 + 1) % len(words)], words[(i * 11 + 2) % len(words)]
         s.append(f"{a}{joiners[i % 6]}{b}{joiners[(i + 1) % 6]}{c}")
+    # Seeded random strings over a palette of the characters above: cheap coverage of
+    # combinations nobody wrote down (random.Random's sequence is stable across versions).
+    rng = random.Random(7)
+    palette = list("aAbBzZ e\u00e9  \t\n\r0123456789'\u2019\".,;:!?-_()[]{}<>|/\\@#$%^&*+=~`") + [
+        "'s", "'T", "'ll", "'RE", "\u00a0", "\u200b", "\u200d", "\u0301", "\u0308", "\u4f60", "\u597d",
+        "\ud55c", "\u0627", "\u0644", "\u0928", "\u094d", "\U0001f600", "\U0001f44d", "\U0001f3fd", "\u017f",
+        "\u00df", "\u0130", "\u2581", "\u3000", "\u0085", "\ufeff", "<s>", "</s>", "<|begin_of_text|>",
+        "<|im_start|>", "<|eot_id|>", "<think>", "<0x41>", "\ufb01", "\u2460", "\u00b2", "\u216b", "<mask>", "[NEW]"]
+    for _ in range(200):
+        s.append("".join(rng.choice(palette) for _ in range(rng.randint(1, 40))))
     seen, out = set(), []
     for x in s:
         if x not in seen:
