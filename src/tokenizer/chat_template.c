@@ -13,6 +13,7 @@
  */
 #define _DEFAULT_SOURCE
 #include "tokenizer/chat_template_impl.h"
+#include "tokenizer/tok_gguf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -23,7 +24,7 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
-#define MAX_STEPS 10000000    /* statements and loop iterations per render */
+#define MAX_STEPS 5000000     /* statements and loop iterations per render */
 #define MAX_CALL_DEPTH 64     /* nested macro calls */
 #define MAX_BYTES (256u << 20) /* arena and output */
 
@@ -1803,7 +1804,10 @@ done:
 celer_status celer_chat_template_load(const char *model_path, char **template_src, char **bos_token,
                                       char **eos_token, char *err, size_t err_size) {
     celer_error e = {{0}};
-    celer_status st = chat_template_from_dir(model_path, template_src, bos_token, eos_token, &e);
+    const size_t n = strlen(model_path);
+    const bool gguf = n > 5 && strcmp(model_path + n - 5, ".gguf") == 0;
+    celer_status st = gguf ? chat_template_from_gguf(model_path, template_src, bos_token, eos_token, &e)
+                           : chat_template_from_dir(model_path, template_src, bos_token, eos_token, &e);
     if (st != CELER_OK) error_copy(&e, err, err_size);
     return st;
 }
