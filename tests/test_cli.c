@@ -144,7 +144,29 @@ static void check_config_variants(void) {
     free(golden), free(got), free(ids), free(greedy), free(ids_s);
 }
 
+/* celer convert: the MLX-layout directory gives the GGUF's logits bit for bit. */
+static void check_convert(const char *fixture) {
+    char gguf[4200], dir[128], cmd[8192], out[4096], a[160], b[160];
+    snprintf(gguf, sizeof gguf, "%s/model.gguf", fixture_path(fixture));
+    snprintf(dir, sizeof dir, "/tmp/celer-convert-%d", (int)getpid());
+    snprintf(a, sizeof a, "%s.a.npy", dir);
+    snprintf(b, sizeof b, "%s.b.npy", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s' convert -m '%s' -o '%s'", dir, bin(), gguf, dir);
+    CHECK(run(cmd, out, sizeof out) == 0, "%s: convert exits 0", fixture);
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s' && '%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s'",
+             bin(), gguf, a, bin(), dir, b);
+    CHECK(run(cmd, out, sizeof out) == 0, "%s: logits of both exit 0", fixture);
+    int64_t r1, c1, r2, c2;
+    float *x = npy_read_f32(a, &r1, &c1), *y = npy_read_f32(b, &r2, &c2);
+    CHECK(x && y && r1 == r2 && c1 == c2 && max_abs_diff(x, y, r1 * c1) == 0, "%s: converted directory gives identical logits", fixture);
+    free(x), free(y);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
+    if (system(cmd) != 0) CHECK(false, "cleanup");
+}
+
 int main(void) {
+    check_convert("llama-tied-gguf-q4_1");
+    check_convert("qwen2-gguf-q8_0");
     check_config_variants();
     check_fixture("llama3-q4g64");
     check_fixture("qwen2-bf16");

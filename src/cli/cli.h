@@ -64,6 +64,10 @@ int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t col
 
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);

@@ -165,18 +165,6 @@ bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i) {
     return true;
 }
 
-int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const char *model_path,
-                        const cli_prompt_opts *o, int64_t *n) {
-    char err[512];
-    int32_t *ids;
-    (void)m;
-    (void)model_path;
-    if (!o->no_template) cli_die("chat templates are not available; pass --no-chat-template");
-    if (celer_tokenize(tok, o->prompt, strlen(o->prompt), true, &ids, n, err, sizeof err) != CELER_OK) cli_die("%s", err);
-    if (*n == 0) cli_die("-p: the prompt is empty");
-    return ids;
-}
-
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;

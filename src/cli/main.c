@@ -9,7 +9,12 @@
 static void usage(FILE *f) {
     fputs("usage: celer COMMAND [options]\n"
           "  logits   -m MODEL --ids 1,2,3 [--all] -o FILE.npy   float32 logits\n"
-          "  generate -m MODEL --ids 1,2,3 [-n N] [--temp 0] [--print-ids] [--ignore-eos]\n"
+          "  generate -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+          "           [--repeat-penalty R] [--seed S] [--system TEXT] [--no-chat-template] [--ignore-eos]\n"
+          "  run [MODEL] [-p TEXT]                                  chat (REPL), or one answer with -p\n"
+          "  inspect -m MODEL [-c CTX]                              architecture, size, memory\n"
+          "  perplexity -m MODEL -f FILE [-c CTX]                   perplexity of a text\n"
+          "  convert -m MODEL.gguf -o DIR                           GGUF to an MLX-layout checkpoint\n"
           "  tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]   ids of a text\n"
           "  detokenize -m PATH --ids 1,2,3 [--skip-special]   text of ids\n"
           "  template -m MODEL --messages FILE.json [--add-generation-prompt]   prompt from the chat template\n"
@@ -25,6 +30,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 2, argv + 2);
     if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "template")) return cmd_template(argc - 2, argv + 2);

@@ -57,6 +57,21 @@ int64_t celer_model_n_layer(const celer_model *m) { return m->dims.n_layer; }
 int64_t celer_model_n_ctx_train(const celer_model *m) { return m->dims.n_ctx_train; }
 const char *celer_model_desc(const celer_model *m) { return m->desc; }
 
+celer_status celer_model_convert(const celer_model *m, const char *dir, char *err, size_t err_size) {
+    celer_error e = {{0}};
+    celer_status s = checkpoint_write_mlx(&m->ck, dir, &e);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+celer_model_info celer_model_get_info(const celer_model *m) {
+    celer_model_info info = {0};
+    m->family->count(m, &info.n_params, &info.weight_bytes);
+    /* fp32 K and V for every layer */
+    info.kv_bytes_per_token = 2 * m->dims.n_layer * m->dims.hk * m->dims.hd * (int64_t)sizeof(float);
+    return info;
+}
+
 /* ==== Context ==== */
 
 celer_context_params celer_context_default_params(void) {

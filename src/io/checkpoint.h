@@ -37,6 +37,10 @@ typedef struct checkpoint {
 celer_status checkpoint_open(checkpoint *ck, const char *path, celer_error *e);
 void checkpoint_close(checkpoint *ck);
 
+/* Writes ck (opened from a GGUF file) as an MLX-layout directory dir: config.json with a
+ * quantization block, and model.safetensors. */
+celer_status checkpoint_write_mlx(const checkpoint *ck, const char *dir, celer_error *e);
+
 /* The tensor called name in any shard, or NULL; *shard_path (if not NULL) names its file. */
 const st_tensor *checkpoint_find(const checkpoint *ck, const char *name, const char **shard_path);
 

@@ -324,6 +324,28 @@ static const matview *llama_head(const celer_model *m) {
     return &((const llama_weights *)m->weights)->head;
 }
 
+static void llama_count(const celer_model *m, int64_t *params, int64_t *bytes) {
+    const llama_weights *w = m->weights;
+    const model_dims *dm = &m->dims;
+    const bool tied = w->head.data == w->embed.data;
+    *params = 0, *bytes = 0;
+#define ADD_MAT(x) (*params += (x).rows * (x).cols, *bytes += matview_bytes(&(x)))
+#define ADD_VEC(p, n) ((p) ? (*params += (n), *bytes += 4 * (n)) : 0)
+    ADD_MAT(w->embed);
+    if (!tied) ADD_MAT(w->head);
+    ADD_VEC(w->norm, dm->d);
+    for (int64_t l = 0; l < dm->n_layer; l++) {
+        const llama_layer *L = &w->layers[l];
+        ADD_MAT(L->wq), ADD_MAT(L->wk), ADD_MAT(L->wv), ADD_MAT(L->wo);
+        ADD_MAT(L->w_gate), ADD_MAT(L->w_up), ADD_MAT(L->w_down);
+        ADD_VEC(L->attn_norm, dm->d), ADD_VEC(L->mlp_norm, dm->d);
+        ADD_VEC(L->bq, L->wq.rows), ADD_VEC(L->bk, L->wk.rows), ADD_VEC(L->bv, L->wv.rows), ADD_VEC(L->bo, L->wo.rows);
+        ADD_VEC(L->b_gate, L->w_gate.rows), ADD_VEC(L->b_up, L->w_up.rows), ADD_VEC(L->b_down, L->w_down.rows);
+    }
+#undef ADD_MAT
+#undef ADD_VEC
+}
+
 static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL};
 
 const model_family llama_family = {
@@ -333,4 +355,5 @@ const model_family llama_family = {
     .hidden_states = llama_hidden_states,
     .embedding = llama_embedding,
     .head = llama_head,
+    .count = llama_count,
 };

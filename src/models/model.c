@@ -117,3 +117,8 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
 void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd) {
     be->ops->embed(be, embd, m->family->embedding(m), ids, n);
 }
+
+int64_t matview_bytes(const matview *w) {
+    if (!w->quant_bits) return w->rows * w->cols * (int64_t)dtype_size(w->type);
+    return w->rows * w->cols * w->quant_bits / 8 + 2 * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type);
+}

@@ -63,7 +63,12 @@ struct model_family {
                           const model_kv *kv, float *scratch, float *hidden);
     const matview *(*embedding)(const celer_model *m);
     const matview *(*head)(const celer_model *m);
+    /* Adds up the parameters and stored bytes of every weight the family binds. */
+    void (*count)(const celer_model *m, int64_t *params, int64_t *bytes);
 };
+
+/* Stored bytes of one weight view (codes + scales + biases, or dense data). */
+int64_t matview_bytes(const matview *w);
 
 /* Opens dir, reads config.json and binds every weight; *out NULL on failure. */
 celer_status model_open(const char *dir, celer_model **out, celer_error *e);

@@ -177,3 +177,38 @@ celer_status tok_load_gguf(const char *path, tokenizer **out, celer_error *e) {
     mapped_file_close(&map);
     return s;
 }
+
+/* The text of token id, NUL-terminated and malloc'd, or NULL. */
+static char *token_text(const gguf_file *g, int64_t id) {
+    const gguf_kv *tokens = gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (id < 0 || !tokens || tokens->val.type != GGUF_TYPE_ARRAY || tokens->val.arr_type != GGUF_TYPE_STRING ||
+        (uint64_t)id >= tokens->val.arr_len)
+        return NULL;
+    const uint8_t *p = tokens->val.arr_data;
+    const char *s = NULL;
+    size_t len = 0;
+    for (int64_t i = 0; i <= id; i++) s = next_str(&p, &len);
+    return strndup(s, len);
+}
+
+celer_status chat_template_from_gguf(const char *path, char **template_src, char **bos_token,
+                                     char **eos_token, celer_error *e) {
+    *template_src = *bos_token = *eos_token = NULL;
+    mapped_file map;
+    gguf_file g;
+    celer_status s = mapped_file_open(path, &map, e);
+    if (s != CELER_OK) return s;
+    if ((s = gguf_parse(&g, path, map.data, map.size, e)) == CELER_OK) {
+        const gguf_kv *t = gguf_find_kv(&g, "tokenizer.chat_template");
+        int64_t id;
+        if (!t || t->val.type != GGUF_TYPE_STRING)
+            s = error_set(e, CELER_STATUS_BAD_FILE, "%s: tokenizer.chat_template: the file has no chat template", path);
+        else if (!(*template_src = strndup(t->val.str, t->val.str_len)))
+            s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
+        if (s == CELER_OK && kv_id(&g, "tokenizer.ggml.bos_token_id", &id)) *bos_token = token_text(&g, id);
+        if (s == CELER_OK && kv_id(&g, "tokenizer.ggml.eos_token_id", &id)) *eos_token = token_text(&g, id);
+    }
+    gguf_free(&g);
+    mapped_file_close(&map);
+    return s;
+}

@@ -1,0 +1,31 @@
+/*
+ * inspect.c - `celer inspect -m MODEL [-c CTX]`: what a checkpoint holds and what
+ * running it costs: architecture, parameters, quantization, weight bytes, KV bytes per
+ * token and a memory estimate for a context size.
+ */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cmd_inspect(int argc, char **argv) {
+    cli_model_opts o = {0};
+    for (int i = 0; i < argc; i++)
+        if (!cli_model_flag(&o, argc, argv, &i)) cli_die("inspect: unknown option %s\nusage: celer inspect -m MODEL [-c CTX]", argv[i]);
+    celer_model *m = cli_open_model(&o);
+    const celer_model_info info = celer_model_get_info(m);
+    int64_t n_ctx = o.n_ctx ? o.n_ctx : celer_model_n_ctx_train(m);
+    if (!o.n_ctx && (n_ctx <= 0 || n_ctx > 4096)) n_ctx = 4096;
+    const double mib = 1024.0 * 1024.0;
+    printf("model:         %s\n", o.model);
+    printf("architecture:  %s\n", celer_model_desc(m));
+    printf("context:       %lld positions trained\n", (long long)celer_model_n_ctx_train(m));
+    printf("parameters:    %.2f M\n", (double)info.n_params / 1e6);
+    printf("weights:       %.2f MiB (%.2f bits per parameter)\n", (double)info.weight_bytes / mib,
+           8.0 * (double)info.weight_bytes / (double)info.n_params);
+    printf("KV cache:      %.1f KiB per token (fp32)\n", (double)info.kv_bytes_per_token / 1024.0);
+    printf("memory at -c %lld: %.1f MiB (weights + KV cache)\n", (long long)n_ctx,
+           ((double)info.weight_bytes + (double)info.kv_bytes_per_token * (double)n_ctx) / mib);
+    celer_model_close(m);
+    return 0;
+}
