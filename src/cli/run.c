@@ -77,9 +77,13 @@ int cmd_run(int argc, char **argv) {
     int32_t *out = malloc(sizeof *out * (size_t)n_ctx);
     json_t *history = json_array();
     if (!out || !history) cli_die("out of memory");
-    if (po.system) json_array_append_new(history, json_pack("{s:s, s:s}", "role", "system", "content", po.system));
+    json_t *sys = po.system ? json_pack("{s:s, s:s}", "role", "system", "content", po.system) : NULL;
+    if (po.system && !sys) cli_die("--system: the text is not valid UTF-8");
+    if (sys) json_array_append(history, sys);
     if (po.prompt) {
-        json_array_append_new(history, json_pack("{s:s, s:s}", "role", "user", "content", po.prompt));
+        json_t *user = json_pack("{s:s, s:s}", "role", "user", "content", po.prompt);
+        if (!user) cli_die("-p: the prompt is not valid UTF-8");
+        json_array_append_new(history, user);
         turn(&s, o.model, history, n_predict, out, t_load);
     } else {
         const bool tty = isatty(STDIN_FILENO);
@@ -95,7 +99,7 @@ int cmd_run(int argc, char **argv) {
             if (!strcmp(line, "/exit")) break;
             if (!strcmp(line, "/reset")) {
                 json_array_clear(history);
-                if (po.system) json_array_append_new(history, json_pack("{s:s, s:s}", "role", "system", "content", po.system));
+                if (sys) json_array_append(history, sys);
                 continue;
             }
             json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", line);
@@ -109,6 +113,7 @@ int cmd_run(int argc, char **argv) {
         free(line);
     }
     json_decref(history);
+    json_decref(sys);
     free(out);
     cli_session_close(&s);
     celer_context_destroy(ctx);

@@ -40,12 +40,15 @@ int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const 
         if (celer_tokenize(tok, o->prompt, strlen(o->prompt), true, &ids, n, err, sizeof err) != CELER_OK)
             cli_die("%s", err);
     } else {
-        json_t *msgs = json_array();
-        if (o->system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", o->system));
-        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", o->prompt));
+        json_t *msgs = json_array(), *sys = NULL, *user = json_pack("{s:s, s:s}", "role", "user", "content", o->prompt);
+        if (o->system && !(sys = json_pack("{s:s, s:s}", "role", "system", "content", o->system)))
+            cli_die("--system: the text is not valid UTF-8");
+        if (!user) cli_die("-p: the prompt is not valid UTF-8");
+        if (sys) json_array_append_new(msgs, sys);
+        json_array_append_new(msgs, user);
         char *text = json_dumps(msgs, 0);
         json_decref(msgs);
-        if (!text) cli_die("-p: the prompt is not valid UTF-8");
+        if (!text) cli_die("out of memory");
         ids = cli_chat_ids(model_path, tok, text, n);
         free(text);
     }
