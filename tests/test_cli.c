@@ -130,7 +130,18 @@ static void check_config_variants(void) {
     for (int i = 0; i < 3; i++) first_is_eos |= greedy[i] == eos_stop;
     CHECK(first_is_eos || words == 3, "generation stops before the second listed eos id, after 3 tokens: %s", out);
 
+    /* Stop ids from generation_config.json count too. */
     dir = variant("llama3-bf16", rope_parameters);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_t *gc = json_pack("{s:[i, i]}", "eos_token_id", 999 % 512, eos_stop);
+    json_dump_file(gc, path, 0);
+    json_decref(gc);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --ids %s -n 16 --temp 0", bin(), dir, ids_s);
+    CHECK(run(cmd, out, sizeof out) == 0, "generate with generation_config.json exits 0");
+    words = 1;
+    for (char *p = out; *p; p++) words += *p == ' ';
+    CHECK(first_is_eos || words == 3, "generation_config.json's eos ids stop generation: %s", out);
+
     snprintf(npy, sizeof npy, "/tmp/celer-cli-rp-%d.npy", (int)getpid());
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all -o %s", bin(), dir, ids_s, npy);
     CHECK(run(cmd, out, sizeof out) == 0, "rope_parameters config loads");

@@ -52,7 +52,7 @@ int cmd_generate(int argc, char **argv) {
 
     cli_session s;
     cli_stats st;
-    cli_session_open(&s, m, ctx, tok, &sp, n_ctx);
+    cli_session_open(&s, o.model, m, ctx, tok, &sp, n_ctx);
     cli_session_reply(&s, ids, n, n_predict, print_ids, ignore_eos, NULL, &st);
     printf("\n");
     if (!ids_arg) cli_stats_print(&st, t_load);

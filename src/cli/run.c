@@ -73,7 +73,7 @@ int cmd_run(int argc, char **argv) {
     celer_context *ctx = cli_open_context(&o, m, n_ctx);
     const double t_load = cli_now() - t0;
     cli_session s;
-    cli_session_open(&s, m, ctx, tok, &sp, n_ctx);
+    cli_session_open(&s, o.model, m, ctx, tok, &sp, n_ctx);
     int32_t *out = malloc(sizeof *out * (size_t)n_ctx);
     json_t *history = json_array();
     if (!out || !history) cli_die("out of memory");

@@ -56,17 +56,30 @@ int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const 
     return ids;
 }
 
-void cli_session_open(cli_session *s, celer_model *m, celer_context *ctx, celer_tokenizer *tok,
+void cli_session_open(cli_session *s, const char *model_path, celer_model *m, celer_context *ctx, celer_tokenizer *tok,
                       const celer_sampler_params *sp, int64_t n_ctx) {
     char err[512];
     memset(s, 0, sizeof *s);
-    s->m = m, s->ctx = ctx, s->tok = tok, s->n_ctx = n_ctx;
+    s->model_path = model_path, s->m = m, s->ctx = ctx, s->tok = tok, s->n_ctx = n_ctx;
     const int64_t v = celer_model_n_vocab(m);
     s->logits = malloc(sizeof(float) * (size_t)v);
     s->cached = malloc(sizeof(int32_t) * (size_t)n_ctx);
     s->smp = celer_sampler_create(sp, v);
     if (!s->logits || !s->cached || !s->smp) cli_die("out of memory");
     if (tok && celer_detok_stream_create(tok, true, &s->ds, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    /* The eos_token of tokenizer_config.json stops generation too (chat models name their
+     * end-of-turn token there). */
+    s->stop = -1;
+    char *src = NULL, *bos = NULL, *eos = NULL;
+    if (tok && celer_chat_template_load(s->model_path, &src, &bos, &eos, err, sizeof err) == CELER_OK && eos) {
+        int32_t *ids;
+        int64_t n;
+        if (celer_tokenize(tok, eos, strlen(eos), false, &ids, &n, err, sizeof err) == CELER_OK) {
+            if (n == 1) s->stop = ids[0];
+            free(ids);
+        }
+    }
+    free(src), free(bos), free(eos);
 }
 
 void cli_session_close(cli_session *s) {
@@ -107,7 +120,7 @@ int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int6
     while (n_predict < 0 || produced < n_predict) {
         int32_t t = celer_sampler_sample(s->smp, s->logits);
         celer_sampler_accept(s->smp, t);
-        if (!ignore_eos && celer_model_is_eos(s->m, t)) break;
+        if (!ignore_eos && (celer_model_is_eos(s->m, t) || t == s->stop)) break;
         if (out) out[produced] = t;
         produced++;
         if (print_ids) {

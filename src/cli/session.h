@@ -14,6 +14,7 @@ double cli_now(void);
 int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const char *messages_json, int64_t *n);
 
 typedef struct cli_session {
+    const char *model_path;
     celer_model *m;
     celer_context *ctx;
     celer_tokenizer *tok; /* NULL: ids only */
@@ -22,6 +23,7 @@ typedef struct cli_session {
     float *logits;   /* [v] */
     int32_t *cached; /* [n_ctx] ids in sequence 0 of the cache */
     int64_t n_cached, n_ctx;
+    int32_t stop; /* tokenizer_config.json's eos_token, or -1 */
 } cli_session;
 
 typedef struct cli_stats {
@@ -29,7 +31,7 @@ typedef struct cli_stats {
     double t_prefill, t_decode;
 } cli_stats;
 
-void cli_session_open(cli_session *s, celer_model *m, celer_context *ctx, celer_tokenizer *tok,
+void cli_session_open(cli_session *s, const char *model_path, celer_model *m, celer_context *ctx, celer_tokenizer *tok,
                       const celer_sampler_params *sp, int64_t n_ctx);
 void cli_session_close(cli_session *s);
 

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "models/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,20 +52,34 @@ void model_close(celer_model *m) {
     free(m);
 }
 
-celer_status model_read_eos(celer_model *m, celer_error *e) {
-    const json_t *j = json_object_get(m->ck.config, "eos_token_id");
-    m->n_eos = 0;
+/* Adds the id or ids of j (from file) to m->eos. */
+static celer_status add_eos(celer_model *m, const json_t *j, const char *file, celer_error *e) {
     if (!j || json_is_null(j)) return CELER_OK;
     const size_t n = json_is_array(j) ? json_array_size(j) : 1;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_is_array(j) ? json_array_get(j, i) : j;
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->dims.v)
-            return error_set(e, CELER_STATUS_BAD_CONFIG,
-                             "%s: eos_token_id: expected ids in [0, %lld)", m->ck.config_path,
+            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: eos_token_id: expected ids in [0, %lld)", file,
                              (long long)m->dims.v);
-        if (m->n_eos < CELER_MAX_EOS) m->eos[m->n_eos++] = (int32_t)json_integer_value(v);
+        const int32_t id = (int32_t)json_integer_value(v);
+        if (!celer_model_is_eos(m, id) && m->n_eos < CELER_MAX_EOS) m->eos[m->n_eos++] = id;
     }
     return CELER_OK;
+}
+
+celer_status model_read_eos(celer_model *m, celer_error *e) {
+    m->n_eos = 0;
+    celer_status s = add_eos(m, json_object_get(m->ck.config, "eos_token_id"), m->ck.config_path, e);
+    if (s != CELER_OK || m->ck.gguf) return s;
+    /* generation_config.json often lists more stop ids (Llama 3: <|eot_id|>, <|eom_id|>). */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", m->ck.dir);
+    json_error_t je;
+    json_t *g = json_load_file(path, 0, &je);
+    if (!g) return CELER_OK;
+    s = add_eos(m, json_object_get(g, "eos_token_id"), path, e);
+    json_decref(g);
+    return s;
 }
 
 bool celer_model_is_eos(const celer_model *m, int32_t token) {
