@@ -2,8 +2,9 @@
  * template.c - `celer template -m MODEL --messages FILE.json [--add-generation-prompt]`
  * prints the prompt that MODEL's chat template makes of a conversation, byte for byte
  * what transformers' apply_chat_template(tokenize=False) gives. MODEL is a directory
- * holding chat_template.jinja or tokenizer_config.json; FILE holds an OpenAI-style
- * messages array or an object with a "messages" key. No weights or tokenizer are loaded.
+ * holding chat_template.jinja or tokenizer_config.json, or a .gguf file; FILE holds an
+ * OpenAI-style messages array or an object with a "messages" key. No weights or
+ * tokenizer are loaded.
  */
 #include "cli/cli.h"
 
