@@ -208,6 +208,9 @@ static void unit_tests(void) {
     expect("{{ {'a': [1, {}], 'é': []} | tojson(indent=2) }}",
            "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"é\": []\n}");
     expect("{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}", "{\"a\": 2, \"b\": 1}");
+    expect("{{ 'é😀' | tojson(ensure_ascii=true) }} {{ 'é' | tojson }}", "\"\\u00e9\\ud83d\\ude00\" \"é\"");
+    expect_error("{{ 'x' | tojson(separators=[',', ':']) }}", "filter 'tojson' has no supported argument 'separators'");
+    expect("{{ none | trim }}|{{ 'a' in undefined_list }}|{{ 'x<y' | title }}", "None|False|X<Y");
     /* string and dict methods */
     expect("{{ '  x  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\nb'.lstrip('\\n') }}|{{ 'a  '.rstrip() }}|"
            "{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}",

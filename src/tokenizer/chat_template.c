@@ -312,7 +312,7 @@ static celer_status py_case(rctx *r, const ct_node *n, val s, int mode, val *out
         else if (mode == 1) o = (uint32_t)utf8proc_toupper((utf8proc_int32_t)c);
         else if (mode == 2) {
             o = word_start ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)c) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
-            word_start = py_space(c) || c == '-' || c == '(' || c == '[' || c == '{';
+            word_start = py_space(c) || c == '-' || c == '(' || c == '[' || c == '{' || c == '<';
         } else {
             o = first ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)c) : (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
         }
@@ -437,11 +437,20 @@ static celer_status to_str(rctx *r, const ct_node *n, val v, val *out) {
 }
 
 /* json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort) */
-static bool json_str(sbuf *b, val s) {
+static bool json_str(sbuf *b, val s, bool ascii) {
     bool ok = sb_puts(b, "\"");
     for (size_t i = 0; i < s.s.n && ok; i++) {
         unsigned char c = (unsigned char)s.s.p[i];
-        char esc[8];
+        char esc[16];
+        if (c >= 0x80 && ascii) {
+            uint32_t cp = utf8_next(s.s.p, s.s.n, &i);
+            i--;
+            if (cp >= 0x10000)
+                snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
+            else snprintf(esc, sizeof esc, "\\u%04x", cp);
+            ok = sb_puts(b, esc);
+            continue;
+        }
         switch (c) {
         case '"': ok = sb_puts(b, "\\\""); break;
         case '\\': ok = sb_puts(b, "\\\\"); break;
@@ -473,7 +482,7 @@ static bool newline_indent(sbuf *b, int indent, int level) {
 }
 
 /* 0 ok, 1 out of memory, 2 not serializable */
-static int to_json(sbuf *b, val v, int indent, bool sort, int level) {
+static int to_json(sbuf *b, val v, int indent, bool sort, bool ascii, int level) {
     char tmp[64];
     if (level > 100) return 2;
     switch (v.t) {
@@ -485,14 +494,14 @@ static int to_json(sbuf *b, val v, int indent, bool sort, int level) {
         if (isinf(v.f)) return !sb_puts(b, v.f < 0 ? "-Infinity" : "Infinity");
         py_float(v.f, tmp, sizeof tmp);
         return !sb_puts(b, tmp);
-    case V_STR: return !json_str(b, v);
+    case V_STR: return !json_str(b, v, ascii);
     case V_LIST: {
         if (!v.l->n) return !sb_puts(b, "[]");
         if (!sb_puts(b, "[")) return 1;
         for (size_t i = 0; i < v.l->n; i++) {
             if (i && !sb_puts(b, indent >= 0 ? "," : ", ")) return 1;
             if (indent >= 0 && !newline_indent(b, indent, level + 1)) return 1;
-            int rc = to_json(b, v.l->v[i], indent, sort, level + 1);
+            int rc = to_json(b, v.l->v[i], indent, sort, ascii, level + 1);
             if (rc) return rc;
         }
         if (indent >= 0 && !newline_indent(b, indent, level)) return 1;
@@ -508,8 +517,8 @@ static int to_json(sbuf *b, val v, int indent, bool sort, int level) {
         for (size_t i = 0; i < v.d->n && !rc; i++) {
             if (i && !sb_puts(b, indent >= 0 ? "," : ", ")) rc = 1;
             else if (indent >= 0 && !newline_indent(b, indent, level + 1)) rc = 1;
-            else if (!json_str(b, *keys[i]) || !sb_puts(b, ": ")) rc = 1;
-            else rc = to_json(b, v.d->v[keys[i] - v.d->k], indent, sort, level + 1);
+            else if (!json_str(b, *keys[i], ascii) || !sb_puts(b, ": ")) rc = 1;
+            else rc = to_json(b, v.d->v[keys[i] - v.d->k], indent, sort, ascii, level + 1);
         }
         free(keys);
         if (rc) return rc;
@@ -765,7 +774,7 @@ static celer_status contains(rctx *r, const ct_node *n, val item, val seq, bool 
         for (size_t i = 0; i < seq.l->n && !*out; i++) *out = py_eq(item, seq.l->v[i]);
         return CELER_OK;
     }
-    if (seq.t == V_UNDEF) return rerr(r, n, "'in' on an undefined value");
+    if (seq.t == V_UNDEF) return *out = false, CELER_OK; /* Jinja's Undefined iterates as empty */
     return rerr(r, n, "'in' needs a string, list or dict, not %s", type_name(seq));
 }
 
@@ -1116,17 +1125,42 @@ static celer_status do_select(rctx *r, const ct_node *n, const char *fname, val 
     return CELER_OK;
 }
 
+/* Keyword arguments a filter understands; any other is an error, never ignored. */
+static celer_status check_kwargs(rctx *r, const ct_node *n, const char *f, const args *a) {
+    static const struct {
+        const char *filter, *kw;
+    } known[] = {
+        {"trim", "chars"},          {"tojson", "indent"},  {"tojson", "sort_keys"}, {"tojson", "ensure_ascii"},
+        {"default", "default_value"}, {"default", "boolean"}, {"d", "default_value"}, {"d", "boolean"},
+        {"join", "d"},              {"join", "attribute"}, {"replace", "count"},    {"int", "default"},
+        {"float", "default"},       {"map", "attribute"},  {"map", "default"},
+    };
+    for (size_t i = 0; i < a->n; i++) {
+        if (!a->kw[i]) continue;
+        bool ok = false;
+        for (size_t k = 0; k < sizeof known / sizeof known[0] && !ok; k++)
+            ok = !strcmp(known[k].filter, f) && !strcmp(known[k].kw, a->kw[i]);
+        if (!ok) return rerr(r, n, "filter '%s' has no supported argument '%s'", f, a->kw[i]);
+    }
+    return CELER_OK;
+}
+
 static celer_status apply_filter(rctx *r, const ct_node *n, const char *f, val v, const args *a, val *out) {
     val a0 = arg(a, 0, NULL, undef);
+    TRY(check_kwargs(r, n, f, a));
     if (!strcmp(f, "trim")) {
-        TRY(need_str(r, n, v, "filter 'trim'"));
-        *out = py_strip(v, arg(a, 0, "chars", none), true, true);
+        val s, chars = arg(a, 0, "chars", none);
+        TRY(to_str(r, n, v, &s));
+        if (chars.t != V_NONE && chars.t != V_UNDEF) TRY(need_str(r, n, chars, "filter 'trim'"));
+        *out = py_strip(s, chars, true, true);
     } else if (!strcmp(f, "tojson")) {
         val ind = arg(a, 0, "indent", none);
         if (ind.t != V_NONE && ind.t != V_INT) return rerr(r, n, "tojson: indent must be an integer");
         val sk = arg(a, 99, "sort_keys", mkbool(false));
         sbuf sb = {0};
-        int rc = to_json(&sb, v, ind.t == V_INT ? (int)(ind.i < 0 ? 0 : ind.i > 64 ? 64 : ind.i) : -1, truthy(sk), 0);
+        bool ascii = truthy(arg(a, 99, "ensure_ascii", mkbool(false)));
+        int rc = to_json(&sb, v, ind.t == V_INT ? (int)(ind.i < 0 ? 0 : ind.i > 64 ? 64 : ind.i) : -1, truthy(sk),
+                         ascii, 0);
         if (rc) {
             free(sb.p);
             return rc == 1 ? OOM(r, n) : rerr(r, n, "tojson: %s is not JSON serializable", type_name(v));
