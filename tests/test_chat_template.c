@@ -211,6 +211,8 @@ static void unit_tests(void) {
     expect("{{ 'é😀' | tojson(ensure_ascii=true) }} {{ 'é' | tojson }}", "\"\\u00e9\\ud83d\\ude00\" \"é\"");
     expect_error("{{ 'x' | tojson(separators=[',', ':']) }}", "filter 'tojson' has no supported argument 'separators'");
     expect("{{ none | trim }}|{{ 'a' in undefined_list }}|{{ 'x<y' | title }}", "None|False|X<Y");
+    expect("{{ '' is upper }}{{ 'AB1' is upper }}{{ 'ab' is lower }}{{ '1' is lower }}{{ 3.0 is odd }}{{ [1] * 2 }}{{ true * 'ab' }}",
+           "FalseTrueTrueFalseTrue[1, 1]ab");
     /* string and dict methods */
     expect("{{ '  x  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\nb'.lstrip('\\n') }}|{{ 'a  '.rstrip() }}|"
            "{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}",

@@ -700,7 +700,7 @@ static celer_status get_slice(rctx *r, const ct_node *n, val obj, val a, val b, 
     }
     int64_t step = c.t == V_INT || c.t == V_BOOL ? c.i : 1;
     if (step == 0) return rerr(r, n, "slice step cannot be zero");
-    if (obj.t != V_LIST && obj.t != V_STR) return rerr(r, n, "cannot slice a %s", type_name(obj));
+    if (obj.t != V_LIST && obj.t != V_STR) return rerr(r, n, "cannot slice %s", type_name(obj));
     /* strings slice by code point */
     size_t ncp = obj.t == V_STR ? utf8_len(obj.s.p, obj.s.n) : obj.l->n;
     size_t *off = NULL;
@@ -832,9 +832,20 @@ static celer_status binop(rctx *r, const ct_node *n, int op, val a, val b, val *
         if (b.l->n) memcpy(v + a.l->n, b.l->v, b.l->n * sizeof *v);
         return CELER_OK;
     }
-    if (op == CT_OP_MUL && ((a.t == V_STR && b.t == V_INT) || (a.t == V_INT && b.t == V_STR))) {
+    bool ai = a.t == V_INT || a.t == V_BOOL, bi = b.t == V_INT || b.t == V_BOOL;
+    if (op == CT_OP_MUL && ((a.t == V_LIST && bi) || (ai && b.t == V_LIST))) {
+        val l = a.t == V_LIST ? a : b;
+        int64_t k = a.t == V_LIST ? b.i : a.i;
+        if (k <= 0 || !l.l->n) return list_alloc(r, 0, out) ? CELER_OK : OOM(r, n);
+        if ((uint64_t)k > 1000000 / l.l->n) return OOM(r, n);
+        val *v = list_alloc(r, l.l->n * (size_t)k, out);
+        if (!v) return OOM(r, n);
+        for (int64_t i = 0; i < k; i++) memcpy(v + (size_t)i * l.l->n, l.l->v, l.l->n * sizeof *v);
+        return CELER_OK;
+    }
+    if (op == CT_OP_MUL && ((a.t == V_STR && bi) || (ai && b.t == V_STR))) {
         val s = a.t == V_STR ? a : b;
-        int64_t k = a.t == V_INT ? a.i : b.i;
+        int64_t k = a.t == V_STR ? b.i : a.i;
         if (k <= 0 || !s.s.n) return *out = mkstr("", 0), CELER_OK;
         if ((uint64_t)k > MAX_BYTES / s.s.n) return OOM(r, n);
         sbuf sb = {0};
@@ -962,8 +973,9 @@ static celer_status run_test(rctx *r, const ct_node *n, const char *name, val v,
     else if (!strcmp(name, "false")) *out = v.t == V_BOOL && !v.i;
     else if (!strcmp(name, "callable")) *out = v.t == V_MACRO || v.t == V_METHOD || v.t == V_FUNC;
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) {
-        if (v.t != V_INT && v.t != V_BOOL) return rerr(r, n, "test '%s' needs an integer", name);
-        *out = (v.i % 2 != 0) == (name[0] == 'o');
+        if (!is_num(v)) return rerr(r, n, "test '%s' needs a number", name);
+        bool odd = v.t == V_FLOAT ? fmod(v.f, 2) != 0 : v.i % 2 != 0;
+        *out = odd == (name[0] == 'o');
     } else if (!strcmp(name, "divisibleby")) {
         if ((v.t != V_INT && v.t != V_BOOL) || x.t != V_INT || x.i == 0) return rerr(r, n, "bad operands for 'divisibleby'");
         *out = v.i % x.i == 0;
@@ -979,10 +991,12 @@ static celer_status run_test(rctx *r, const ct_node *n, const char *name, val v,
         *out = b.i;
     } else if (!strcmp(name, "in")) TRY(contains(r, n, v, x, out));
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        if (v.t != V_STR) return *out = false, CELER_OK;
-        val c;
-        TRY(py_case(r, n, v, name[0] == 'u', &c));
-        *out = py_eq(c, v);
+        /* str.isupper / islower: unchanged by the case, and holding a cased character */
+        if (v.t != V_STR) TRY(to_str(r, n, v, &v)); /* Jinja tests str(value) */
+        val same, other;
+        TRY(py_case(r, n, v, name[0] == 'u', &same));
+        TRY(py_case(r, n, v, name[0] == 'u' ? 0 : 1, &other));
+        *out = py_eq(same, v) && !py_eq(other, v);
     } else return rerr(r, n, "unknown test '%s'", name);
     return CELER_OK;
 }
@@ -1096,6 +1110,7 @@ static celer_status do_select(rctx *r, const ct_node *n, const char *fname, val 
     bool attr = !strcmp(fname, "selectattr") || !strcmp(fname, "rejectattr");
     bool keep = !strcmp(fname, "select") || !strcmp(fname, "selectattr");
     val items;
+    if (!truthy(seq)) return list_alloc(r, 0, out) ? CELER_OK : OOM(r, n); /* as Jinja: nothing to select from */
     TRY(iter_items(r, n, seq, &items));
     val *v = list_alloc(r, items.l->n, out);
     if (!v) return OOM(r, n);
@@ -1148,6 +1163,8 @@ static celer_status check_kwargs(rctx *r, const ct_node *n, const char *f, const
 static celer_status apply_filter(rctx *r, const ct_node *n, const char *f, val v, const args *a, val *out) {
     val a0 = arg(a, 0, NULL, undef);
     TRY(check_kwargs(r, n, f, a));
+    if (v.t == V_UNDEF && (!strcmp(f, "int") || !strcmp(f, "float")))
+        return rerr(r, n, "filter '%s' of an undefined value", f);
     if (!strcmp(f, "trim")) {
         val s, chars = arg(a, 0, "chars", none);
         TRY(to_str(r, n, v, &s));
