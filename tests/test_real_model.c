@@ -95,8 +95,10 @@ int main(void) {
         int32_t *ids = ids_of(json_object_get(tc, "ids"), &n), *greedy = ids_of(json_object_get(tc, "greedy"), &ng);
         /* The prompt ids from text: celer's chat template and tokenizer on the GGUF. */
         if (tok) {
-            char *msg = json_dumps(json_pack("[{s:s, s:s}]", "role", "user", "content",
-                                             json_string_value(json_object_get(tc, "prompt"))), JSON_COMPACT);
+            json_t *conv = json_pack("[{s:s, s:s}]", "role", "user", "content",
+                                     json_string_value(json_object_get(tc, "prompt")));
+            char *msg = json_dumps(conv, JSON_COMPACT);
+            json_decref(conv);
             char *src = NULL, *bos = NULL, *eos = NULL, *prompt = NULL;
             int32_t *mine = NULL;
             int64_t n_mine = 0;
