@@ -52,7 +52,7 @@ static heap_item heap_pop(heap_item *h, size_t *n) {
     return top;
 }
 
-static bool push_id(int32_t **ids, int64_t *n, int64_t *cap, int32_t id) {
+bool ids_push(int32_t **ids, int64_t *n, int64_t *cap, int32_t id) {
     if (*n == *cap) {
         int64_t c = *cap ? *cap * 2 : 64;
         int32_t *p = realloc(*ids, sizeof *p * (size_t)c);
@@ -76,7 +76,7 @@ celer_status bpe_word(const bpe *m, const char *w, size_t n, int32_t **ids, int6
     if (n == 0) return CELER_OK;
     if (m->ignore_merges) {
         int32_t id = strmap_get(&m->vocab, w, n);
-        if (id >= 0) return push_id(ids, n_ids, cap, id) ? CELER_OK : error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        if (id >= 0) return ids_push(ids, n_ids, cap, id) ? CELER_OK : error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     celer_status st = CELER_STATUS_OUT_OF_MEMORY;
     /* At most one symbol per byte of a character with its prefix/suffix (byte fallback);
@@ -141,7 +141,7 @@ celer_status bpe_word(const bpe *m, const char *w, size_t n, int32_t **ids, int6
         queue_pair(m, sy, top.pos, h, &nh);
     }
     for (int32_t i = 0; i < ns; i++)
-        if (sy[i].len && !push_id(ids, n_ids, cap, sy[i].id)) goto out;
+        if (sy[i].len && !ids_push(ids, n_ids, cap, sy[i].id)) goto out;
     st = CELER_OK;
 out:
     free(sy), free(h), free(tmp);

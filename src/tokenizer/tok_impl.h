@@ -49,6 +49,8 @@ size_t utf8_check(const char *s, size_t n);
 int utf8_put(char *out, uint32_t cp);
 /* Appends s with every invalid subpart replaced by U+FFFD (Rust from_utf8_lossy). */
 bool utf8_lossy(sbuf *out, const char *s, size_t n);
+/* Appends id to the growing array *ids (*n used, *cap allocated); false when out of memory. */
+bool ids_push(int32_t **ids, int64_t *n, int64_t *cap, int32_t id);
 bool unicode_is_space(uint32_t cp);
 
 /* ==== Components ==== */

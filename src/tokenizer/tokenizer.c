@@ -191,17 +191,6 @@ static bool split_added(const tokenizer *t, int k, const char *s, size_t n, segs
 
 /* ==== Encode ==== */
 
-static bool push(int32_t **ids, int64_t *n, int64_t *cap, int32_t id) {
-    if (*n == *cap) {
-        int64_t c = *cap ? *cap * 2 : 64;
-        int32_t *p = realloc(*ids, sizeof *p * (size_t)c);
-        if (!p) return false;
-        *ids = p, *cap = c;
-    }
-    (*ids)[(*n)++] = id;
-    return true;
-}
-
 /* Pre-tokenizes and runs BPE on one normalized text segment. */
 static celer_status encode_text(const tokenizer *t, const char *s, size_t n, bool first, int32_t **ids,
                                 int64_t *nid, int64_t *cap, celer_error *e) {
@@ -229,7 +218,7 @@ celer_status tok_encode(const tokenizer *t, const char *text, size_t len, bool a
     for (size_t i = 0; i < raw.n && st == CELER_OK; i++) {
         const seg *r = &raw.v[i];
         if (r->added >= 0) {
-            if (!push(&out, &nout, &cap, t->added[r->added].id)) goto oom;
+            if (!ids_push(&out, &nout, &cap, t->added[r->added].id)) goto oom;
             continue;
         }
         if ((st = normalize(t->norm, text + r->a, r->b - r->a, &nb, e)) != CELER_OK) break;
@@ -237,7 +226,7 @@ celer_status tok_encode(const tokenizer *t, const char *text, size_t len, bool a
         for (size_t j = 0; j < norm.n && st == CELER_OK; j++) {
             const seg *g = &norm.v[j];
             if (g->added >= 0) {
-                if (!push(&out, &nout, &cap, t->added[g->added].id)) goto oom;
+                if (!ids_push(&out, &nout, &cap, t->added[g->added].id)) goto oom;
             } else {
                 st = encode_text(t, nb.p + g->a, g->b - g->a, r->a == 0 && g->a == 0, &out, &nout, &cap, e);
             }
@@ -248,10 +237,10 @@ celer_status tok_encode(const tokenizer *t, const char *text, size_t len, bool a
         int64_t nf = 0, cf = 0;
         for (size_t i = 0; i < t->tmpl.n; i++) {
             if (t->tmpl.ids[i] >= 0) {
-                if (!push(&full, &nf, &cf, t->tmpl.ids[i])) goto oom_full;
+                if (!ids_push(&full, &nf, &cf, t->tmpl.ids[i])) goto oom_full;
             } else {
                 for (int64_t j = 0; j < nout; j++)
-                    if (!push(&full, &nf, &cf, out[j])) goto oom_full;
+                    if (!ids_push(&full, &nf, &cf, out[j])) goto oom_full;
             }
         }
         free(out);
