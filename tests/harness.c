@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static int n_pass, n_fail;
 
@@ -97,6 +98,15 @@ int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **gr
     *greedy = ids_from(json_object_get(g, "greedy"), n_greedy);
     json_decref(g);
     return *input && *greedy ? 0 : -1;
+}
+
+int run_capture(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
 double max_abs_diff(const float *a, const float *b, int64_t n) {

@@ -34,6 +34,10 @@ float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols);
 int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **greedy,
                 int64_t *n_greedy);
 
+/* Runs a shell command, its stdout into out[cap] (NUL-terminated); returns the exit
+ * status, or 128 when it died by a signal. */
+int run_capture(const char *cmd, char *out, size_t cap);
+
 /* max |a - b| and max |b| over n floats. */
 double max_abs_diff(const float *a, const float *b, int64_t n);
 double max_abs(const float *a, int64_t n);

@@ -24,15 +24,6 @@ static char *ids_str(const int32_t *ids, int64_t n) {
     return s;
 }
 
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
 static void check_fixture(const char *name) {
     const char *dir = fixture_path(name);
     char d[4096], cmd[8192], out[4096], npy[128], path[4200];
@@ -46,7 +37,7 @@ static void check_fixture(const char *name) {
     snprintf(npy, sizeof npy, "/tmp/celer-cli-%d.npy", (int)getpid());
 
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all -o %s -t 2", bin(), d, ids_s, npy);
-    CHECK(run(cmd, out, sizeof out) == 0, "%s: logits --all exits 0", name);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits --all exits 0", name);
     float *all = npy_read_f32(npy, &r2, &c2);
     CHECK(all && r2 == n && c2 == cols, "%s: --all writes [%lld, %lld]", name, (long long)n, (long long)cols);
     if (all && golden && r2 == rows && c2 == cols) {
@@ -54,7 +45,7 @@ static void check_fixture(const char *name) {
         CHECK(diff <= 1e-4 * max_abs(golden, n * cols), "%s: --all logits differ by %g", name, diff);
     }
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s -o %s", bin(), d, ids_s, npy);
-    CHECK(run(cmd, out, sizeof out) == 0, "%s: logits exits 0", name);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits exits 0", name);
     float *last = npy_read_f32(npy, &r2, &c2);
     CHECK(last && r2 == 1 && c2 == cols, "%s: last-row logits are [1, vocab]", name);
     if (last && all) {
@@ -65,7 +56,7 @@ static void check_fixture(const char *name) {
 
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --ids %s -n %lld --temp 0 --print-ids --ignore-eos", bin(), d,
              ids_s, (long long)ng);
-    CHECK(run(cmd, out, sizeof out) == 0, "%s: generate exits 0", name);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: generate exits 0", name);
     char want[2048];
     size_t k = 0;
     for (int64_t i = 0; i < ng; i++) k += (size_t)snprintf(want + k, sizeof want - k, i ? " %d" : "%d", greedy[i]);
@@ -77,7 +68,7 @@ static void check_fixture(const char *name) {
 static void check_fails(const char *what, const char *args, const char *needle) {
     char cmd[4096], out[4096];
     snprintf(cmd, sizeof cmd, "'%s' %s 2>&1 >/dev/null", bin(), args);
-    int rc = run(cmd, out, sizeof out);
+    int rc = run_capture(cmd, out, sizeof out);
     int lines = 0;
     for (char *p = out; *p; p++) lines += *p == '\n';
     CHECK(rc == 1 && strstr(out, needle) && lines >= 1, "%s: exit %d, output: %s", what, rc, out);
@@ -123,7 +114,7 @@ static void check_config_variants(void) {
     eos_stop = greedy[3];
     const char *dir = variant("llama3-bf16", eos_list);
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --ids %s -n 16 --temp 0", bin(), dir, ids_s);
-    CHECK(run(cmd, out, sizeof out) == 0, "generate with an eos list exits 0");
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "generate with an eos list exits 0");
     int words = 1;
     for (char *p = out; *p; p++) words += *p == ' ';
     bool first_is_eos = false;
@@ -137,14 +128,14 @@ static void check_config_variants(void) {
     json_dump_file(gc, path, 0);
     json_decref(gc);
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --ids %s -n 16 --temp 0", bin(), dir, ids_s);
-    CHECK(run(cmd, out, sizeof out) == 0, "generate with generation_config.json exits 0");
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "generate with generation_config.json exits 0");
     words = 1;
     for (char *p = out; *p; p++) words += *p == ' ';
     CHECK(first_is_eos || words == 3, "generation_config.json's eos ids stop generation: %s", out);
 
     snprintf(npy, sizeof npy, "/tmp/celer-cli-rp-%d.npy", (int)getpid());
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all -o %s", bin(), dir, ids_s, npy);
-    CHECK(run(cmd, out, sizeof out) == 0, "rope_parameters config loads");
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "rope_parameters config loads");
     snprintf(path, sizeof path, "%s/golden_logits.npy", d);
     float *golden = npy_read_f32(path, &rows, &cols), *got = npy_read_f32(npy, &rows, &cols);
     CHECK(golden && got && max_abs_diff(golden, got, rows * cols) <= 1e-4 * max_abs(golden, rows * cols),
@@ -163,10 +154,10 @@ static void check_convert(const char *fixture) {
     snprintf(a, sizeof a, "%s.a.npy", dir);
     snprintf(b, sizeof b, "%s.b.npy", dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s' convert -m '%s' -o '%s'", dir, bin(), gguf, dir);
-    CHECK(run(cmd, out, sizeof out) == 0, "%s: convert exits 0", fixture);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: convert exits 0", fixture);
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s' && '%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s'",
              bin(), gguf, a, bin(), dir, b);
-    CHECK(run(cmd, out, sizeof out) == 0, "%s: logits of both exit 0", fixture);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits of both exit 0", fixture);
     int64_t r1, c1, r2, c2;
     float *x = npy_read_f32(a, &r1, &c1), *y = npy_read_f32(b, &r2, &c2);
     CHECK(x && y && r1 == r2 && c1 == c2 && max_abs_diff(x, y, r1 * c1) == 0, "%s: converted directory gives identical logits", fixture);

@@ -17,15 +17,6 @@
 static const char *bin(void) { return getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer"; }
 static const char *shared_root(void) { return getenv("CELER_SHARED") ? getenv("CELER_SHARED") : "../shared"; }
 
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int rc = pclose(p);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
-}
-
 /* The ids of golden case i as "a b c\n" (or JSON "[a, b, c]\n"). */
 static void want_ids(json_t *ids, bool json, char *out, size_t cap) {
     size_t k = 0;
@@ -51,14 +42,14 @@ static void check_tokenizer(const char *name, json_t *corpus, const size_t *case
         fclose(f);
         /* --file, directory path, with special tokens */
         snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' --file %s", bin(), path, txt);
-        int rc = run(cmd, out, sizeof out);
+        int rc = run_capture(cmd, out, sizeof out);
         want_ids(json_object_get(gi, "ids"), false, want, sizeof want);
         CHECK(rc == 0 && !strcmp(out, want), "%s case %zu: tokenize printed \"%s\", want \"%s\"", name, i, out, want);
         if (c > 0) continue; /* each run loads the tokenizer: keep the count small */
         /* file path, --no-add-special, --json */
         snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s/tokenizer.json' --file %s --no-add-special --json", bin(), path,
                  txt);
-        rc = run(cmd, out, sizeof out);
+        rc = run_capture(cmd, out, sizeof out);
         want_ids(json_object_get(gi, "ids_plain"), true, want, sizeof want);
         CHECK(rc == 0 && !strcmp(out, want), "%s case %zu: --json printed \"%s\", want \"%s\"", name, i, out, want);
         /* detokenize the ids back */
@@ -68,7 +59,7 @@ static void check_tokenizer(const char *name, json_t *corpus, const size_t *case
         for (size_t j = 0; j < json_array_size(ids); j++)
             k += (size_t)snprintf(cmd + k, sizeof cmd - k, j ? ",%lld" : "%lld",
                                   (long long)json_integer_value(json_array_get(ids, j)));
-        rc = run(cmd, out, sizeof out);
+        rc = run_capture(cmd, out, sizeof out);
         snprintf(want, sizeof want, "%s\n", json_string_value(json_object_get(gi, "decoded")));
         CHECK(rc == 0 && !strcmp(out, want), "%s case %zu: detokenize printed \"%s\", want \"%s\"", name, i, out, want);
     }
@@ -79,7 +70,7 @@ static void check_tokenizer(const char *name, json_t *corpus, const size_t *case
 static void check_fails(const char *what, const char *args, const char *needle) {
     char cmd[8192], out[4096];
     snprintf(cmd, sizeof cmd, "'%s' %s 2>&1 >/dev/null", bin(), args);
-    int rc = run(cmd, out, sizeof out);
+    int rc = run_capture(cmd, out, sizeof out);
     int lines = 0;
     for (char *p = out; *p; p++) lines += *p == '\n';
     CHECK(rc == 1 && !strncmp(out, "celer: ", 7) && strstr(out, needle) && lines >= 1,
@@ -104,7 +95,7 @@ int main(void) {
     char path[4096], args[8192], out[4096];
     snprintf(path, sizeof path, "%s/tokenizers/llama3_1", shared_root());
     snprintf(args, sizeof args, "'%s' tokenize -m '%s' --text 'Hello world' --no-add-special", bin(), path);
-    CHECK(run(args, out, sizeof out) == 0 && !strcmp(out, "9906 1917\n"), "--text: %s", out);
+    CHECK(run_capture(args, out, sizeof out) == 0 && !strcmp(out, "9906 1917\n"), "--text: %s", out);
     /* The failures below load the small Llama 2 tokenizer, which loads fastest. */
     snprintf(path, sizeof path, "%s/tokenizers/llama2", shared_root());
     snprintf(args, sizeof args, "tokenize -m '%s' --text \"$(printf 'a\\377b')\"", path);
