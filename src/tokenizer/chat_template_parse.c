@@ -556,6 +556,18 @@ static celer_status parse_primary(parser *ps, ct_node **out) {
     return CELER_OK;
 }
 
+/* `(args)` after *io: *io becomes a call of it. The cursor is at the '('. */
+static celer_status parse_call(parser *ps, tok *t, ct_node **io) {
+    ps->p++;
+    ct_node *n = mk(ps, CT_CALL, t);
+    if (!n) return OOM();
+    n->a = *io;
+    n->line = (*io)->line, n->col = (*io)->col; /* errors point at the callee */
+    TRY(parse_args(ps, n));
+    *io = n;
+    return CELER_OK;
+}
+
 static celer_status parse_postfix(parser *ps, ct_node **io) {
     for (;;) {
         tok *t = cur(ps);
@@ -607,13 +619,7 @@ static celer_status parse_postfix(parser *ps, ct_node **io) {
             n->a = *io;
             *io = n;
         } else if (is_op(ps, P_LPAREN)) {
-            ps->p++;
-            ct_node *n = mk(ps, CT_CALL, t);
-            if (!n) return OOM();
-            n->a = *io;
-            n->line = (*io)->line, n->col = (*io)->col; /* errors point at the callee */
-            TRY(parse_args(ps, n));
-            *io = n;
+            TRY(parse_call(ps, t, io));
         } else {
             return CELER_OK;
         }
@@ -662,13 +668,7 @@ static celer_status parse_filters(parser *ps, ct_node **io) {
             n->a = *io;
             *io = n;
         } else if (is_op(ps, P_LPAREN)) {
-            ps->p++;
-            ct_node *n = mk(ps, CT_CALL, t);
-            if (!n) return OOM();
-            n->a = *io;
-            n->line = (*io)->line, n->col = (*io)->col; /* errors point at the callee */
-            TRY(parse_args(ps, n));
-            *io = n;
+            TRY(parse_call(ps, t, io));
         } else {
             return CELER_OK;
         }
