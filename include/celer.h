@@ -100,7 +100,12 @@ typedef struct celer_context_params {
     int64_t n_ctx;     /* positions per sequence (KV cache capacity) */
     int32_t n_seq;     /* sequences the context can hold at once; ids 0 .. n_seq-1 */
     int64_t n_batch;   /* rows per internal step; longer inputs run in chunks */
-    int32_t n_threads; /* threads for every op; 0 = number of online CPUs */
+    int32_t n_threads; /* threads for every op; 0 = number of physical cores */
+    /* Kernel set: NULL = the CELER_CPU environment variable if set, else "auto" (the
+     * fastest the CPU supports). Names: "auto", "ref" (scalar reference kernels, the
+     * correctness oracle), "generic" (the fast path's layout in plain C), "avx2",
+     * "avx512" (AVX-512 VNNI), "amx". Asking for one the CPU lacks is an error. */
+    const char *kernels;
 } celer_context_params;
 
 celer_context_params celer_context_default_params(void);
@@ -108,6 +113,16 @@ celer_context_params celer_context_default_params(void);
 celer_status celer_context_create(celer_model *model, const celer_context_params *params,
                                   celer_context **out, char *err, size_t err_size);
 void celer_context_destroy(celer_context *ctx);
+
+/* The kernel set ctx runs ("ref", "avx2", ...); static. */
+const char *celer_context_kernels(const celer_context *ctx);
+/* Threads ctx runs each op on. */
+int32_t celer_context_n_threads(const celer_context *ctx);
+
+/* Whether this CPU (and OS) can run the named kernel set; false for unknown names. */
+bool celer_kernels_supported(const char *name);
+/* Physical cores of this machine (at least 1): the default thread count. */
+int32_t celer_physical_cores(void);
 
 /* The detail of the last failed call on ctx (one line), or "" after success. */
 const char *celer_context_last_error(const celer_context *ctx);

@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "engine/kv_cache.h"
-#include "backend/cpu/threadpool.h"
+#include "backend/cpu/cpuid.h"
 #include "kernels/ref/backend_ref.h"
 #include "models/model.h"
 #include "sampling/sampling.h"
@@ -23,6 +23,8 @@
 struct celer_context {
     celer_model *model;
     backend *be;
+    cpu_isa isa;
+    int32_t n_threads;
     kv_cache kv;
     int64_t n_batch;
     float *scratch;    /* model activations for n_batch rows */
@@ -105,9 +107,26 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
         error_copy(&e, err, err_size);
         return s;
     }
-    if (p.n_threads == 0) p.n_threads = threadpool_cpu_count();
+    if (p.n_threads == 0) p.n_threads = cpu_physical_cores();
+    const char *kernels = p.kernels ? p.kernels : getenv("CELER_CPU");
+    cpu_isa isa = CPU_ISA_REF;
+    if (!kernels || !*kernels) kernels = "auto";
+    if (!cpu_isa_from_name(kernels, &isa)) {
+        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
+                      "kernels \"%s\": expected auto, ref, generic, avx2, avx512 or amx", kernels);
+        error_copy(&e, err, err_size);
+        return s;
+    }
+    if (!cpu_isa_supported(isa)) {
+        s = error_set(&e, CELER_STATUS_UNSUPPORTED, "kernels \"%s\": this CPU lacks the instructions",
+                      kernels);
+        error_copy(&e, err, err_size);
+        return s;
+    }
     celer_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) goto oom;
+    ctx->isa = isa;
+    ctx->n_threads = p.n_threads;
     const model_dims *dm = &model->dims;
     ctx->model = model;
     ctx->n_batch = p.n_batch;
@@ -140,6 +159,15 @@ fail:
 }
 
 const char *celer_context_last_error(const celer_context *ctx) { return ctx->err.msg; }
+const char *celer_context_kernels(const celer_context *ctx) { return cpu_isa_name(ctx->isa); }
+int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
+
+bool celer_kernels_supported(const char *name) {
+    cpu_isa isa;
+    return name && cpu_isa_from_name(name, &isa) && cpu_isa_supported(isa);
+}
+
+int32_t celer_physical_cores(void) { return cpu_physical_cores(); }
 
 celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id) {
     if (seq_id < 0 || seq_id >= ctx->kv.n_seq)
