@@ -71,5 +71,6 @@ int cmd_convert(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif
