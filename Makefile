@@ -38,9 +38,17 @@ $(BUILD)/libceler.a: $(LIB_OBJ)
 $(BUILD)/celer: $(CLI_OBJ) $(BUILD)/libceler.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# Each instruction set's kernels are compiled with their own flags; the rest of the code
+# stays baseline x86-64, and cpuid picks a table at run time.
+ISA_AVX2   := -mavx2 -mfma -mf16c
+ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+$(BUILD)/src/backend/cpu/kernels_avx2.o: ISA_FLAGS := $(ISA_AVX2)
+$(BUILD)/src/backend/cpu/kernels_avx512.o: ISA_FLAGS := $(ISA_AVX512)
+$(BUILD)/src/backend/cpu/kernels_amx.o: ISA_FLAGS := $(ISA_AVX512) -mamx-tile -mamx-int8
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(ISA_FLAGS) -c -o $@ $<
 
 $(BUILD)/tests/%: tests/%.c tests/harness.c $(BUILD)/libceler.a
 	@mkdir -p $(@D)

@@ -84,6 +84,9 @@ typedef struct celer_model_info {
     int64_t n_params;          /* weights, counted as unpacked values */
     int64_t weight_bytes;      /* bytes of the weights as stored (codes, scales, biases) */
     int64_t kv_bytes_per_token; /* KV cache bytes per position of one sequence */
+    int64_t packed_bytes;      /* weights repacked for the fast kernels (0 until a context
+                                  with fast kernels exists) */
+    double pack_ms;            /* time that repacking took */
 } celer_model_info;
 
 celer_model_info celer_model_get_info(const celer_model *model);

@@ -3,6 +3,9 @@
  */
 #include "base/tensor.h"
 
+#include "base/error.h"
+#include "base/half.h"
+
 #include <string.h>
 
 static const struct {
@@ -24,4 +27,41 @@ dtype dtype_from_name(const char *s) {
     for (int t = 1; t < DTYPE_COUNT_; t++)
         if (strcmp(dtype_info[t].name, s) == 0) return (dtype)t;
     return DTYPE_UNKNOWN;
+}
+
+/* Weights sit in the mmap at whatever offset the file gives them (MLX does not align
+ * its safetensors data), so every load goes through memcpy: no unaligned typed access. */
+float dtype_load_f32(dtype t, const void *p, int64_t i) {
+    const unsigned char *b = p;
+    float f;
+    uint16_t h;
+    switch (t) {
+    case DTYPE_F32: memcpy(&f, b + 4 * i, 4); return f;
+    case DTYPE_F16: memcpy(&h, b + 2 * i, 2); return f16_to_f32(h);
+    case DTYPE_BF16: memcpy(&h, b + 2 * i, 2); return bf16_to_f32(h);
+    default: CELER_ASSERT(!"bad weight dtype"); return 0;
+    }
+}
+
+uint32_t matview_code(const matview *w, int64_t r, int64_t c) {
+    const int bits = w->quant_bits, per_word = 32 / bits;
+    const int64_t i = r * (w->cols / per_word) + c / per_word;
+    uint32_t word;
+    memcpy(&word, (const unsigned char *)w->data + 4 * i, 4);
+    return (word >> ((c % per_word) * bits)) & ((1u << bits) - 1u);
+}
+
+void matview_row(float *out, const matview *w, int64_t r) {
+    const int64_t cols = w->cols;
+    if (w->quant_bits == 0) {
+        for (int64_t c = 0; c < cols; c++) out[c] = dtype_load_f32(w->type, w->data, r * cols + c);
+        return;
+    }
+    const int64_t groups = cols / w->group;
+    for (int64_t g = 0; g < groups; g++) {
+        const float s = dtype_load_f32(w->scale_type, w->scales, r * groups + g);
+        const float b = dtype_load_f32(w->scale_type, w->biases, r * groups + g);
+        for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
+            out[c] = s * (float)matview_code(w, r, c) + b;
+    }
 }

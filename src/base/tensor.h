@@ -41,6 +41,8 @@ dtype dtype_from_name(const char *s);
  * MLX affine (quant_bits 4 or 8): data is uint32 codes [rows, cols * bits / 32], element j
  * of a word in bits j*bits .. j*bits+bits-1; scales and biases are [rows, cols / group]
  * of scale_dtype, and w[r, c] = scale[r, c/group] * q[r, c] + bias[r, c/group]. */
+struct packed_mat; /* the CPU kernels' layout, src/backend/cpu/pack.h */
+
 typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
@@ -49,7 +51,15 @@ typedef struct matview {
     int64_t group;   /* affine group size along cols */
     dtype scale_type;
     const void *scales, *biases;
+    const struct packed_mat *packed; /* the same matrix repacked for the fast kernels, or NULL */
 } matview;
+
+/* Element i of a dense F32/F16/BF16 array p (unaligned-safe). */
+float dtype_load_f32(dtype t, const void *p, int64_t i);
+/* Code c of row r of an affine matrix (the uint32 words of w->data, unaligned-safe). */
+uint32_t matview_code(const matview *w, int64_t r, int64_t c);
+/* out[cols] = row r of w as floats (dense converted, affine dequantized). */
+void matview_row(float *out, const matview *w, int64_t r);
 
 /* One sequence's keys and values in the paged KV cache of one layer. The pools hold
  * [n_slots, hk * hd] floats; position p of the sequence lives in slot

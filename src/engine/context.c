@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "engine/kv_cache.h"
+#include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/cpuid.h"
 #include "kernels/ref/backend_ref.h"
 #include "models/model.h"
@@ -70,6 +71,8 @@ celer_model_info celer_model_get_info(const celer_model *m) {
     celer_model_info info = {0};
     m->family->count(m, &info.n_params, &info.weight_bytes);
     /* fp32 K and V for every layer */
+    info.packed_bytes = (int64_t)m->packed_mem.bytes;
+    info.pack_ms = m->pack_ms;
     info.kv_bytes_per_token = 2 * m->dims.n_layer * m->dims.hk * m->dims.hd * (int64_t)sizeof(float);
     return info;
 }
@@ -136,7 +139,14 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     int64_t max_cols = dm->d;
     if (dm->h * dm->hd > max_cols) max_cols = dm->h * dm->hd;
     if (dm->f > max_cols) max_cols = dm->f;
-    ctx->be = backend_ref_create(p.n_threads, max_cols, p.n_ctx);
+    if (isa == CPU_ISA_REF) {
+        ctx->be = backend_ref_create(p.n_threads, max_cols, p.n_ctx);
+    } else {
+        if ((s = model_pack(model, &e)) != CELER_OK) goto fail;
+        const backend_cpu_sizes sz = {.max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx,
+                                      .hd = dm->hd};
+        ctx->be = backend_cpu_create(isa, p.n_threads, &sz);
+    }
     ctx->scratch = malloc(sizeof(float) * (size_t)model->family->scratch_floats(model, p.n_batch));
     ctx->hidden = malloc(sizeof(float) * (size_t)(p.n_batch * dm->d));
     ctx->logits = malloc(sizeof(float) * (size_t)dm->v);

@@ -346,6 +346,20 @@ static void llama_count(const celer_model *m, int64_t *params, int64_t *bytes) {
 #undef ADD_VEC
 }
 
+static int64_t llama_matrices(celer_model *m, matview **out, int64_t cap) {
+    llama_weights *w = m->weights;
+    int64_t n = 0;
+#define PUT(x) (n < cap ? (void)(out[n] = &(x)) : (void)0, n++)
+    PUT(w->embed);
+    PUT(w->head);
+    for (int64_t l = 0; l < m->dims.n_layer; l++) {
+        llama_layer *L = &w->layers[l];
+        PUT(L->wq), PUT(L->wk), PUT(L->wv), PUT(L->wo), PUT(L->w_gate), PUT(L->w_up), PUT(L->w_down);
+    }
+#undef PUT
+    return n;
+}
+
 static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL};
 
 const model_family llama_family = {
@@ -355,5 +369,6 @@ const model_family llama_family = {
     .hidden_states = llama_hidden_states,
     .embedding = llama_embedding,
     .head = llama_head,
+    .matrices = llama_matrices,
     .count = llama_count,
 };

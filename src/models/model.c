@@ -5,9 +5,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "models/model.h"
 
+#include "backend/cpu/pack.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const model_family *const families[] = {&llama_family};
 
@@ -22,6 +25,7 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
     *out = NULL;
     celer_model *m = calloc(1, sizeof *m);
     if (!m) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    pthread_mutex_init(&m->pack_mu, NULL);
     celer_status s = checkpoint_open(&m->ck, dir, e);
     if (s != CELER_OK) goto fail;
     const char *type;
@@ -48,6 +52,8 @@ fail:
 void model_close(celer_model *m) {
     if (!m) return;
     arena_free(&m->mem);
+    arena_free(&m->packed_mem);
+    pthread_mutex_destroy(&m->pack_mu);
     checkpoint_close(&m->ck);
     free(m);
 }
@@ -91,6 +97,35 @@ bool celer_model_is_eos(const celer_model *m, int32_t token) {
 const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d, int64_t pos) {
     if (!hidden || pos < 0 || pos >= n || d <= 0) return NULL;
     return hidden + pos * d;
+}
+
+celer_status model_pack(celer_model *m, celer_error *e) {
+    celer_status s = CELER_OK;
+    pthread_mutex_lock(&m->pack_mu);
+    if (m->packed) goto out;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int64_t n = m->family->matrices(m, NULL, 0);
+    matview **mats = malloc(sizeof *mats * (size_t)(n > 0 ? n : 1));
+    if (!mats) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    m->family->matrices(m, mats, n);
+    for (int64_t i = 0; i < n && s == CELER_OK; i++) {
+        if (!pack_supported(mats[i])) continue;
+        for (int64_t k = 0; k < i && !mats[i]->packed; k++) /* a tied head shares the table */
+            if (mats[k]->data == mats[i]->data && mats[k]->rows == mats[i]->rows) mats[i]->packed = mats[k]->packed;
+        if (!mats[i]->packed && !(mats[i]->packed = pack_matrix(mats[i], &m->packed_mem)))
+            s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory repacking weights");
+    }
+    free(mats);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    m->pack_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    m->packed = s == CELER_OK;
+out:
+    pthread_mutex_unlock(&m->pack_mu);
+    return s;
 }
 
 void model_hidden_states(const celer_model *m, backend *be, const model_step *step,

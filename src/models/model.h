@@ -15,6 +15,8 @@
 #include "base/error.h"
 #include "io/checkpoint.h"
 
+#include <pthread.h>
+
 /* Shapes every family shares (STYLE.md rule 5 letters). */
 typedef struct model_dims {
     int64_t v, d, n_layer, h, hk, hd, f;
@@ -51,6 +53,11 @@ struct celer_model {
     char desc[256];
     arena mem;     /* fp32 copies of vectors, RoPE tables */
     void *weights; /* the family's weight struct */
+    /* The fast kernels' layout of every affine matrix, made once by model_pack. */
+    pthread_mutex_t pack_mu;
+    bool packed;
+    arena packed_mem;
+    double pack_ms;
 };
 
 struct model_family {
@@ -63,6 +70,9 @@ struct model_family {
                           const model_kv *kv, float *scratch, float *hidden);
     const matview *(*embedding)(const celer_model *m);
     const matview *(*head)(const celer_model *m);
+    /* Writes pointers to the family's weight matrices into out (at most cap) and returns
+     * how many there are (a tied head is listed too; it shares the embedding's data). */
+    int64_t (*matrices)(celer_model *m, matview **out, int64_t cap);
     /* Adds up the parameters and stored bytes of every weight the family binds. */
     void (*count)(const celer_model *m, int64_t *params, int64_t *bytes);
 };
@@ -73,6 +83,10 @@ int64_t matview_bytes(const matview *w);
 /* Opens dir, reads config.json and binds every weight; *out NULL on failure. */
 celer_status model_open(const char *dir, celer_model **out, celer_error *e);
 void model_close(celer_model *m);
+
+/* Repacks every affine matrix for the fast CPU kernels (matview.packed), once per model
+ * and safe to call from several threads; matrices the packer cannot take stay NULL. */
+celer_status model_pack(celer_model *m, celer_error *e);
 
 /* hidden[n, d] for every row (no head). */
 void model_hidden_states(const celer_model *m, backend *be, const model_step *step,

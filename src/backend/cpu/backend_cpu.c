@@ -1,0 +1,399 @@
+/*
+ * backend_cpu.c - the fast CPU backend: threads, buffers and op orchestration over a
+ * kernel table (kernels.h).
+ *
+ * Matrix products quantize the input rows once (int8 per block of 32, pack.h), then
+ * threads take tiles of 16 output rows from an atomic counter and run the table's
+ * product over every input row, so a weight tile is read once per call while it sits
+ * in L1/L2. Attention is tiled: up to ATT_TILE consecutive rows of one sequence and one
+ * KV head read each cache block once, with an online softmax (no [n, n] score matrix).
+ * Every buffer is sized at creation; no op allocates.
+ */
+#include "backend/cpu/backend_cpu.h"
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/threadpool.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATT_TILE 16 /* query rows of one sequence sharing each K/V block read */
+
+typedef struct cpu_backend {
+    backend base;
+    const cpu_kernels *k;
+    threadpool *pool;
+    int nth;
+    backend_cpu_sizes sz;
+    qrows xq;           /* quantized input rows of the current product */
+    float *wrow;        /* per thread: one dequantized row (unpacked matrices) */
+    float *att;         /* per thread: attention state for one tile */
+    int32_t *tile_row;  /* [max_rows + 1] first row of each attention tile */
+    const rope_params *rope_of; /* the parameters rope_cs was built for */
+    float *rope_cs;     /* [max_keys, hd/2, 2] cos and sin */
+    threadpool_counter counter;
+} cpu_backend;
+
+/* Static split of [0, n) for thread ith of nth. */
+static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = n * ith / nth;
+    *hi = n * (ith + 1) / nth;
+}
+
+/* ==== matmul and embedding ==== */
+
+typedef struct matmul_job {
+    cpu_backend *cb;
+    float *y;
+    const matview *w;
+    const float *x;
+    const int32_t *ids;
+    int64_t n;
+} matmul_job;
+
+static void quantize_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    const qrows *xq = &j->cb->xq;
+    const int64_t cols = j->w->cols, nb = cols / QBLOCK;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        j->cb->k->quantize_row(xq->q + t * cols, xq->d + t * nb, xq->s + t * nb, j->x + t * cols, cols);
+}
+
+static void gemm_q_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    const packed_mat *w = j->w->packed;
+    /* decode streams weights: larger chunks; prefill tiles are heavy: one at a time */
+    const int64_t chunk = j->n >= 4 ? 1 : 4;
+    int64_t lo, hi;
+    (void)ith, (void)nth;
+    while (threadpool_chunk(&j->cb->counter, w->tiles, chunk, &lo, &hi))
+        j->cb->k->gemm_q(j->y, w->rows, w, lo, hi, &j->cb->xq);
+}
+
+static void gemm_dense_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    int64_t lo, hi;
+    (void)nth;
+    if (j->w->quant_bits == 0) {
+        while (threadpool_chunk(&j->cb->counter, j->w->rows, 16, &lo, &hi))
+            j->cb->k->gemm_dense(j->y, j->w->rows, j->w, lo, hi, j->x, j->n);
+        return;
+    }
+    /* an affine matrix the packer refused: one dequantized row at a time */
+    float *wrow = j->cb->wrow + (size_t)ith * (size_t)j->cb->sz.max_cols;
+    const matview row = {.rows = 1, .cols = j->w->cols, .type = DTYPE_F32, .data = wrow};
+    while (threadpool_chunk(&j->cb->counter, j->w->rows, 16, &lo, &hi))
+        for (int64_t r = lo; r < hi; r++) {
+            matview_row(wrow, j->w, r);
+            j->cb->k->gemm_dense(j->y + r, j->w->rows, &row, 0, 1, j->x, j->n);
+        }
+}
+
+static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
+    cpu_backend *cb = (cpu_backend *)be;
+    CELER_ASSERT(n <= cb->sz.max_rows && w->cols <= cb->sz.max_cols);
+    matmul_job j = {cb, y, w, x, NULL, n};
+    if (w->packed) {
+        cb->xq.n = n;
+        cb->xq.cols = w->cols;
+        threadpool_run(cb->pool, quantize_task, &j);
+        atomic_store(&cb->counter.next, 0);
+        threadpool_run(cb->pool, gemm_q_task, &j);
+    } else {
+        atomic_store(&cb->counter.next, 0);
+        threadpool_run(cb->pool, gemm_dense_task, &j);
+    }
+}
+
+static void embed_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *out = j->y + t * j->w->cols;
+        if (j->w->packed) packed_row(out, j->w->packed, j->ids[t]);
+        else matview_row(out, j->w, j->ids[t]);
+    }
+}
+
+static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
+    cpu_backend *cb = (cpu_backend *)be;
+    matmul_job j = {cb, y, w, NULL, ids, n};
+    threadpool_run(cb->pool, embed_task, &j);
+}
+
+/* ==== per-row ops ==== */
+
+typedef struct row_job {
+    cpu_backend *cb;
+    float *y;
+    const float *x, *x2, *w;
+    const int32_t *pos;
+    int64_t n, d, h, hd;
+    float eps;
+} row_job;
+
+static void rmsnorm_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const float *x = j->x + t * j->d;
+        float *y = j->y + t * j->d;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < j->d; i++) ss += x[i] * x[i];
+        const float inv = 1.0f / sqrtf(ss / (float)j->d + j->eps);
+        for (int64_t i = 0; i < j->d; i++) y[i] = j->w[i] * (x[i] * inv);
+    }
+}
+
+static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
+                        float eps) {
+    row_job j = {.cb = (cpu_backend *)be, .y = y, .x = x, .w = w, .n = n, .d = d, .eps = eps};
+    threadpool_run(j.cb->pool, rmsnorm_task, &j);
+}
+
+/* cos and sin of every (position, pair) for rp, formed exactly as the reference forms
+ * them (fp32 angle, cos/sin in double), once per model parameters. */
+static void rope_table(cpu_backend *cb, const rope_params *rp) {
+    if (cb->rope_of == rp) return;
+    const int64_t half = cb->sz.hd / 2;
+    for (int64_t p = 0; p < cb->sz.max_keys; p++)
+        for (int64_t i = 0; i < half; i++) {
+            const float ang = (float)p * rp->inv_freq[i];
+            cb->rope_cs[(p * half + i) * 2] = (float)cos((double)ang) * rp->mscale;
+            cb->rope_cs[(p * half + i) * 2 + 1] = (float)sin((double)ang) * rp->mscale;
+        }
+    cb->rope_of = rp;
+}
+
+typedef struct rope_job {
+    cpu_backend *cb;
+    float *x;
+    const int32_t *pos;
+    int64_t n, h, hd;
+    bool traditional;
+} rope_job;
+
+static void rope_task(void *p, int ith, int nth) {
+    rope_job *j = p;
+    const int64_t half = j->hd / 2;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const float *cs = j->cb->rope_cs + (int64_t)j->pos[t] * half * 2;
+        for (int64_t k = 0; k < j->h; k++) {
+            float *v = j->x + (t * j->h + k) * j->hd;
+            for (int64_t i = 0; i < half; i++) {
+                const int64_t a = j->traditional ? 2 * i : i, b = j->traditional ? 2 * i + 1 : i + half;
+                const float x0 = v[a], x1 = v[b], c = cs[2 * i], s = cs[2 * i + 1];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+static void cpu_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+                     const rope_params *rp) {
+    cpu_backend *cb = (cpu_backend *)be;
+    CELER_ASSERT(hd == cb->sz.hd);
+    for (int64_t t = 0; t < n; t++) CELER_ASSERT(pos[t] >= 0 && pos[t] < cb->sz.max_keys);
+    rope_table(cb, rp);
+    rope_job j = {cb, x, pos, n, h, hd, rp->traditional};
+    threadpool_run(cb->pool, rope_task, &j);
+}
+
+static void cpu_kv_store(backend *be, float *kpool, float *vpool, const float *k, const float *v,
+                         const int32_t *slot, int64_t n, int64_t kvd) {
+    (void)be;
+    for (int64_t t = 0; t < n; t++) {
+        memcpy(kpool + (size_t)slot[t] * (size_t)kvd, k + t * kvd, sizeof(float) * (size_t)kvd);
+        memcpy(vpool + (size_t)slot[t] * (size_t)kvd, v + t * kvd, sizeof(float) * (size_t)kvd);
+    }
+}
+
+/* ==== attention ==== */
+
+typedef struct attn_job {
+    cpu_backend *cb;
+    float *out;
+    const float *q, *kpool, *vpool;
+    const attn_rows *ar;
+    int64_t n_tiles;
+} attn_job;
+
+static int64_t row_lo(const attn_rows *ar, int64_t r) {
+    const int64_t p = ar->pos[r];
+    return ar->window > 0 && p - ar->window + 1 > 0 ? p - ar->window + 1 : 0;
+}
+
+/* Rows [r0, r1) of one sequence, query heads of KV head g: each cache block is read
+ * once for the whole tile while it sits in L1. */
+static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g) {
+    const cpu_kernels *k = j->cb->k;
+    const attn_rows *ar = j->ar;
+    const int64_t hd = ar->hd, group = ar->h / ar->hk, kvd = ar->hk * ar->hd, bs = ar->block_size;
+    const int64_t nq = (r1 - r0) * group, stride = hd + 2;
+    float *scores = st + nq * stride; /* bs floats */
+    /* per (row, head): scaled q [hd], running max, running sum; outputs accumulate in out */
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        lo = row_lo(ar, r) < lo ? row_lo(ar, r) : lo;
+        hi = ar->pos[r] > hi ? ar->pos[r] : hi;
+        for (int64_t i = 0; i < group; i++) {
+            float *s = st + ((r - r0) * group + i) * stride;
+            const float *q = j->q + r * ar->h * hd + (g * group + i) * hd;
+            for (int64_t c = 0; c < hd; c++) s[c] = q[c] * ar->scale;
+            s[hd] = -INFINITY;
+            s[hd + 1] = 0.0f;
+            memset(j->out + r * ar->h * hd + (g * group + i) * hd, 0, sizeof(float) * (size_t)hd);
+        }
+    }
+    const int32_t *blocks = ar->blocks[r0];
+    for (int64_t kb = lo / bs; kb <= hi / bs; kb++) {
+        const int64_t k0 = kb * bs > lo ? kb * bs : lo, k1 = (kb + 1) * bs - 1 < hi ? (kb + 1) * bs - 1 : hi;
+        const int64_t slot0 = (int64_t)blocks[kb] * bs + k0 % bs;
+        const float *kp = j->kpool + slot0 * kvd + g * hd, *vp = j->vpool + slot0 * kvd + g * hd;
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t a = row_lo(ar, r) > k0 ? row_lo(ar, r) : k0, b = ar->pos[r] < k1 ? ar->pos[r] : k1;
+            if (a > b) continue;
+            const int64_t nk = b - a + 1;
+            for (int64_t i = 0; i < group; i++) {
+                float *s = st + ((r - r0) * group + i) * stride;
+                float *o = j->out + r * ar->h * hd + (g * group + i) * hd;
+                k->dot_rows(scores, s, kp + (a - k0) * kvd, kvd, nk, hd);
+                float mx = s[hd];
+                for (int64_t c = 0; c < nk; c++) mx = scores[c] > mx ? scores[c] : mx;
+                const float corr = s[hd] == -INFINITY ? 0.0f : expf(s[hd] - mx);
+                const float sum = k->exp_sum(scores, nk, mx);
+                s[hd + 1] = s[hd + 1] * corr + sum;
+                s[hd] = mx;
+                k->axpy_rows(o, corr, scores, vp + (a - k0) * kvd, kvd, nk, hd);
+            }
+        }
+    }
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t i = 0; i < group; i++) {
+            const float inv = 1.0f / st[((r - r0) * group + i) * stride + hd + 1];
+            float *o = j->out + r * ar->h * hd + (g * group + i) * hd;
+            for (int64_t c = 0; c < hd; c++) o[c] *= inv;
+        }
+}
+
+static void attention_task(void *p, int ith, int nth) {
+    attn_job *j = p;
+    const int64_t hk = j->ar->hk, items = j->n_tiles * hk;
+    float *st = j->cb->att + (size_t)ith * (size_t)(ATT_TILE * (j->cb->sz.hd + 2) * j->ar->h / hk + 64);
+    int64_t lo, hi;
+    (void)nth;
+    /* the last tiles of a causal prefill are the longest: hand them out first */
+    while (threadpool_chunk(&j->cb->counter, items, 1, &lo, &hi)) {
+        const int64_t item = items - 1 - lo, tile = item / hk, g = item % hk;
+        attn_tile(j, st, j->cb->tile_row[tile], j->cb->tile_row[tile + 1], g);
+    }
+}
+
+static void cpu_attention(backend *be, float *out, const float *q, const float *kpool,
+                          const float *vpool, const attn_rows *ar) {
+    cpu_backend *cb = (cpu_backend *)be;
+    CELER_ASSERT(ar->n <= cb->sz.max_rows && ar->hd == cb->sz.hd && ar->block_size <= 64);
+    /* tiles: runs of consecutive positions of one sequence */
+    int64_t nt = 0;
+    for (int64_t r = 0; r < ar->n; r++) {
+        CELER_ASSERT(ar->pos[r] < cb->sz.max_keys);
+        const bool cont = r > 0 && ar->blocks[r] == ar->blocks[r - 1] && ar->pos[r] == ar->pos[r - 1] + 1 &&
+                          r - cb->tile_row[nt - 1] < ATT_TILE;
+        if (!cont) cb->tile_row[nt++] = (int32_t)r;
+    }
+    cb->tile_row[nt] = (int32_t)ar->n;
+    attn_job j = {cb, out, q, kpool, vpool, ar, nt};
+    atomic_store(&cb->counter.next, 0);
+    threadpool_run(cb->pool, attention_task, &j);
+}
+
+/* ==== elementwise ==== */
+
+static void swiglu_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n / 8, ith, nth, &lo, &hi);
+    lo *= 8;
+    hi = ith == nth - 1 ? j->n : hi * 8;
+    j->cb->k->swiglu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo);
+}
+
+static void cpu_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
+    row_job j = {.cb = (cpu_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
+    threadpool_run(j.cb->pool, swiglu_task, &j);
+}
+
+static void cpu_add(backend *be, float *y, const float *x, int64_t m) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++) y[i] += x[i];
+}
+
+static void cpu_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
+    (void)be;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
+}
+
+static void cpu_destroy(backend *be) {
+    cpu_backend *cb = (cpu_backend *)be;
+    threadpool_destroy(cb->pool);
+    free(cb->xq.q);
+    free(cb->xq.d);
+    free(cb->xq.s);
+    free(cb->wrow);
+    free(cb->att);
+    free(cb->tile_row);
+    free(cb->rope_cs);
+    free(cb);
+}
+
+static const backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .matmul = cpu_matmul,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .add_bias = cpu_add_bias,
+};
+
+backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz) {
+    CELER_ASSERT(isa != CPU_ISA_REF && cpu_isa_supported(isa));
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return NULL;
+    cb->base.ops = &cpu_ops;
+    cb->k = cpu_kernels_for(isa);
+    cb->sz = *sz;
+    cb->nth = n_threads < 1 ? 1 : n_threads;
+    cb->pool = threadpool_create(cb->nth);
+    const size_t rows = (size_t)sz->max_rows, cols = (size_t)sz->max_cols;
+    const size_t blocks = (cols + QBLOCK - 1) / QBLOCK;
+    cb->xq.q = malloc(rows * cols);
+    cb->xq.d = malloc(sizeof(float) * rows * blocks);
+    cb->xq.s = malloc(sizeof(float) * rows * blocks);
+    cb->wrow = malloc(sizeof(float) * cols * (size_t)cb->nth);
+    /* per thread: ATT_TILE rows x (heads per KV head, at most max_cols / hd) states + scores */
+    const size_t att = (size_t)(ATT_TILE * (sz->hd + 2) * (sz->max_cols / sz->hd) + 64);
+    cb->att = malloc(sizeof(float) * att * (size_t)cb->nth);
+    cb->tile_row = malloc(sizeof(int32_t) * (rows + 1));
+    cb->rope_cs = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
+    if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->wrow || !cb->att || !cb->tile_row ||
+        !cb->rope_cs) {
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    return &cb->base;
+}

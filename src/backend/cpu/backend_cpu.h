@@ -1,0 +1,26 @@
+/*
+ * backend_cpu.h - the fast CPU backend: the op interface of backend.h run by one of the
+ * kernel tables of kernels.h (generic C, AVX2, AVX-512 VNNI, AMX) on a thread pool.
+ *
+ * Affine matrices must carry their packed layout (matview.packed, made by pack_matrix at
+ * load); dense F32/F16/BF16 matrices are used in place from the mmap. A matrix that
+ * could not be packed is dequantized a row at a time (slow, but correct).
+ */
+#ifndef CELER_BACKEND_CPU_BACKEND_CPU_H
+#define CELER_BACKEND_CPU_BACKEND_CPU_H
+
+#include "backend/backend.h"
+#include "backend/cpu/cpuid.h"
+
+/* Largest sizes the backend's buffers must hold, fixed at creation. */
+typedef struct backend_cpu_sizes {
+    int64_t max_rows; /* rows in one op call (the context's n_batch) */
+    int64_t max_cols; /* widest matrix input */
+    int64_t max_keys; /* positions one attention row can read (n_ctx) */
+    int64_t hd;       /* head dimension (RoPE table width) */
+} backend_cpu_sizes;
+
+/* isa must be supported and not CPU_ISA_REF. NULL when out of memory. */
+backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * kernels.h - the CPU backend's function table: one per instruction set, chosen once at
+ * context creation (cpuid.h). Each kernels_<isa>.c is compiled with its own -m flags and
+ * fills a table; an ISA may reuse a narrower ISA's entry where it has nothing better.
+ * Every entry is tested against the scalar reference (tests/test_cpu_kernels.c).
+ *
+ * Shapes follow STYLE.md: y rows are tokens (stride ldy), columns are output rows.
+ */
+#ifndef CELER_BACKEND_CPU_KERNELS_H
+#define CELER_BACKEND_CPU_KERNELS_H
+
+#include "backend/cpu/cpuid.h"
+#include "backend/cpu/pack.h"
+
+typedef struct cpu_kernels {
+    cpu_isa isa;
+    /* q[cols], d[cols/QBLOCK], s[cols/QBLOCK] of the row x[cols]; cols % QBLOCK == 0 */
+    void (*quantize_row)(int8_t *q, float *d, float *s, const float *x, int64_t cols);
+    /* y[t, r] = x[t, :] . W[r, :] for t < x->n and the rows of tiles [t0, t1) */
+    void (*gemm_q)(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                   const qrows *x);
+    /* y[t, r] = x[t, :] . W[r, :] for t < n, r0 <= r < r1; W dense F32/F16/BF16 [rows, cols] */
+    void (*gemm_dense)(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
+                       const float *x, int64_t n);
+    /* s[j] = q[hd] . k[j * ldk + :hd] for j < nk */
+    void (*dot_rows)(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd);
+    /* o[hd] = o[hd] * c + sum_j p[j] * v[j * ldv + :hd] for j < nv */
+    void (*axpy_rows)(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
+                      int64_t hd);
+    /* x[j] = exp(x[j] - m) for j < n; returns the sum */
+    float (*exp_sum)(float *x, int64_t n, float m);
+    /* y[m] = silu(gate[m]) * up[m] (y may alias gate) */
+    void (*swiglu)(float *y, const float *gate, const float *up, int64_t m);
+} cpu_kernels;
+
+extern const cpu_kernels cpu_kernels_generic;
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avx512;
+extern const cpu_kernels cpu_kernels_amx;
+
+/* AVX2 entries that the AVX-512 tables reuse where 256-bit code is as fast (attention
+ * pieces and elementwise work are small or memory-bound next to the matrix products). */
+void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t cols);
+void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
+                     int64_t n);
+void avx2_dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd);
+void avx2_axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
+                    int64_t hd);
+float avx2_exp_sum(float *x, int64_t n, float m);
+void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m);
+
+/* The AVX-512 VNNI product, which the AMX table uses for short inputs and odd tiles. */
+void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x);
+
+/* The table of a supported isa other than CPU_ISA_REF. */
+const cpu_kernels *cpu_kernels_for(cpu_isa isa);
+
+#endif

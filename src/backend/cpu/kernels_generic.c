@@ -1,0 +1,118 @@
+/*
+ * kernels_generic.c - the fast path's kernels in plain C: the packed layout and int8
+ * activations without SIMD. Runs anywhere, serves as the first check of the layout, and
+ * fills the table for CPUs without AVX2.
+ */
+#include "backend/cpu/kernels.h"
+
+#include "base/error.h"
+#include "base/half.h"
+
+#include <math.h>
+
+static void quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t cols) {
+    for (int64_t b = 0; b < cols / QBLOCK; b++) {
+        const float *xb = x + b * QBLOCK;
+        float amax = 0.0f, sum = 0.0f;
+        for (int j = 0; j < QBLOCK; j++) {
+            amax = fmaxf(amax, fabsf(xb[j]));
+            sum += xb[j];
+        }
+        const float db = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < QBLOCK; j++) q[b * QBLOCK + j] = (int8_t)lrintf(xb[j] * id);
+        d[b] = db;
+        s[b] = sum;
+    }
+}
+
+static float sb_f32(const packed_mat *w, uint16_t h) { return w->bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
+static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
+    const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
+    for (int64_t t = t0; t < t1; t++) {
+        const uint8_t *tile = w->codes + t * tile_bytes;
+        const uint16_t *sb = w->sb + t * tile_sb;
+        const int64_t nr = w->rows - t * PACK_ROWS < PACK_ROWS ? w->rows - t * PACK_ROWS : PACK_ROWS;
+        for (int64_t n = 0; n < x->n; n++) {
+            const int8_t *xq = x->q + n * x->cols;
+            const float *xd = x->d + n * blocks, *xs = x->s + n * blocks;
+            float acc[PACK_ROWS] = {0};
+            for (int64_t b = 0; b < blocks; b++) {
+                const uint8_t *blk = tile + b * w->planes * 4 * PACK_STEP;
+                const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
+                for (int i = 0; i < PACK_ROWS; i++) {
+                    int32_t isum = 0;
+                    for (int pl = 0; pl < w->planes; pl++) {
+                        const int32_t mul = w->planes == 2 && pl == 0 ? 16 : 1;
+                        for (int s = 0; s < 4; s++)
+                            for (int j = 0; j < 4; j++) {
+                                const uint8_t byte = blk[(pl * 4 + s) * PACK_STEP + i * 4 + j];
+                                const int8_t *xk = xq + b * QBLOCK + 8 * s + j;
+                                isum += mul * ((byte & 15) * xk[0] + (byte >> 4) * xk[4]);
+                            }
+                    }
+                    acc[i] += (float)isum * (sb_f32(w, g[i]) * xd[b]);
+                    acc[i] += sb_f32(w, g[PACK_ROWS + i]) * xs[b];
+                }
+            }
+            for (int i = 0; i < nr; i++) y[n * ldy + t * PACK_ROWS + i] = acc[i];
+        }
+    }
+}
+
+static void gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
+                       int64_t n) {
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = 0; t < n; t++) {
+            const float *xt = x + t * w->cols;
+            float acc = 0.0f;
+            for (int64_t c = 0; c < w->cols; c++) acc += dtype_load_f32(w->type, w->data, r * w->cols + c) * xt[c];
+            y[t * ldy + r] = acc;
+        }
+}
+
+static void dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd) {
+    for (int64_t j = 0; j < nk; j++) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < hd; c++) acc += q[c] * k[j * ldk + c];
+        s[j] = acc;
+    }
+}
+
+static void axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
+                      int64_t hd) {
+    for (int64_t i = 0; i < hd; i++) o[i] *= c;
+    for (int64_t j = 0; j < nv; j++)
+        for (int64_t i = 0; i < hd; i++) o[i] += p[j] * v[j * ldv + i];
+}
+
+static float exp_sum(float *x, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) sum += (x[j] = expf(x[j] - m));
+    return sum;
+}
+
+static void swiglu(float *y, const float *gate, const float *up, int64_t m) {
+    for (int64_t i = 0; i < m; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+const cpu_kernels cpu_kernels_generic = {
+    .isa = CPU_ISA_GENERIC,
+    .quantize_row = quantize_row,
+    .gemm_q = gemm_q,
+    .gemm_dense = gemm_dense,
+    .dot_rows = dot_rows,
+    .axpy_rows = axpy_rows,
+    .exp_sum = exp_sum,
+    .swiglu = swiglu,
+};
+
+const cpu_kernels *cpu_kernels_for(cpu_isa isa) {
+    switch (isa) {
+    case CPU_ISA_GENERIC: return &cpu_kernels_generic;
+    case CPU_ISA_AVX2: return &cpu_kernels_avx2;
+    case CPU_ISA_AVX512: return &cpu_kernels_avx512;
+    case CPU_ISA_AMX: return &cpu_kernels_avx512;
+    default: CELER_ASSERT(!"no kernel table for this isa"); return NULL;
+    }
+}

@@ -1,0 +1,70 @@
+/*
+ * pack.h - the fast kernels' weight layout and int8 activation rows.
+ *
+ * Affine 4-bit and 8-bit matrices are repacked once at load into tiles of 16 output
+ * rows, so one 64-byte load feeds 16 rows of a dot product (an AVX-512 register of
+ * int32 lanes, or two AVX2 registers):
+ *
+ *   codes: [tile][k32 block][plane][step 0..3][row 0..15][byte 0..3]
+ *          byte j of (row, step s) holds the code of column 8s+j in its low nibble and
+ *          of column 8s+4+j in its high nibble (columns relative to the 32-block).
+ *          4-bit matrices have one plane; 8-bit ones two: the high nibbles (q >> 4)
+ *          first, then the low nibbles, so q = 16*hi + lo runs through the same code.
+ *   sb:    [tile][group][scale 0..15, bias 0..15] as f16 or bf16 (the checkpoint's own
+ *          16-bit type, so no precision is lost and decode reads no more bytes).
+ *
+ * Rows past the end of the matrix are padded with zero codes and zero scales. Activations
+ * are quantized per row in blocks of 32 to int8 with a float scale and the block's float
+ * sum, which gives sum(w*x) = scale*dx*sum(q*xq) + bias*sum(x) for every weight group.
+ *
+ * This file knows layouts only; kernels live in kernels_*.c.
+ */
+#ifndef CELER_BACKEND_CPU_PACK_H
+#define CELER_BACKEND_CPU_PACK_H
+
+#include "base/arena.h"
+#include "base/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PACK_ROWS 16  /* output rows per tile */
+#define QBLOCK 32     /* activation quantization block (columns) */
+#define PACK_STEP 64  /* bytes of one step: 16 rows x 4 bytes */
+
+typedef struct packed_mat {
+    int64_t rows, cols, tiles; /* tiles = ceil(rows / PACK_ROWS) */
+    int bits;                  /* 4 or 8 */
+    int planes;                /* 1 for 4-bit, 2 for 8-bit */
+    int64_t group;             /* columns per scale/bias; a multiple of QBLOCK */
+    bool bf16;                 /* sb holds bf16 (else f16) */
+    const uint8_t *codes;
+    const uint16_t *sb;
+} packed_mat;
+
+/* Bytes of codes in one tile, and 16-bit scale/bias words in one tile. */
+static inline int64_t packed_tile_bytes(const packed_mat *p) {
+    return (p->cols / QBLOCK) * p->planes * 4 * PACK_STEP;
+}
+static inline int64_t packed_tile_sb(const packed_mat *p) {
+    return (p->cols / p->group) * 2 * PACK_ROWS;
+}
+
+/* Whether w can be packed: affine 4/8-bit, group a multiple of QBLOCK, and scales that are
+ * F16/BF16 (or F32 values that are exact in one of them). */
+bool pack_supported(const matview *w);
+/* Repacks w into memory from a (64-byte aligned); returns NULL when unsupported or out of
+ * memory. The result lives as long as the arena. */
+packed_mat *pack_matrix(const matview *w, arena *a);
+/* out[cols] = row r of p, dequantized (embedding lookups). */
+void packed_row(float *out, const packed_mat *p, int64_t r);
+
+/* Activation rows quantized for the packed kernels: n rows of cols columns. */
+typedef struct qrows {
+    int64_t n, cols;
+    int8_t *q; /* [n, cols] */
+    float *d;  /* [n, cols / QBLOCK] scale: x ~ d * q */
+    float *s;  /* [n, cols / QBLOCK] sum of the block's float values */
+} qrows;
+
+#endif

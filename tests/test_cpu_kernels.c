@@ -1,0 +1,317 @@
+/*
+ * test_cpu_kernels.c - every fast CPU kernel table (generic C, AVX2, AVX-512 VNNI, AMX;
+ * each ISA the machine has, the rest reported as skipped) against the scalar reference
+ * kernels on random inputs of awkward sizes: the packed quantized product, activation
+ * quantization, dense products, attention pieces, and the whole backend ops (matmul,
+ * attention with GQA, windows and paged blocks, RoPE, SwiGLU). Prints each max difference.
+ *
+ * Tolerances: kernels fed the same int8 activations agree to float rounding (1e-5
+ * relative); the int8 activation path against exact fp32 arithmetic agrees to about
+ * 1/127 of a block's largest value per product, so 2e-2 of the output's scale.
+ */
+#include "harness.h"
+
+#include "backend/cpu/backend_cpu.h"
+#include "backend/cpu/kernels.h"
+#include "base/half.h"
+#include "kernels/ref/backend_ref.h"
+#include "kernels/ref/ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static float *rand_vec(int64_t n, float scale) {
+    float *v = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) v[i] = rand_uniform(&rng) * scale;
+    return v;
+}
+
+static void report(const char *what, double diff, double tol) {
+    printf("  %-60s max diff %.3g (tol %.3g)\n", what, diff, tol);
+    CHECK(diff <= tol, "%s: max diff %g > %g", what, diff, tol);
+}
+
+/* A random affine matrix in MLX layout: codes, scales and biases owned by the caller. */
+typedef struct rand_affine {
+    matview w;
+    uint32_t *codes;
+    void *scales, *biases;
+} rand_affine;
+
+static void store_scale(dtype st, void *p, int64_t i, float v) {
+    if (st == DTYPE_F32) ((float *)p)[i] = v;
+    else if (st == DTYPE_F16) ((uint16_t *)p)[i] = f32_to_f16(v);
+    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+}
+
+static rand_affine make_affine(int bits, int64_t group, dtype st, int64_t rows, int64_t cols) {
+    rand_affine a;
+    const int per_word = 32 / bits;
+    const int64_t groups = cols / group, words = cols / per_word;
+    a.codes = calloc((size_t)(rows * words), 4);
+    a.scales = malloc((size_t)(rows * groups) * 4);
+    a.biases = malloc((size_t)(rows * groups) * 4);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const uint32_t q = (uint32_t)(rand_uniform(&rng) * 0.5f + 0.5f) * 0u +
+                               (uint32_t)((rand_uniform(&rng) * 0.5f + 0.5f) * (float)((1 << bits) - 1) + 0.5f);
+            a.codes[r * words + c / per_word] |= (q & ((1u << bits) - 1u)) << ((c % per_word) * bits);
+        }
+    for (int64_t i = 0; i < rows * groups; i++) {
+        /* F32 scales that are exact in f16, as GGUF-derived and mlx files carry */
+        const float s = f16_to_f32(f32_to_f16(0.01f + 0.02f * fabsf(rand_uniform(&rng))));
+        const float b = f16_to_f32(f32_to_f16(-s * (float)(1 << (bits - 1)) * (1.0f + 0.1f * rand_uniform(&rng))));
+        store_scale(st, a.scales, i, s);
+        store_scale(st, a.biases, i, b);
+    }
+    a.w = (matview){.rows = rows, .cols = cols, .type = DTYPE_U32, .data = a.codes, .quant_bits = bits,
+                    .group = group, .scale_type = st, .scales = a.scales, .biases = a.biases};
+    return a;
+}
+
+static void free_affine(rand_affine *a) { free(a->codes), free(a->scales), free(a->biases); }
+
+static qrows quantize_rows(const cpu_kernels *k, const float *x, int64_t n, int64_t cols) {
+    qrows q = {.n = n, .cols = cols, .q = malloc((size_t)(n * cols)),
+               .d = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK)),
+               .s = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK))};
+    for (int64_t t = 0; t < n; t++)
+        k->quantize_row(q.q + t * cols, q.d + t * cols / QBLOCK, q.s + t * cols / QBLOCK, x + t * cols, cols);
+    return q;
+}
+
+static void free_qrows(qrows *q) { free(q->q), free(q->d), free(q->s); }
+
+/* ==== packed layout ==== */
+
+static void test_pack_rows(void) {
+    const int bits[] = {4, 8};
+    double diff = 0;
+    for (int b = 0; b < 2; b++) {
+        rand_affine a = make_affine(bits[b], 64, DTYPE_BF16, 37, 192);
+        arena mem = {0};
+        const packed_mat *p = pack_matrix(&a.w, &mem);
+        CHECK(p != NULL, "pack_matrix %d-bit", bits[b]);
+        float r1[192], r2[192];
+        for (int64_t r = 0; p && r < a.w.rows; r++) {
+            matview_row(r1, &a.w, r);
+            packed_row(r2, p, r);
+            for (int c = 0; c < 192; c++) diff = fmax(diff, fabs((double)r1[c] - r2[c]));
+        }
+        arena_free(&mem);
+        free_affine(&a);
+    }
+    report("packed rows == MLX rows (4/8-bit, 37 x 192, g64)", diff, 0.0);
+    /* what the packer must refuse */
+    rand_affine a = make_affine(4, 32, DTYPE_F32, 4, 64);
+    ((float *)a.scales)[3] = 1.0f + 1e-7f; /* exact in neither f16 nor bf16 */
+    CHECK(!pack_supported(&a.w), "pack_supported refuses inexact F32 scales");
+    free_affine(&a);
+}
+
+/* ==== quantized product ==== */
+
+static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st, int64_t rows,
+                        int64_t cols, int64_t n) {
+    rand_affine a = make_affine(bits, group, st, rows, cols);
+    arena mem = {0};
+    const packed_mat *p = pack_matrix(&a.w, &mem);
+    float *x = rand_vec(n * cols, 1.0f);
+    qrows qg = quantize_rows(&cpu_kernels_generic, x, n, cols), qk = quantize_rows(k, x, n, cols);
+    /* the ISA's quantizer against the generic one: same codes, same scales */
+    double qdiff = 0;
+    for (int64_t i = 0; i < n * cols; i++) qdiff = fmax(qdiff, abs(qg.q[i] - qk.q[i]));
+    for (int64_t i = 0; i < n * cols / QBLOCK; i++) {
+        qdiff = fmax(qdiff, fabs((double)qg.d[i] - qk.d[i]));
+        qdiff = fmax(qdiff, fabs((double)qg.s[i] - qk.s[i]) / 16.0);
+    }
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows)), *yg = malloc(sizeof(float) * (size_t)(n * rows));
+    float *yr = malloc(sizeof(float) * (size_t)(n * rows)), *wrow = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t i = 0; i < n * rows; i++) yk[i] = yg[i] = NAN;
+    k->gemm_q(yk, rows, p, 0, p->tiles, &qg);
+    cpu_kernels_generic.gemm_q(yg, rows, p, 0, p->tiles, &qg);
+    ref_matmul(yr, &a.w, x, n, 0, rows, wrow);
+    double dk = 0, dr = 0, mx = 0;
+    for (int64_t i = 0; i < n * rows; i++) {
+        dk = fmax(dk, isnan(yk[i]) ? INFINITY : fabs((double)yk[i] - yg[i]));
+        dr = fmax(dr, fabs((double)yg[i] - yr[i]));
+        mx = fmax(mx, fabs(yr[i]));
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%s quantize %d-bit g%lld [%lld x %lld] n=%lld", cpu_isa_name(k->isa), bits,
+             (long long)group, (long long)rows, (long long)cols, (long long)n);
+    report(what, qdiff, 1e-6);
+    snprintf(what, sizeof what, "%s gemm_q %d-bit g%lld %s [%lld x %lld] n=%lld vs generic", cpu_isa_name(k->isa),
+             bits, (long long)group, dtype_name(st), (long long)rows, (long long)cols, (long long)n);
+    report(what, dk, 1e-5 * fmax(mx, 1.0));
+    if (k->isa == CPU_ISA_GENERIC) {
+        snprintf(what, sizeof what, "generic gemm_q %d-bit g%lld [%lld x %lld] n=%lld vs ref", bits,
+                 (long long)group, (long long)rows, (long long)cols, (long long)n);
+        report(what, dr, 2e-2 * fmax(mx, 1.0));
+    }
+    free(yk), free(yg), free(yr), free(wrow), free(x);
+    free_qrows(&qg), free_qrows(&qk);
+    arena_free(&mem);
+    free_affine(&a);
+}
+
+/* ==== dense product and attention pieces ==== */
+
+static void test_dense(const cpu_kernels *k, dtype t, int64_t rows, int64_t cols, int64_t n) {
+    float *wf = rand_vec(rows * cols, 1.0f), *x = rand_vec(n * cols, 1.0f);
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
+    for (int64_t i = 0; i < rows * cols; i++) h[i] = t == DTYPE_F16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
+    const matview w = {.rows = rows, .cols = cols, .type = t, .data = t == DTYPE_F32 ? (void *)wf : (void *)h};
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows)), *yr = malloc(sizeof(float) * (size_t)(n * rows));
+    float *wrow = malloc(sizeof(float) * (size_t)cols);
+    k->gemm_dense(yk, rows, &w, 0, rows, x, n);
+    ref_matmul(yr, &w, x, n, 0, rows, wrow);
+    double d = 0;
+    for (int64_t i = 0; i < n * rows; i++) d = fmax(d, fabs((double)yk[i] - yr[i]));
+    char what[128];
+    snprintf(what, sizeof what, "%s gemm_dense %s [%lld x %lld] n=%lld", cpu_isa_name(k->isa), dtype_name(t),
+             (long long)rows, (long long)cols, (long long)n);
+    report(what, d, 1e-5 * sqrt((double)cols));
+    free(wf), free(x), free(h), free(yk), free(yr), free(wrow);
+}
+
+static void test_pieces(const cpu_kernels *k) {
+    const int64_t hd = 72, nk = 13, ld = 100;
+    float *q = rand_vec(hd, 1.0f), *kv = rand_vec(nk * ld, 1.0f), *p = rand_vec(nk, 1.0f);
+    float s[13], o[72], o_ref[72];
+    double d = 0;
+    k->dot_rows(s, q, kv, ld, nk, hd);
+    for (int64_t j = 0; j < nk; j++) {
+        double acc = 0;
+        for (int64_t c = 0; c < hd; c++) acc += (double)q[c] * kv[j * ld + c];
+        d = fmax(d, fabs(acc - s[j]));
+    }
+    report("dot_rows hd=72 nk=13", d, 1e-5);
+    for (int64_t c = 0; c < hd; c++) o[c] = o_ref[c] = q[c];
+    k->axpy_rows(o, 0.5f, p, kv, ld, nk, hd);
+    d = 0;
+    for (int64_t c = 0; c < hd; c++) {
+        double acc = 0.5 * o_ref[c];
+        for (int64_t j = 0; j < nk; j++) acc += (double)p[j] * kv[j * ld + c];
+        d = fmax(d, fabs(acc - o[c]));
+    }
+    report("axpy_rows hd=72 nv=13", d, 1e-5);
+    float e[37], e0[37];
+    for (int i = 0; i < 37; i++) e[i] = e0[i] = rand_uniform(&rng) * 40.0f;
+    const float sum = k->exp_sum(e, 37, 3.0f);
+    double dsum = 0, de = 0;
+    for (int i = 0; i < 37; i++) {
+        const double ex = exp((double)e0[i] - 3.0);
+        dsum += ex;
+        de = fmax(de, fabs(ex - e[i]) / ex);
+    }
+    report("exp_sum n=37 (relative)", fmax(de, fabs(dsum - sum) / dsum), 2e-6);
+    float g[45], u[45], y[45];
+    for (int i = 0; i < 45; i++) g[i] = rand_uniform(&rng) * 20.0f, u[i] = rand_uniform(&rng);
+    k->swiglu(y, g, u, 45);
+    d = 0;
+    for (int i = 0; i < 45; i++) d = fmax(d, fabs((double)ref_silu(g[i]) * u[i] - y[i]));
+    report("swiglu n=45", d, 1e-5);
+    free(q), free(kv), free(p);
+}
+
+/* ==== whole backend ops against the reference backend ==== */
+
+static void test_backend_ops(cpu_isa isa) {
+    const int64_t h = 6, hk = 2, hd = 40, bs = 16, n_ctx = 80, n = 37, kvd = hk * hd;
+    const backend_cpu_sizes sz = {.max_rows = n, .max_cols = 256, .max_keys = n_ctx, .hd = hd};
+    backend *fast = backend_cpu_create(isa, 3, &sz), *ref = backend_ref_create(3, 256, n_ctx);
+    /* attention: two sequences' rows, 5 cache blocks each in shuffled order */
+    const int32_t blocks_a[] = {3, 0, 7, 5, 9}, blocks_b[] = {1, 2, 4, 6, 8};
+    float *kpool = rand_vec(10 * bs * kvd, 1.0f), *vpool = rand_vec(10 * bs * kvd, 1.0f);
+    float *q = rand_vec(n * h * hd, 2.0f), *of = malloc(sizeof(float) * (size_t)(n * h * hd));
+    float *orf = malloc(sizeof(float) * (size_t)(n * h * hd));
+    int32_t pos[37];
+    const int32_t *tabs[37];
+    for (int64_t r = 0; r < n; r++) { /* rows 0..29: prefill of a at 40..69; the rest decode rows of b */
+        pos[r] = r < 30 ? (int32_t)(40 + r) : (int32_t)(7 * (r - 29));
+        tabs[r] = r < 30 ? blocks_a : blocks_b;
+    }
+    const int64_t windows[] = {0, 9};
+    for (int wi = 0; wi < 2; wi++) {
+        attn_rows ar = {.n = n, .pos = pos, .blocks = tabs, .block_size = bs, .window = windows[wi],
+                        .h = h, .hk = hk, .hd = hd, .scale = 0.158f};
+        fast->ops->attention(fast, of, q, kpool, vpool, &ar);
+        ref->ops->attention(ref, orf, q, kpool, vpool, &ar);
+        double d = 0;
+        for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)of[i] - orf[i]));
+        char what[96];
+        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, window %lld", cpu_isa_name(isa), (long long)windows[wi]);
+        report(what, d, 2e-5);
+    }
+    /* RoPE (table against direct) and the matmul op with a packed matrix */
+    float inv_freq[20];
+    for (int i = 0; i < 20; i++) inv_freq[i] = powf(10000.0f, -(float)(2 * i) / (float)hd);
+    for (int trad = 0; trad < 2; trad++) {
+        const rope_params rp = {.inv_freq = inv_freq, .mscale = 1.1f, .traditional = trad};
+        float *x1 = rand_vec(n * h * hd, 1.0f), *x2 = malloc(sizeof(float) * (size_t)(n * h * hd));
+        memcpy(x2, x1, sizeof(float) * (size_t)(n * h * hd));
+        fast->ops->rope(fast, x1, pos, n, h, hd, &rp);
+        ref->ops->rope(ref, x2, pos, n, h, hd, &rp);
+        double d = 0;
+        for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)x1[i] - x2[i]));
+        report(trad ? "rope traditional (op)" : "rope half-split (op)", d, 0.0);
+        free(x1), free(x2);
+    }
+    rand_affine a = make_affine(4, 32, DTYPE_F16, 100, 256);
+    arena mem = {0};
+    a.w.packed = pack_matrix(&a.w, &mem);
+    float *x = rand_vec(n * 256, 1.0f), *yf = malloc(sizeof(float) * (size_t)(n * 100));
+    float *yr = malloc(sizeof(float) * (size_t)(n * 100));
+    fast->ops->matmul(fast, yf, &a.w, x, n);
+    ref->ops->matmul(ref, yr, &a.w, x, n);
+    double d = 0, mx = 0;
+    for (int64_t i = 0; i < n * 100; i++) d = fmax(d, fabs((double)yf[i] - yr[i])), mx = fmax(mx, fabs(yr[i]));
+    report("matmul op 4-bit g32 [100 x 256] n=37 vs ref", d, 2e-2 * mx);
+    /* an unpackable matrix takes the row-at-a-time path and matches the reference exactly */
+    a.w.packed = NULL;
+    ((float *)a.scales)[0] = 0.0f;
+    rand_affine b = make_affine(4, 32, DTYPE_F32, 100, 256);
+    ((float *)b.scales)[5] = 1.0f + 1e-7f;
+    fast->ops->matmul(fast, yf, &b.w, x, n);
+    ref->ops->matmul(ref, yr, &b.w, x, n);
+    d = 0;
+    for (int64_t i = 0; i < n * 100; i++) d = fmax(d, fabs((double)yf[i] - yr[i]));
+    report("matmul op, unpackable F32 scales, vs ref", d, 1e-4);
+    free_affine(&b);
+    arena_free(&mem);
+    free_affine(&a);
+    free(x), free(yf), free(yr), free(kpool), free(vpool), free(q), free(of), free(orf);
+    backend_destroy(fast);
+    backend_destroy(ref);
+}
+
+int main(void) {
+    test_pack_rows();
+    const cpu_isa isas[] = {CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX};
+    for (int i = 0; i < 4; i++) {
+        if (!cpu_isa_supported(isas[i])) {
+            printf("  %s: skipped, this CPU lacks the instructions\n", cpu_isa_name(isas[i]));
+            continue;
+        }
+        const cpu_kernels *k = cpu_kernels_for(isas[i]);
+        printf("%s:\n", cpu_isa_name(isas[i]));
+        const int64_t ns[] = {1, 3, 4, 9, 37, 70};
+        for (int j = 0; j < 6; j++) {
+            test_gemm_q(k, 4, 32, DTYPE_F16, 45, 96, ns[j]);
+            test_gemm_q(k, 8, 64, DTYPE_BF16, 29, 192, ns[j]);
+        }
+        test_gemm_q(k, 4, 128, DTYPE_F32, 64, 384, 33);
+        test_gemm_q(k, 8, 32, DTYPE_F16, 17, 64, 2);
+        test_dense(k, DTYPE_F32, 13, 77, 5);
+        test_dense(k, DTYPE_F16, 16, 64, 3);
+        test_dense(k, DTYPE_BF16, 9, 130, 1);
+        test_pieces(k);
+        test_backend_ops(isas[i]);
+    }
+    return harness_done("test_cpu_kernels");
+}
