@@ -42,6 +42,14 @@ static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     *hi = n * (ith + 1) / nth;
 }
 
+/* Runs fn on the pool, or on the calling thread alone when the work (in elements
+ * touched) is too small to pay for waking the workers: decode steps are full of those. */
+#define INLINE_WORK 8192
+static void run(cpu_backend *cb, threadpool_fn fn, void *arg, int64_t work) {
+    if (work < INLINE_WORK) fn(arg, 0, 1);
+    else threadpool_run(cb->pool, fn, arg);
+}
+
 /* ==== matmul and embedding ==== */
 
 typedef struct matmul_job {
@@ -100,7 +108,7 @@ static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, 
     if (w->packed) {
         cb->xq.n = n;
         cb->xq.cols = w->cols;
-        threadpool_run(cb->pool, quantize_task, &j);
+        run(cb, quantize_task, &j, n * w->cols);
         atomic_store(&cb->counter.next, 0);
         threadpool_run(cb->pool, gemm_q_task, &j);
     } else {
@@ -123,7 +131,7 @@ static void embed_task(void *p, int ith, int nth) {
 static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
     cpu_backend *cb = (cpu_backend *)be;
     matmul_job j = {cb, y, w, NULL, ids, n};
-    threadpool_run(cb->pool, embed_task, &j);
+    run(cb, embed_task, &j, n * w->cols);
 }
 
 /* ==== per-row ops ==== */
@@ -154,7 +162,7 @@ static void rmsnorm_task(void *p, int ith, int nth) {
 static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
                         float eps) {
     row_job j = {.cb = (cpu_backend *)be, .y = y, .x = x, .w = w, .n = n, .d = d, .eps = eps};
-    threadpool_run(j.cb->pool, rmsnorm_task, &j);
+    run(j.cb, rmsnorm_task, &j, n * d);
 }
 
 /* cos and sin of every (position, pair) for rp, formed exactly as the reference forms
@@ -205,7 +213,7 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64
     for (int64_t t = 0; t < n; t++) CELER_ASSERT(pos[t] >= 0 && pos[t] < cb->sz.max_keys);
     rope_table(cb, rp);
     rope_job j = {cb, x, pos, n, h, hd, rp->traditional};
-    threadpool_run(cb->pool, rope_task, &j);
+    run(cb, rope_task, &j, n * h * hd);
 }
 
 static void cpu_kv_store(backend *be, float *kpool, float *vpool, const float *k, const float *v,
@@ -329,7 +337,7 @@ static void swiglu_task(void *p, int ith, int nth) {
 
 static void cpu_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
     row_job j = {.cb = (cpu_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
-    threadpool_run(j.cb->pool, swiglu_task, &j);
+    run(j.cb, swiglu_task, &j, m);
 }
 
 static void cpu_add(backend *be, float *y, const float *x, int64_t m) {

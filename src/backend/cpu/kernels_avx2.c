@@ -33,7 +33,8 @@ INLINE __m256i bcast32(const int8_t *p) {
 /* 8 f16 or bf16 values as floats. */
 INLINE __m256 load_half8(const uint16_t *p, int bf16) {
     const __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                : _mm256_cvtph_ps(h);
 }
 
 /* exp(x) for x in float range: Cephes-style reduction x = n ln2 + r, degree-6 polynomial
@@ -51,7 +52,8 @@ INLINE __m256 exp8(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -63,8 +65,9 @@ void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t co
         const float *xb = x + b * QBLOCK;
         __m256 v[4];
         for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(xb + 8 * i);
-        __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                                    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m256 amax = _mm256_max_ps(
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
         m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         m = _mm_max_ss(m, _mm_movehdup_ps(m));
@@ -72,56 +75,64 @@ void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t co
         d[b] = mx / 127.0f;
         s[b] = hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
         const __m256 id = _mm256_set1_ps(mx > 0.0f ? 127.0f / mx : 0.0f);
-        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
-        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id)),
+                i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], id));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], id)),
+                i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], id));
         /* packs work within 128-bit lanes; the permute restores column order */
         const __m256i w01 = _mm256_packs_epi32(i0, i1), w23 = _mm256_packs_epi32(i2, i3);
         const __m256i b8 = _mm256_packs_epi16(w01, w23);
-        _mm256_storeu_si256((__m256i *)(q + b * QBLOCK),
-                            _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        _mm256_storeu_si256(
+            (__m256i *)(q + b * QBLOCK),
+            _mm256_permutevar8x32_epi32(b8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
     }
 }
 
 /* ==== packed quantized product ==== */
 
 /* Eight rows (one half of a tile) times T tokens starting at token n0. */
-INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile, const uint16_t *sb,
-                   int half, const qrows *x, int64_t n0, int T, int planes, int nrow) {
+INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
+                   const uint16_t *sb, int half, const qrows *x, int64_t n0, int T, int planes,
+                   int nrow) {
     const int64_t blocks = w->cols / QBLOCK;
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1),
+                  sixteen = _mm256_set1_epi16(16);
     __m256 acc[4];
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * planes * 4 * PACK_STEP + half * 32;
         __m256i i32[4];
-        for (int t = 0; t < T; t++) i32[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) i32[t] = _mm256_setzero_si256();
         for (int pl = 0; pl < planes; pl++) {
             __m256i a16[4];
-            for (int t = 0; t < T; t++) a16[t] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) a16[t] = _mm256_setzero_si256();
             for (int s = 0; s < 4; s++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + (pl * 4 + s) * PACK_STEP));
-                const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-                for (int t = 0; t < T; t++) {
+                const __m256i raw =
+                    _mm256_loadu_si256((const __m256i *)(blk + (pl * 4 + s) * PACK_STEP));
+                const __m256i lo = _mm256_and_si256(raw, m4),
+                              hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                     const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
                     a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(lo, bcast32(xk)));
                     a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(hi, bcast32(xk + 4)));
                 }
             }
-            for (int t = 0; t < T; t++) {
-                const __m256i wide = _mm256_madd_epi16(a16[t], planes == 2 && pl == 0 ? sixteen : ones);
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+                const __m256i wide =
+                    _mm256_madd_epi16(a16[t], planes == 2 && pl == 0 ? sixteen : ones);
                 i32[t] = _mm256_add_epi32(i32[t], wide);
             }
         }
         const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS + half * 8;
         const __m256 sc = load_half8(g, w->bf16), bi = load_half8(g + PACK_ROWS, w->bf16);
-        for (int t = 0; t < T; t++) {
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
             const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t]), _mm256_set1_ps(x->d[xi]));
             acc[t] = _mm256_fmadd_ps(f, sc, acc[t]);
             acc[t] = _mm256_fmadd_ps(bi, _mm256_set1_ps(x->s[xi]), acc[t]);
         }
     }
-    for (int t = 0; t < T; t++) {
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
         float *dst = y + (n0 + t) * ldy;
         if (nrow == 8) {
             _mm256_storeu_ps(dst, acc[t]);
@@ -144,15 +155,19 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
             if (r0 >= w->rows) break;
             const int nrow = w->rows - r0 < 8 ? (int)(w->rows - r0) : 8;
             int64_t n = 0;
-            for (; n + 4 <= x->n; n += 4) q_half(y + r0, ldy, w, tile, sb, half, x, n, 4, planes, nrow);
+            for (; n + 4 <= x->n; n += 4)
+                q_half(y + r0, ldy, w, tile, sb, half, x, n, 4, planes, nrow);
             for (; n < x->n; n++) q_half(y + r0, ldy, w, tile, sb, half, x, n, 1, planes, nrow);
         }
     }
 }
 
-static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
-    if (w->planes == 1) gemm_q_planes(y, ldy, w, t0, t1, x, 1);
-    else gemm_q_planes(y, ldy, w, t0, t1, x, 2);
+static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                   const qrows *x) {
+    if (w->planes == 1)
+        gemm_q_planes(y, ldy, w, t0, t1, x, 1);
+    else
+        gemm_q_planes(y, ldy, w, t0, t1, x, 2);
 }
 
 /* ==== dense product ==== */
@@ -165,26 +180,29 @@ INLINE __m256 load_w8(const void *base, int64_t i, dtype t) {
 }
 
 /* R rows from r times T tokens from n0. */
-INLINE void dense_tile(float *y, int64_t ldy, const matview *w, int64_t r, const float *x, int64_t n0,
-                       int R, int T, dtype type) {
+INLINE void dense_tile(float *y, int64_t ldy, const matview *w, int64_t r, const float *x,
+                       int64_t n0, int R, int T, dtype type) {
     const int64_t k = w->cols, k8 = k & ~(int64_t)7;
     __m256 acc[4][2];
-    for (int i = 0; i < R; i++)
-        for (int t = 0; t < T; t++) acc[i][t] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int i = 0; i < R; i++)
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[i][t] = _mm256_setzero_ps();
     for (int64_t c = 0; c < k8; c += 8) {
         __m256 xv[2];
-        for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + (n0 + t) * k + c);
-        for (int i = 0; i < R; i++) {
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) xv[t] =
+            _mm256_loadu_ps(x + (n0 + t) * k + c);
+        _Pragma("GCC unroll 8") for (int i = 0; i < R; i++) {
             const __m256 wv = load_w8(w->data, (r + i) * k + c, type);
-            for (int t = 0; t < T; t++) acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[i][t] =
+                _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
         }
     }
-    for (int i = 0; i < R; i++)
-        for (int t = 0; t < T; t++) {
-            float s = hsum8(acc[i][t]);
-            for (int64_t c = k8; c < k; c++) s += dtype_load_f32(type, w->data, (r + i) * k + c) * x[(n0 + t) * k + c];
-            y[(n0 + t) * ldy + r + i] = s;
-        }
+    _Pragma("GCC unroll 8") for (int i = 0; i < R; i++)
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+        float s = hsum8(acc[i][t]);
+        for (int64_t c = k8; c < k; c++)
+            s += dtype_load_f32(type, w->data, (r + i) * k + c) * x[(n0 + t) * k + c];
+        y[(n0 + t) * ldy + r + i] = s;
+    }
 }
 
 INLINE void gemm_dense_type(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
@@ -202,12 +220,18 @@ INLINE void gemm_dense_type(float *y, int64_t ldy, const matview *w, int64_t r0,
     }
 }
 
-void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
-                       int64_t n) {
+void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
+                     const float *x, int64_t n) {
     switch (w->type) {
-    case DTYPE_F32: gemm_dense_type(y, ldy, w, r0, r1, x, n, DTYPE_F32); break;
-    case DTYPE_F16: gemm_dense_type(y, ldy, w, r0, r1, x, n, DTYPE_F16); break;
-    default: gemm_dense_type(y, ldy, w, r0, r1, x, n, DTYPE_BF16); break;
+    case DTYPE_F32:
+        gemm_dense_type(y, ldy, w, r0, r1, x, n, DTYPE_F32);
+        break;
+    case DTYPE_F16:
+        gemm_dense_type(y, ldy, w, r0, r1, x, n, DTYPE_F16);
+        break;
+    default:
+        gemm_dense_type(y, ldy, w, r0, r1, x, n, DTYPE_BF16);
+        break;
     }
 }
 
@@ -240,7 +264,8 @@ void avx2_dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_
     for (; j < nk; j++) {
         const float *kj = k + j * ldk;
         __m256 a = _mm256_setzero_ps();
-        for (int64_t c = 0; c < h8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(kj + c), a);
+        for (int64_t c = 0; c < h8; c += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(kj + c), a);
         float v = hsum8(a);
         for (int64_t c = h8; c < hd; c++) v += q[c] * kj[c];
         s[j] = v;
@@ -248,12 +273,13 @@ void avx2_dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_
 }
 
 void avx2_axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
-                      int64_t hd) {
+                    int64_t hd) {
     const int64_t h8 = hd & ~(int64_t)7;
     const __m256 cv = _mm256_set1_ps(c);
     for (int64_t i = 0; i < h8; i += 8) {
         __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + i), cv);
-        for (int64_t j = 0; j < nv; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + i), acc);
+        for (int64_t j = 0; j < nv; j++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + i), acc);
         _mm256_storeu_ps(o + i, acc);
     }
     for (int64_t i = h8; i < hd; i++) {

@@ -20,25 +20,29 @@ INLINE __m512i bcast32(const int8_t *p) {
 
 INLINE __m512 load_half16(const uint16_t *p, int bf16) {
     const __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                : _mm512_cvtph_ps(h);
 }
 
 /* One tile (16 rows) times T tokens from n0; adds into nothing, stores y. */
-INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile, const uint16_t *sb,
-                   const qrows *x, int64_t n0, int T, int planes, __mmask16 rows) {
+INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
+                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes,
+                   __mmask16 rows) {
     const int64_t blocks = w->cols / QBLOCK;
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[8];
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * planes * 4 * PACK_STEP;
         __m512i i32[8], hi32[8];
-        for (int t = 0; t < T; t++) i32[t] = hi32[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) i32[t] = hi32[t] =
+            _mm512_setzero_si512();
         for (int pl = 0; pl < planes; pl++)
             for (int s = 0; s < 4; s++) {
                 const __m512i raw = _mm512_loadu_si512(blk + (pl * 4 + s) * PACK_STEP);
-                const __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                for (int t = 0; t < T; t++) {
+                const __m512i lo = _mm512_and_si512(raw, m4),
+                              hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                     const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
                     __m512i *a = planes == 2 && pl == 0 ? &hi32[t] : &i32[t];
                     *a = _mm512_dpbusd_epi32(*a, lo, bcast32(xk));
@@ -47,15 +51,17 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
             }
         const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
         const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
-        for (int t = 0; t < T; t++) {
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
-            const __m512i isum = planes == 2 ? _mm512_add_epi32(i32[t], _mm512_slli_epi32(hi32[t], 4)) : i32[t];
+            const __m512i isum =
+                planes == 2 ? _mm512_add_epi32(i32[t], _mm512_slli_epi32(hi32[t], 4)) : i32[t];
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(x->d[xi]));
             acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
             acc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(x->s[xi]), acc[t]);
         }
     }
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + (n0 + t) * ldy, rows, acc[t]);
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+        _mm512_mask_storeu_ps(y + (n0 + t) * ldy, rows, acc[t]);
 }
 
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
@@ -73,9 +79,12 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
     }
 }
 
-void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
-    if (w->planes == 1) gemm_q_planes(y, ldy, w, t0, t1, x, 1);
-    else gemm_q_planes(y, ldy, w, t0, t1, x, 2);
+void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                   const qrows *x) {
+    if (w->planes == 1)
+        gemm_q_planes(y, ldy, w, t0, t1, x, 1);
+    else
+        gemm_q_planes(y, ldy, w, t0, t1, x, 2);
 }
 
 const cpu_kernels cpu_kernels_avx512 = {

@@ -112,7 +112,7 @@ const cpu_kernels *cpu_kernels_for(cpu_isa isa) {
     case CPU_ISA_GENERIC: return &cpu_kernels_generic;
     case CPU_ISA_AVX2: return &cpu_kernels_avx2;
     case CPU_ISA_AVX512: return &cpu_kernels_avx512;
-    case CPU_ISA_AMX: return &cpu_kernels_avx512;
+    case CPU_ISA_AMX: return &cpu_kernels_amx;
     default: CELER_ASSERT(!"no kernel table for this isa"); return NULL;
     }
 }

@@ -6,6 +6,7 @@
 
 #include "base/half.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* The 16-bit format the packed scales use for w, or false when F32 scales are exact in
@@ -58,22 +59,31 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
     uint8_t *codes = arena_alloc(a, (size_t)(p->tiles * tile_bytes));
     uint16_t *sb = arena_alloc(a, sizeof(uint16_t) * (size_t)(p->tiles * tile_sb));
     if (!codes || !sb) return NULL;
-    uint8_t col[QBLOCK];
+    uint8_t *row = malloc((size_t)w->cols); /* one row's codes, unpacked */
+    if (!row) return NULL;
+    const int per_word = 32 / w->quant_bits;
+    const uint32_t mask = (1u << w->quant_bits) - 1u;
+    const unsigned char *src = w->data;
     for (int64_t r = 0; r < w->rows; r++) {
         const int64_t t = r / PACK_ROWS, i = r % PACK_ROWS;
+        for (int64_t c = 0; c < w->cols; c += per_word) {
+            uint32_t word;
+            memcpy(&word, src + 4 * ((r * w->cols + c) / per_word), 4);
+            for (int k = 0; k < per_word; k++) row[c + k] = (uint8_t)((word >> (k * w->quant_bits)) & mask);
+        }
         for (int64_t b = 0; b < blocks; b++) {
-            for (int c = 0; c < QBLOCK; c++) col[c] = (uint8_t)matview_code(w, r, b * QBLOCK + c);
-            uint8_t *blk = codes + t * tile_bytes + b * p->planes * 4 * PACK_STEP;
-            for (int pl = 0; pl < p->planes; pl++)
-                for (int s = 0; s < 4; s++)
-                    for (int j = 0; j < 4; j++) {
-                        unsigned lo = col[8 * s + j], hi = col[8 * s + 4 + j];
-                        if (p->planes == 2) {
-                            lo = pl == 0 ? lo >> 4 : lo & 15u;
-                            hi = pl == 0 ? hi >> 4 : hi & 15u;
-                        }
-                        blk[(pl * 4 + s) * PACK_STEP + i * 4 + j] = (uint8_t)(lo | hi << 4);
+            const uint8_t *col = row + b * QBLOCK;
+            uint8_t *blk = codes + t * tile_bytes + b * p->planes * 4 * PACK_STEP + i * 4;
+            for (int s = 0; s < 4; s++)
+                for (int j = 0; j < 4; j++) {
+                    const unsigned lo = col[8 * s + j], hi = col[8 * s + 4 + j];
+                    if (p->planes == 1) {
+                        blk[s * PACK_STEP + j] = (uint8_t)(lo | hi << 4);
+                    } else {
+                        blk[s * PACK_STEP + j] = (uint8_t)(lo >> 4 | (hi >> 4) << 4);
+                        blk[(4 + s) * PACK_STEP + j] = (uint8_t)((lo & 15u) | (hi & 15u) << 4);
                     }
+                }
         }
         for (int64_t g = 0; g < groups; g++) {
             uint16_t *dst = sb + t * tile_sb + g * 2 * PACK_ROWS;
@@ -81,6 +91,7 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
             dst[PACK_ROWS + i] = scale_bits(w, w->biases, r * groups + g, bf16);
         }
     }
+    free(row);
     p->codes = codes;
     p->sb = sb;
     return p;
