@@ -47,7 +47,8 @@ typedef struct backend_ops {
     /* x[n, h, hd] rotated in place, row r at position pos[r] */
     void (*rope)(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                  const rope_params *rp);
-    /* k, v [n, hk*hd] stored into the pools at slots slot[n] */
+    /* k, v [n, hk*hd] stored into the pools at slots slot[n]. How a cache block is laid
+     * out inside the pools is the backend's own business: only its attention reads them. */
     void (*kv_store)(backend *be, float *kpool, float *vpool, const float *k, const float *v,
                      const int32_t *slot, int64_t n, int64_t kvd);
     /* out[n, h*hd] = attention of q[n, h*hd] over the pools */

@@ -9,6 +9,9 @@
 #ifndef CELER_BACKEND_CPU_KERNELS_H
 #define CELER_BACKEND_CPU_KERNELS_H
 
+/* Positions per KV cache block the CPU attention reads (the engine's block size). */
+#define ATT_BLOCK 16
+
 #include "backend/cpu/cpuid.h"
 #include "backend/cpu/pack.h"
 
@@ -22,8 +25,9 @@ typedef struct cpu_kernels {
     /* y[t, r] = x[t, :] . W[r, :] for t < n, r0 <= r < r1; W dense F32/F16/BF16 [rows, cols] */
     void (*gemm_dense)(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
                        const float *x, int64_t n);
-    /* s[j] = q[hd] . k[j * ldk + :hd] for j < nk */
-    void (*dot_rows)(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd);
+    /* s[i, j] = q[i * ldq + :hd] . kt[:, j] for i < nq, j < ATT_BLOCK: the scores of nq query
+     * vectors against one cache block of keys stored transposed, kt[hd, ATT_BLOCK] */
+    void (*attn_scores)(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
     /* o[hd] = o[hd] * c + sum_j p[j] * v[j * ldv + :hd] for j < nv */
     void (*axpy_rows)(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
                       int64_t hd);
@@ -43,7 +47,7 @@ extern const cpu_kernels cpu_kernels_amx;
 void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t cols);
 void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
                      int64_t n);
-void avx2_dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd);
+void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
 void avx2_axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
                     int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);

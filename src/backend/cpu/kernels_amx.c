@@ -76,7 +76,11 @@ static void amx_tile(float *y, int64_t ldy, const packed_mat *w, int64_t t, cons
     }
     const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
     const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
-    for (int i = 0; i < AMX_TOKENS; i++) _mm512_mask_storeu_ps(y + (n0 + i) * ldy + r0, rows, _mm512_load_ps(acc[i]));
+    const int P = x->pairs; /* (value, residual) row pairs add into one output row */
+    for (int i = 0; i < AMX_TOKENS; i += 1 + P) {
+        const __m512 v = _mm512_load_ps(acc[i]);
+        _mm512_mask_storeu_ps(y + ((n0 + i) >> P) * ldy + r0, rows, P ? _mm512_add_ps(v, _mm512_load_ps(acc[i + 1])) : v);
+    }
 }
 
 static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
@@ -89,9 +93,9 @@ static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, i
     }
     if (n_amx < x->n) {
         const int64_t nb = x->cols / QBLOCK;
-        const qrows rest = {.n = x->n - n_amx, .cols = x->cols, .q = x->q + n_amx * x->cols,
-                            .d = x->d + n_amx * nb, .s = x->s + n_amx * nb};
-        avx512_gemm_q(y + n_amx * ldy, ldy, w, t0, t1, &rest);
+        const qrows rest = {.n = x->n - n_amx, .cols = x->cols, .pairs = x->pairs,
+                            .q = x->q + n_amx * x->cols, .d = x->d + n_amx * nb, .s = x->s + n_amx * nb};
+        avx512_gemm_q(y + (n_amx >> x->pairs) * ldy, ldy, w, t0, t1, &rest);
     }
 }
 
@@ -100,7 +104,7 @@ const cpu_kernels cpu_kernels_amx = {
     .quantize_row = avx2_quantize_row,
     .gemm_q = amx_gemm_q,
     .gemm_dense = avx2_gemm_dense,
-    .dot_rows = avx2_dot_rows,
+    .attn_scores = avx2_attn_scores,
     .axpy_rows = avx2_axpy_rows,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,

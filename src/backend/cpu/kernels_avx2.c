@@ -93,7 +93,7 @@ void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t co
 /* Eight rows (one half of a tile) times T tokens starting at token n0. */
 INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
                    const uint16_t *sb, int half, const qrows *x, int64_t n0, int T, int planes,
-                   int nrow) {
+                   int P, int nrow) {
     const int64_t blocks = w->cols / QBLOCK;
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1),
                   sixteen = _mm256_set1_epi16(16);
@@ -132,20 +132,22 @@ INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
             acc[t] = _mm256_fmadd_ps(bi, _mm256_set1_ps(x->s[xi]), acc[t]);
         }
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-        float *dst = y + (n0 + t) * ldy;
+    /* P: rows come in (value, residual) pairs that add into one output row */
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t += 1 + P) {
+        float *dst = y + ((n0 + t) >> P) * ldy;
+        const __m256 v = P ? _mm256_add_ps(acc[t], acc[t + P]) : acc[t];
         if (nrow == 8) {
-            _mm256_storeu_ps(dst, acc[t]);
+            _mm256_storeu_ps(dst, v);
         } else {
             float tmp[8];
-            _mm256_storeu_ps(tmp, acc[t]);
+            _mm256_storeu_ps(tmp, v);
             for (int i = 0; i < nrow; i++) dst[i] = tmp[i];
         }
     }
 }
 
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int planes) {
+                          const qrows *x, int planes, int P) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
@@ -156,18 +158,22 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
             const int nrow = w->rows - r0 < 8 ? (int)(w->rows - r0) : 8;
             int64_t n = 0;
             for (; n + 4 <= x->n; n += 4)
-                q_half(y + r0, ldy, w, tile, sb, half, x, n, 4, planes, nrow);
-            for (; n < x->n; n++) q_half(y + r0, ldy, w, tile, sb, half, x, n, 1, planes, nrow);
+                q_half(y + r0, ldy, w, tile, sb, half, x, n, 4, planes, P, nrow);
+            for (; n < x->n; n += 1 + P)
+                q_half(y + r0, ldy, w, tile, sb, half, x, n, 1 + P, planes, P, nrow);
         }
     }
 }
 
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    if (w->planes == 1)
-        gemm_q_planes(y, ldy, w, t0, t1, x, 1);
-    else
-        gemm_q_planes(y, ldy, w, t0, t1, x, 2);
+    if (w->planes == 1) {
+        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
+        else gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
+    } else {
+        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
+        else gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
+    }
 }
 
 /* ==== dense product ==== */
@@ -237,39 +243,29 @@ void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_
 
 /* ==== attention pieces ==== */
 
-void avx2_dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd) {
-    const int64_t h8 = hd & ~(int64_t)7;
-    int64_t j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        const float *k0 = k + j * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t c = 0; c < h8; c += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + c), a3);
-        }
-        /* four horizontal sums at once */
-        const __m256 h01 = _mm256_hadd_ps(a0, a1), h23 = _mm256_hadd_ps(a2, a3);
-        const __m256 h = _mm256_hadd_ps(h01, h23);
-        __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        float out[4];
-        _mm_storeu_ps(out, r);
-        for (int i = 0; i < 4; i++) {
-            for (int64_t c = h8; c < hd; c++) out[i] += q[c] * k[(j + i) * ldk + c];
-            s[j + i] = out[i];
+/* Four query vectors at a time: each row of kt (one dimension, 16 keys) is loaded once
+ * and feeds 4 x 2 accumulators; no horizontal sums. */
+INLINE void scores_rows(float *s, const float *q, int64_t ldq, const float *kt, int64_t hd, int R) {
+    __m256 acc[4][2];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < hd; c++) {
+        const __m256 k0 = _mm256_loadu_ps(kt + c * ATT_BLOCK), k1 = _mm256_loadu_ps(kt + c * ATT_BLOCK + 8);
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            const __m256 qb = _mm256_broadcast_ss(q + r * ldq + c);
+            acc[r][0] = _mm256_fmadd_ps(qb, k0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(qb, k1, acc[r][1]);
         }
     }
-    for (; j < nk; j++) {
-        const float *kj = k + j * ldk;
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t c = 0; c < h8; c += 8)
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(kj + c), a);
-        float v = hsum8(a);
-        for (int64_t c = h8; c < hd; c++) v += q[c] * kj[c];
-        s[j] = v;
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(s + r * ATT_BLOCK, acc[r][0]);
+        _mm256_storeu_ps(s + r * ATT_BLOCK + 8, acc[r][1]);
     }
+}
+
+void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) scores_rows(s + i * ATT_BLOCK, q + i * ldq, ldq, kt, hd, 4);
+    for (; i < nq; i++) scores_rows(s + i * ATT_BLOCK, q + i * ldq, ldq, kt, hd, 1);
 }
 
 void avx2_axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
@@ -319,7 +315,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .quantize_row = avx2_quantize_row,
     .gemm_q = gemm_q,
     .gemm_dense = avx2_gemm_dense,
-    .dot_rows = avx2_dot_rows,
+    .attn_scores = avx2_attn_scores,
     .axpy_rows = avx2_axpy_rows,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,

@@ -24,9 +24,9 @@ INLINE __m512 load_half16(const uint16_t *p, int bf16) {
                 : _mm512_cvtph_ps(h);
 }
 
-/* One tile (16 rows) times T tokens from n0; adds into nothing, stores y. */
+/* One tile (16 rows) times T activation rows from n0, stored to y. */
 INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes,
+                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P,
                    __mmask16 rows) {
     const int64_t blocks = w->cols / QBLOCK;
     const __m512i m4 = _mm512_set1_epi8(15);
@@ -60,12 +60,13 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
             acc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(x->s[xi]), acc[t]);
         }
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
-        _mm512_mask_storeu_ps(y + (n0 + t) * ldy, rows, acc[t]);
+    /* P: rows come in (value, residual) pairs that add into one output row */
+    _Pragma("GCC unroll 8") for (int t = 0; t < T; t += 1 + P)
+        _mm512_mask_storeu_ps(y + ((n0 + t) >> P) * ldy, rows, P ? _mm512_add_ps(acc[t], acc[t + P]) : acc[t]);
 }
 
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int planes) {
+                          const qrows *x, int planes, int P) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
@@ -73,18 +74,21 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
         const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
         const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
         int64_t n = 0;
-        for (; n + 8 <= x->n; n += 8) q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, rows);
-        for (; n + 4 <= x->n; n += 4) q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, rows);
-        for (; n < x->n; n++) q_tile(y + r0, ldy, w, tile, sb, x, n, 1, planes, rows);
+        for (; n + 8 <= x->n; n += 8) q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, P, rows);
+        for (; n + 4 <= x->n; n += 4) q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, P, rows);
+        for (; n < x->n; n += 1 + P) q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, planes, P, rows);
     }
 }
 
 void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    if (w->planes == 1)
-        gemm_q_planes(y, ldy, w, t0, t1, x, 1);
-    else
-        gemm_q_planes(y, ldy, w, t0, t1, x, 2);
+    if (w->planes == 1) {
+        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
+        else gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
+    } else {
+        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
+        else gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
+    }
 }
 
 const cpu_kernels cpu_kernels_avx512 = {
@@ -92,7 +96,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .quantize_row = avx2_quantize_row,
     .gemm_q = avx512_gemm_q,
     .gemm_dense = avx2_gemm_dense,
-    .dot_rows = avx2_dot_rows,
+    .attn_scores = avx2_attn_scores,
     .axpy_rows = avx2_axpy_rows,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,

@@ -55,7 +55,9 @@ static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64
                     acc[i] += sb_f32(w, g[PACK_ROWS + i]) * xs[b];
                 }
             }
-            for (int i = 0; i < nr; i++) y[n * ldy + t * PACK_ROWS + i] = acc[i];
+            /* pairs: row n + 1 is row n's residual and adds into the same output row */
+            float *dst = y + (n >> x->pairs) * ldy + t * PACK_ROWS;
+            for (int i = 0; i < nr; i++) dst[i] = x->pairs && (n & 1) ? dst[i] + acc[i] : acc[i];
         }
     }
 }
@@ -71,12 +73,13 @@ static void gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int6
         }
 }
 
-static void dot_rows(float *s, const float *q, const float *k, int64_t ldk, int64_t nk, int64_t hd) {
-    for (int64_t j = 0; j < nk; j++) {
-        float acc = 0.0f;
-        for (int64_t c = 0; c < hd; c++) acc += q[c] * k[j * ldk + c];
-        s[j] = acc;
-    }
+static void attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd) {
+    for (int64_t i = 0; i < nq; i++)
+        for (int j = 0; j < ATT_BLOCK; j++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < hd; c++) acc += q[i * ldq + c] * kt[c * ATT_BLOCK + j];
+            s[i * ATT_BLOCK + j] = acc;
+        }
 }
 
 static void axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
@@ -101,7 +104,7 @@ const cpu_kernels cpu_kernels_generic = {
     .quantize_row = quantize_row,
     .gemm_q = gemm_q,
     .gemm_dense = gemm_dense,
-    .dot_rows = dot_rows,
+    .attn_scores = attn_scores,
     .axpy_rows = axpy_rows,
     .exp_sum = exp_sum,
     .swiglu = swiglu,

@@ -59,9 +59,15 @@ packed_mat *pack_matrix(const matview *w, arena *a);
 /* out[cols] = row r of p, dequantized (embedding lookups). */
 void packed_row(float *out, const packed_mat *p, int64_t r);
 
-/* Activation rows quantized for the packed kernels: n rows of cols columns. */
+/* Activation rows quantized for the packed kernels: n rows of cols columns.
+ *
+ * With pairs set, row 2t holds token t quantized and row 2t+1 the int8 quantization of
+ * what that left over (its sums s are 0, so the bias counts once); the kernels add the
+ * two products into output row t. Two int8 passes carry about 15 bits of each block,
+ * at twice the integer work but the same weight traffic. */
 typedef struct qrows {
     int64_t n, cols;
+    int pairs;
     int8_t *q; /* [n, cols] */
     float *d;  /* [n, cols / QBLOCK] scale: x ~ d * q */
     float *s;  /* [n, cols / QBLOCK] sum of the block's float values */
