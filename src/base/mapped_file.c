@@ -1,7 +1,7 @@
 /*
  * mapped_file.c - mmap(2) a file read-only; empty files map to {NULL, 0}.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include "base/mapped_file.h"
 
 #include <errno.h>
@@ -43,4 +43,8 @@ void mapped_file_close(mapped_file *f) {
     if (f->data) munmap((void *)f->data, f->size);
     f->data = NULL;
     f->size = 0;
+}
+
+void mapped_file_release(const mapped_file *f) {
+    if (f->data) madvise((void *)f->data, f->size, MADV_DONTNEED);
 }

@@ -19,5 +19,8 @@ typedef struct mapped_file {
 /* Maps path read-only. On failure *out is zeroed and e names the path and the reason. */
 celer_status mapped_file_open(const char *path, mapped_file *out, celer_error *e);
 void mapped_file_close(mapped_file *f);
+/* Drops the map's resident pages (MADV_DONTNEED): the map stays valid and later reads
+ * fault pages back in from the file. For data that was copied or repacked elsewhere. */
+void mapped_file_release(const mapped_file *f);
 
 #endif

@@ -322,3 +322,8 @@ celer_status config_str(const checkpoint *ck, const json_t *obj, const char *key
     *out = json_string_value(v);
     return CELER_OK;
 }
+
+void checkpoint_release_pages(const checkpoint *ck) {
+    mapped_file_release(&ck->gguf_map);
+    for (size_t i = 0; i < ck->n_shards; i++) mapped_file_release(&ck->shards[i].map);
+}

@@ -36,6 +36,9 @@ typedef struct checkpoint {
 /* Opens a checkpoint directory, or a .gguf file (see gguf.h). */
 celer_status checkpoint_open(checkpoint *ck, const char *path, celer_error *e);
 void checkpoint_close(checkpoint *ck);
+/* Drops the resident pages of every mapped file (see mapped_file_release): after a GGUF
+ * file's blocks were converted, or after the weights were repacked. */
+void checkpoint_release_pages(const checkpoint *ck);
 
 /* Writes ck (opened from a GGUF file) as an MLX-layout directory dir: config.json with a
  * quantization block, and model.safetensors. */

@@ -42,6 +42,8 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
         goto fail;
     }
     if ((s = m->family->load(m, e)) != CELER_OK) goto fail;
+    /* GGUF blocks were converted into memory of their own: the file's pages can go */
+    if (m->ck.gguf) checkpoint_release_pages(&m->ck);
     *out = m;
     return CELER_OK;
 fail:
@@ -123,6 +125,9 @@ celer_status model_pack(celer_model *m, celer_error *e) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     m->pack_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
     m->packed = s == CELER_OK;
+    /* the fast kernels read the packed copy; pages of the files fault back in for
+     * whatever still reads them (dense matrices, a reference context) */
+    if (m->packed) checkpoint_release_pages(&m->ck);
 out:
     pthread_mutex_unlock(&m->pack_mu);
     return s;
