@@ -42,7 +42,8 @@ static void check_fixture(const char *name) {
     CHECK(all && r2 == n && c2 == cols, "%s: --all writes [%lld, %lld]", name, (long long)n, (long long)cols);
     if (all && golden && r2 == rows && c2 == cols) {
         double diff = max_abs_diff(all, golden, n * cols);
-        CHECK(diff <= 1e-4 * max_abs(golden, n * cols), "%s: --all logits differ by %g", name, diff);
+        /* the default (fast) kernels: the tolerance test_parity states for them */
+        CHECK(diff <= 2e-3 * max_abs(golden, n * cols), "%s: --all logits differ by %g", name, diff);
     }
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s -o %s", bin(), d, ids_s, npy);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits exits 0", name);
