@@ -146,12 +146,82 @@ INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
     }
 }
 
+/* All 16 rows of a tile times T <= 2 activation rows (decode: one token, or its value and
+ * residual pair): each 64-byte step is used whole as it arrives, the broadcasts serve 16
+ * rows, and the weight stream is prefetched a few blocks ahead, since decode is bound
+ * by how fast the weights arrive. */
+INLINE void q_tile16(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
+                     const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P,
+                     int nrow) {
+    const int64_t blocks = w->cols / QBLOCK;
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc[2][2];
+    acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *blk = tile + b * planes * 4 * PACK_STEP;
+        for (int k = 0; k < planes * 4; k++) _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
+        __m256i i32[2][2];
+        i32[0][0] = i32[0][1] = i32[1][0] = i32[1][1] = _mm256_setzero_si256();
+        for (int pl = 0; pl < planes; pl++) {
+            __m256i a16[2][2];
+            a16[0][0] = a16[0][1] = a16[1][0] = a16[1][1] = _mm256_setzero_si256();
+            for (int s = 0; s < 4; s++) {
+                const uint8_t *step = blk + (pl * 4 + s) * PACK_STEP;
+                const __m256i r0 = _mm256_loadu_si256((const __m256i *)step);
+                const __m256i r1 = _mm256_loadu_si256((const __m256i *)(step + 32));
+                const __m256i lo0 = _mm256_and_si256(r0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
+                const __m256i lo1 = _mm256_and_si256(r1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
+                _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) {
+                    const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
+                    const __m256i xl = bcast32(xk), xh = bcast32(xk + 4);
+                    a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(lo0, xl));
+                    a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(hi0, xh));
+                    a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(lo1, xl));
+                    a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(hi1, xh));
+                }
+            }
+            const __m256i mul = planes == 2 && pl == 0 ? _mm256_set1_epi16(16) : ones;
+            _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) for (int h = 0; h < 2; h++)
+                i32[t][h] = _mm256_add_epi32(i32[t][h], _mm256_madd_epi16(a16[t][h], mul));
+        }
+        const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const __m256 sc = load_half8(g + 8 * h, w->bf16), bi = load_half8(g + PACK_ROWS + 8 * h, w->bf16);
+            _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) {
+                const int64_t xi = (n0 + t) * blocks + b;
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h]), _mm256_set1_ps(x->d[xi]));
+                acc[t][h] = _mm256_fmadd_ps(f, sc, acc[t][h]);
+                acc[t][h] = _mm256_fmadd_ps(bi, _mm256_set1_ps(x->s[xi]), acc[t][h]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 2") for (int t = 0; t < T; t += 1 + P) {
+        float *dst = y + ((n0 + t) >> P) * ldy;
+        for (int h = 0; h < 2; h++) {
+            const __m256 v = P ? _mm256_add_ps(acc[t][h], acc[t + P][h]) : acc[t][h];
+            if (nrow >= 8 * (h + 1)) {
+                _mm256_storeu_ps(dst + 8 * h, v);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, v);
+                for (int i = 8 * h; i < nrow; i++) dst[i] = tmp[i - 8 * h];
+            }
+        }
+    }
+}
+
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                           const qrows *x, int planes, int P) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
         const uint16_t *sb = w->sb + t * tile_sb;
+        if (x->n <= 1 + P) { /* decode */
+            const int nrow = w->rows - t * PACK_ROWS < PACK_ROWS ? (int)(w->rows - t * PACK_ROWS) : PACK_ROWS;
+            if (x->n == 1) q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 1, planes, P, nrow);
+            else q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 2, planes, P, nrow);
+            continue;
+        }
         for (int half = 0; half < 2; half++) {
             const int64_t r0 = t * PACK_ROWS + half * 8;
             if (r0 >= w->rows) break;
