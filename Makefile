@@ -6,6 +6,7 @@
 #   make fuzz       libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make format     clang-format every C file
 #   make fixtures   regenerate tests/fixtures with the pinned Python tools
+#   make bench      side-by-side speed against llama.cpp and mlx-lm (BENCH_ARGS, docs/benchmarks.md)
 
 BUILD   ?= build
 CC      ?= cc
@@ -27,7 +28,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all run test asan fuzz format fixtures deps model clean check-tests
+.PHONY: all run test asan fuzz format fixtures deps model clean check-tests bench
 
 all: $(BUILD)/celer
 
@@ -98,6 +99,17 @@ fixtures:
 	build/venv/bin/python tools/make_fixtures.py --out tests/fixtures
 	build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures
 	build/venv/bin/python tools/make_real_goldens.py "$$(bash tools/fetch_model.sh)"
+
+# Side-by-side benchmark (not part of test): peers in build/bench-venv and
+# build/llama.cpp-*, models in build/bench-models, report in build/bench/report.md.
+# A quick run: make bench BENCH_ARGS="--models smollm2-135m --rounds 1 --reps 2"
+BENCH_ARGS ?=
+
+bench: deps
+	bash bench/setup.sh
+	@$(MAKE) --no-print-directory all
+	build/bench-venv/bin/python bench/make_models.py
+	build/bench-venv/bin/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build/celer build/libceler.a build/src build/tests build/asan build/fuzz
