@@ -231,15 +231,22 @@ static void test_pieces(const cpu_kernels *k) {
         }
     report("attn_scores hd=72 nq=7", d, 1e-5);
     free(kt);
-    for (int64_t c = 0; c < hd; c++) o[c] = o_ref[c] = q[c];
-    k->axpy_rows(o, 0.5f, p, kv, ld, nk, hd);
+    /* probabilities of nq vectors times a block of values (rows ld apart), into outputs ld apart */
+    float *pv = rand_vec(nq * ATT_BLOCK, 1.0f), *vb = rand_vec(ATT_BLOCK * ld, 1.0f), *ob = rand_vec(nq * ld, 1.0f);
+    float *ob0 = malloc(sizeof(float) * (size_t)(nq * ld)), corr[7];
+    memcpy(ob0, ob, sizeof(float) * (size_t)(nq * ld));
+    for (int i = 0; i < nq; i++) corr[i] = 0.25f * (float)i;
+    k->attn_pv(ob, ld, corr, pv, nq, vb, ld, hd);
     d = 0;
-    for (int64_t c = 0; c < hd; c++) {
-        double acc = 0.5 * o_ref[c];
-        for (int64_t j = 0; j < nk; j++) acc += (double)p[j] * kv[j * ld + c];
-        d = fmax(d, fabs(acc - o[c]));
-    }
-    report("axpy_rows hd=72 nv=13", d, 1e-5);
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t c = 0; c < hd; c++) {
+            double acc = (double)ob0[i * ld + c] * corr[i];
+            for (int j = 0; j < ATT_BLOCK; j++) acc += (double)pv[i * ATT_BLOCK + j] * vb[j * ld + c];
+            d = fmax(d, fabs(acc - ob[i * ld + c]));
+        }
+    report("attn_pv hd=72 nq=7", d, 1e-5);
+    free(pv), free(vb), free(ob), free(ob0);
+    (void)o, (void)o_ref, (void)p;
     float e[37], e0[37];
     for (int i = 0; i < 37; i++) e[i] = e0[i] = rand_uniform(&rng) * 40.0f;
     const float sum = k->exp_sum(e, 37, 3.0f);

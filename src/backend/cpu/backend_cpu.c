@@ -258,24 +258,26 @@ static int64_t row_lo(const attn_rows *ar, int64_t r) {
     return ar->window > 0 && p - ar->window + 1 > 0 ? p - ar->window + 1 : 0;
 }
 
-/* Rows [r0, r1) of one sequence (consecutive positions), query heads of KV head g: the
- * scores of every row and head against a cache block come from one kernel call while
- * the block sits in L1, then each row runs its online-softmax update. */
+/* Rows [r0, r1) of one sequence (consecutive positions), query heads of KV head g: for
+ * each cache block, the scores of every row and head come from one kernel call while the
+ * block sits in L1, the online-softmax update masks positions a row must not see, and
+ * one more call adds the block's values to every row's output. */
 static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g) {
     const cpu_kernels *k = j->cb->k;
     const attn_rows *ar = j->ar;
     const int64_t hd = ar->hd, group = ar->h / ar->hk, kvd = ar->hk * ar->hd, bs = ATT_BLOCK;
-    const int64_t nq = (r1 - r0) * group, stride = hd + 2;
-    float *scores = st + nq * stride; /* [nq, ATT_BLOCK] */
-    /* per (row, head): scaled q [hd], running max, running sum; outputs accumulate in out */
+    const int64_t nq = (r1 - r0) * group, stride = 2 * hd;
+    /* per (row, head): scaled q [hd], then the output [hd]; then running max, sum and
+     * the block's correction; then the block's scores */
+    float *mx = st + nq * stride, *sum = mx + nq, *corr = sum + nq, *scores = corr + nq;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t i = 0; i < group; i++) {
-            float *s = st + ((r - r0) * group + i) * stride;
+            const int64_t qi = (r - r0) * group + i;
             const float *q = j->q + r * ar->h * hd + (g * group + i) * hd;
-            for (int64_t c = 0; c < hd; c++) s[c] = q[c] * ar->scale;
-            s[hd] = -INFINITY;
-            s[hd + 1] = 0.0f;
-            memset(j->out + r * ar->h * hd + (g * group + i) * hd, 0, sizeof(float) * (size_t)hd);
+            for (int64_t c = 0; c < hd; c++) st[qi * stride + c] = q[c] * ar->scale;
+            memset(st + qi * stride + hd, 0, sizeof(float) * (size_t)hd);
+            mx[qi] = -INFINITY;
+            sum[qi] = 0.0f;
         }
     const int32_t *blocks = ar->blocks[r0];
     const int64_t lo = row_lo(ar, r0), hi = ar->pos[r1 - 1];
@@ -288,29 +290,31 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
         while (ra < rb && ar->pos[ra] < base) ra++;
         while (rb > ra && row_lo(ar, rb - 1) > last) rb--;
         if (ra == rb) continue;
-        k->attn_scores(scores, st + (ra - r0) * group * stride, stride, (rb - ra) * group, kt, hd);
+        const int64_t q0 = (ra - r0) * group, nqb = (rb - ra) * group;
+        k->attn_scores(scores, st + q0 * stride, stride, nqb, kt, hd);
         for (int64_t r = ra; r < rb; r++) {
-            const int64_t a = row_lo(ar, r) > base ? row_lo(ar, r) : base, b = ar->pos[r] < last ? ar->pos[r] : last;
-            const int64_t nk = b - a + 1;
+            const int64_t a = row_lo(ar, r) - base, b = ar->pos[r] - base; /* visible: [a, b] */
             for (int64_t i = 0; i < group; i++) {
-                float *s = st + ((r - r0) * group + i) * stride;
-                float *sc = scores + ((r - ra) * group + i) * bs + (a - base);
-                float *o = j->out + r * ar->h * hd + (g * group + i) * hd;
-                float mx = s[hd];
-                for (int64_t c = 0; c < nk; c++) mx = sc[c] > mx ? sc[c] : mx;
-                const float corr = s[hd] == -INFINITY ? 0.0f : expf(s[hd] - mx);
-                const float sum = k->exp_sum(sc, nk, mx);
-                s[hd + 1] = s[hd + 1] * corr + sum;
-                s[hd] = mx;
-                k->axpy_rows(o, corr, sc, vp + (a - base) * kvd, kvd, nk, hd);
+                const int64_t qi = (r - r0) * group + i;
+                float *sc = scores + (qi - q0) * bs;
+                float m = mx[qi];
+                for (int64_t c = 0; c < bs; c++) {
+                    if (c < a || c > b) sc[c] = -INFINITY;
+                    else m = sc[c] > m ? sc[c] : m;
+                }
+                corr[qi] = mx[qi] == -INFINITY ? 0.0f : expf(mx[qi] - m);
+                sum[qi] = sum[qi] * corr[qi] + k->exp_sum(sc, bs, m);
+                mx[qi] = m;
             }
         }
+        k->attn_pv(st + q0 * stride + hd, stride, corr + q0, scores, nqb, vp, kvd, hd);
     }
     for (int64_t r = r0; r < r1; r++)
         for (int64_t i = 0; i < group; i++) {
-            const float inv = 1.0f / st[((r - r0) * group + i) * stride + hd + 1];
+            const int64_t qi = (r - r0) * group + i;
+            const float inv = 1.0f / sum[qi];
             float *o = j->out + r * ar->h * hd + (g * group + i) * hd;
-            for (int64_t c = 0; c < hd; c++) o[c] *= inv;
+            for (int64_t c = 0; c < hd; c++) o[c] = st[qi * stride + hd + c] * inv;
         }
 }
 
@@ -419,8 +423,9 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->xq.d = malloc(sizeof(float) * 2 * rows * blocks);
     cb->xq.s = malloc(sizeof(float) * 2 * rows * blocks);
     cb->wrow = malloc(sizeof(float) * cols * (size_t)cb->nth);
-    /* per thread: ATT_TILE rows x heads per KV head (at most max_cols / hd) states and scores */
-    cb->att_floats = (size_t)(ATT_TILE * (sz->hd + 2 + ATT_BLOCK) * (sz->max_cols / sz->hd));
+    /* per thread: ATT_TILE rows x heads per KV head (at most max_cols / hd) query vectors,
+     * outputs, three scalars and a block of scores each */
+    cb->att_floats = (size_t)(ATT_TILE * (2 * sz->hd + 3 + ATT_BLOCK) * (sz->max_cols / sz->hd));
     cb->att = malloc(sizeof(float) * cb->att_floats * (size_t)cb->nth);
     cb->tile_row = malloc(sizeof(int32_t) * (rows + 1));
     cb->rope_cs = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);

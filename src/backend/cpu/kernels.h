@@ -28,9 +28,10 @@ typedef struct cpu_kernels {
     /* s[i, j] = q[i * ldq + :hd] . kt[:, j] for i < nq, j < ATT_BLOCK: the scores of nq query
      * vectors against one cache block of keys stored transposed, kt[hd, ATT_BLOCK] */
     void (*attn_scores)(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
-    /* o[hd] = o[hd] * c + sum_j p[j] * v[j * ldv + :hd] for j < nv */
-    void (*axpy_rows)(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
-                      int64_t hd);
+    /* o[i, :hd] = o[i, :hd] * corr[i] + sum_j p[i, j] * v[j * ldv + :hd] for i < nq, j <
+     * ATT_BLOCK: the probabilities of nq query vectors times one cache block of values */
+    void (*attn_pv)(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq,
+                    const float *v, int64_t ldv, int64_t hd);
     /* x[j] = exp(x[j] - m) for j < n; returns the sum */
     float (*exp_sum)(float *x, int64_t n, float m);
     /* y[m] = silu(gate[m]) * up[m] (y may alias gate) */
@@ -48,8 +49,8 @@ void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t co
 void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
                      int64_t n);
 void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
-void avx2_axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
-                    int64_t hd);
+void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
+                  int64_t ldv, int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);
 void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m);
 

@@ -105,7 +105,7 @@ const cpu_kernels cpu_kernels_amx = {
     .gemm_q = amx_gemm_q,
     .gemm_dense = avx2_gemm_dense,
     .attn_scores = avx2_attn_scores,
-    .axpy_rows = avx2_axpy_rows,
+    .attn_pv = avx2_attn_pv,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,
 };

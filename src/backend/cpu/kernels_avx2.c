@@ -338,21 +338,34 @@ void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const f
     for (; i < nq; i++) scores_rows(s + i * ATT_BLOCK, q + i * ldq, ldq, kt, hd, 1);
 }
 
-void avx2_axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
-                    int64_t hd) {
+/* Four query vectors at a time: each value row chunk is loaded once for all four. */
+INLINE void pv_rows(float *o, int64_t ldo, const float *corr, const float *p, const float *v, int64_t ldv,
+                    int64_t hd, int R) {
     const int64_t h8 = hd & ~(int64_t)7;
-    const __m256 cv = _mm256_set1_ps(c);
-    for (int64_t i = 0; i < h8; i += 8) {
-        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + i), cv);
-        for (int64_t j = 0; j < nv; j++)
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * ldv + i), acc);
-        _mm256_storeu_ps(o + i, acc);
+    for (int64_t c = 0; c < h8; c += 8) {
+        __m256 acc[4];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+            acc[r] = _mm256_mul_ps(_mm256_loadu_ps(o + r * ldo + c), _mm256_set1_ps(corr[r]));
+        for (int j = 0; j < ATT_BLOCK; j++) {
+            const __m256 vj = _mm256_loadu_ps(v + j * ldv + c);
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+                acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * ATT_BLOCK + j), vj, acc[r]);
+        }
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) _mm256_storeu_ps(o + r * ldo + c, acc[r]);
     }
-    for (int64_t i = h8; i < hd; i++) {
-        float acc = o[i] * c;
-        for (int64_t j = 0; j < nv; j++) acc += p[j] * v[j * ldv + i];
-        o[i] = acc;
-    }
+    for (int r = 0; r < R; r++)
+        for (int64_t c = h8; c < hd; c++) {
+            float acc = o[r * ldo + c] * corr[r];
+            for (int j = 0; j < ATT_BLOCK; j++) acc += p[r * ATT_BLOCK + j] * v[j * ldv + c];
+            o[r * ldo + c] = acc;
+        }
+}
+
+void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
+                  int64_t ldv, int64_t hd) {
+    int64_t i = 0;
+    for (; i + 4 <= nq; i += 4) pv_rows(o + i * ldo, ldo, corr + i, p + i * ATT_BLOCK, v, ldv, hd, 4);
+    for (; i < nq; i++) pv_rows(o + i * ldo, ldo, corr + i, p + i * ATT_BLOCK, v, ldv, hd, 1);
 }
 
 float avx2_exp_sum(float *x, int64_t n, float m) {
@@ -386,7 +399,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .gemm_q = gemm_q,
     .gemm_dense = avx2_gemm_dense,
     .attn_scores = avx2_attn_scores,
-    .axpy_rows = avx2_axpy_rows,
+    .attn_pv = avx2_attn_pv,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,
 };

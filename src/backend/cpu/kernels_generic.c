@@ -82,11 +82,14 @@ static void attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const
         }
 }
 
-static void axpy_rows(float *o, float c, const float *p, const float *v, int64_t ldv, int64_t nv,
-                      int64_t hd) {
-    for (int64_t i = 0; i < hd; i++) o[i] *= c;
-    for (int64_t j = 0; j < nv; j++)
-        for (int64_t i = 0; i < hd; i++) o[i] += p[j] * v[j * ldv + i];
+static void attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
+                    int64_t ldv, int64_t hd) {
+    for (int64_t i = 0; i < nq; i++)
+        for (int64_t c = 0; c < hd; c++) {
+            float acc = o[i * ldo + c] * corr[i];
+            for (int j = 0; j < ATT_BLOCK; j++) acc += p[i * ATT_BLOCK + j] * v[j * ldv + c];
+            o[i * ldo + c] = acc;
+        }
 }
 
 static float exp_sum(float *x, int64_t n, float m) {
@@ -105,7 +108,7 @@ const cpu_kernels cpu_kernels_generic = {
     .gemm_q = gemm_q,
     .gemm_dense = gemm_dense,
     .attn_scores = attn_scores,
-    .axpy_rows = axpy_rows,
+    .attn_pv = attn_pv,
     .exp_sum = exp_sum,
     .swiglu = swiglu,
 };
