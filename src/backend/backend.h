@@ -66,6 +66,19 @@ struct backend {
     const backend_ops *ops;
 };
 
+/* y[m] += x[m] and y[n, d] += bias[d] on host memory: plain loops that every CPU backend
+ * uses as its add and add_bias ops (memory-bound; nothing to gain from more). */
+static inline void backend_host_add(backend *be, float *y, const float *x, int64_t m) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++) y[i] += x[i];
+}
+
+static inline void backend_host_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
+    (void)be;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
+}
+
 static inline void backend_destroy(backend *be) {
     if (be) be->ops->destroy(be);
 }

@@ -365,17 +365,6 @@ static void cpu_swiglu(backend *be, float *y, const float *gate, const float *up
     run(j.cb, swiglu_task, &j, m);
 }
 
-static void cpu_add(backend *be, float *y, const float *x, int64_t m) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) y[i] += x[i];
-}
-
-static void cpu_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
-    (void)be;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
-}
-
 static void cpu_destroy(backend *be) {
     cpu_backend *cb = (cpu_backend *)be;
     threadpool_destroy(cb->pool);
@@ -399,8 +388,8 @@ static const backend_ops cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
-    .add = cpu_add,
-    .add_bias = cpu_add_bias,
+    .add = backend_host_add,
+    .add_bias = backend_host_add_bias,
 };
 
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz) {

@@ -159,17 +159,6 @@ static void ref_op_swiglu(backend *be, float *y, const float *gate, const float 
     threadpool_run(j.rb->pool, swiglu_task, &j);
 }
 
-static void ref_op_add(backend *be, float *y, const float *x, int64_t m) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) y[i] += x[i];
-}
-
-static void ref_op_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
-    (void)be;
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
-}
-
 static void ref_destroy(backend *be) {
     ref_backend *rb = (ref_backend *)be;
     threadpool_destroy(rb->pool);
@@ -187,8 +176,8 @@ static const backend_ops ref_ops = {
     .kv_store = ref_op_kv_store,
     .attention = ref_op_attention,
     .swiglu = ref_op_swiglu,
-    .add = ref_op_add,
-    .add_bias = ref_op_add_bias,
+    .add = backend_host_add,
+    .add_bias = backend_host_add_bias,
 };
 
 backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys) {
