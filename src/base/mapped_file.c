@@ -48,3 +48,11 @@ void mapped_file_close(mapped_file *f) {
 void mapped_file_release(const mapped_file *f) {
     if (f->data) madvise((void *)f->data, f->size, MADV_DONTNEED);
 }
+
+void mapped_file_release_range(const mapped_file *f, const void *p, size_t n) {
+    const uintptr_t lo = (uintptr_t)p, base = (uintptr_t)f->data;
+    if (!f->data || lo < base || lo - base > f->size || n > f->size - (lo - base)) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (lo + page - 1) / page * page, b = (lo + n) / page * page;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}

@@ -22,5 +22,7 @@ void mapped_file_close(mapped_file *f);
 /* Drops the map's resident pages (MADV_DONTNEED): the map stays valid and later reads
  * fault pages back in from the file. For data that was copied or repacked elsewhere. */
 void mapped_file_release(const mapped_file *f);
+/* The same for the whole pages inside [p, p + n), when that range lies in f's map. */
+void mapped_file_release_range(const mapped_file *f, const void *p, size_t n);
 
 #endif

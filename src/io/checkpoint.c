@@ -327,3 +327,8 @@ void checkpoint_release_pages(const checkpoint *ck) {
     mapped_file_release(&ck->gguf_map);
     for (size_t i = 0; i < ck->n_shards; i++) mapped_file_release(&ck->shards[i].map);
 }
+
+void checkpoint_release_range(const checkpoint *ck, const void *p, size_t n) {
+    mapped_file_release_range(&ck->gguf_map, p, n);
+    for (size_t i = 0; i < ck->n_shards; i++) mapped_file_release_range(&ck->shards[i].map, p, n);
+}

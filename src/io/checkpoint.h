@@ -39,6 +39,9 @@ void checkpoint_close(checkpoint *ck);
 /* Drops the resident pages of every mapped file (see mapped_file_release): after a GGUF
  * file's blocks were converted, or after the weights were repacked. */
 void checkpoint_release_pages(const checkpoint *ck);
+/* The same for the pages of one range, when it lies in one of the mapped files (memory
+ * of the checkpoint's own, such as converted GGUF blocks, is left alone). */
+void checkpoint_release_range(const checkpoint *ck, const void *p, size_t n);
 
 /* Writes ck (opened from a GGUF file) as an MLX-layout directory dir: config.json with a
  * quantization block, and model.safetensors. */

@@ -118,8 +118,16 @@ celer_status model_pack(celer_model *m, celer_error *e) {
         if (!pack_supported(mats[i])) continue;
         for (int64_t k = 0; k < i && !mats[i]->packed; k++) /* a tied head shares the table */
             if (mats[k]->data == mats[i]->data && mats[k]->rows == mats[i]->rows) mats[i]->packed = mats[k]->packed;
-        if (!mats[i]->packed && !(mats[i]->packed = pack_matrix(mats[i], &m->packed_mem)))
+        if (!mats[i]->packed && !(mats[i]->packed = pack_matrix(mats[i], &m->packed_mem))) {
             s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory repacking weights");
+            break;
+        }
+        /* drop the source's file pages as we go, so the peak is not both copies at once */
+        const matview *w = mats[i];
+        const size_t groups = (size_t)(w->rows * (w->cols / w->group));
+        checkpoint_release_range(&m->ck, w->data, (size_t)(w->rows * w->cols * w->quant_bits / 8));
+        checkpoint_release_range(&m->ck, w->scales, groups * dtype_size(w->scale_type));
+        checkpoint_release_range(&m->ck, w->biases, groups * dtype_size(w->scale_type));
     }
     free(mats);
     clock_gettime(CLOCK_MONOTONIC, &t1);
