@@ -419,9 +419,10 @@ def verify(name, threads):
     ids = "1,2,3,4,5,6,7,8"
     paths = [p for p in (d / "mlx-g32", d / "mlx-g64", d / "q4_1.gguf", d / "q4_0.gguf") if p.exists()]
     for p in paths:
-        info = run([CELER, "inspect", "-m", p]).stdout.strip().splitlines()
+        info = run([CELER, "inspect", "-m", p]).stdout.splitlines()
+        arch = next((l.split(":", 1)[1].strip() for l in info if l.startswith("architecture:")), "?")
         gen = run([CELER, "generate", "-m", p, "--ids", "1,2,3", "-n", "4", "--temp", "0", "--print-ids", "-t", threads])
-        log(f"{name}/{p.name}: celer inspect: {info[0] if info else '?'}; generate -> {gen.stdout.strip()}")
+        log(f"{name}/{p.name}: celer inspect: {arch}; generate --ids 1,2,3 -> {gen.stdout.strip()}")
     # celer logits of mlx-g32 and q4_1.gguf: the same values, so (near-)identical logits.
     check_dir = d / "mlx-g32"
     tmp = None
@@ -458,6 +459,7 @@ def verify(name, threads):
             res = json.loads(out.stdout)
             log(f"{name}/{g}: llama-bench loads it ({res[0]['model_type']}, {res[0]['model_n_params']} params)")
     # mlx-lm: load through mlx_lm.load (tokenizer included) and compare last-row logits.
+    # Upcast to float32 (exact for fp16 scales): mlx's fp16 CPU path is ~50x slower.
     for mdir in (d / "mlx-g32", d / "mlx-g64"):
         if not mdir.exists():
             continue
@@ -466,6 +468,7 @@ def verify(name, threads):
             "mx.set_default_device(mx.cpu)\n"
             "from mlx_lm import load\n"
             "model, tok = load(sys.argv[1])\n"
+            "model.set_dtype(mx.float32)\n"
             "ids = [int(x) for x in sys.argv[2].split(',')]\n"
             "out = model(mx.array([ids]))\n"
             "np.save(sys.argv[3], np.array(out[0, -1].astype(mx.float32)))\n"
@@ -476,7 +479,7 @@ def verify(name, threads):
         m = np.load(mlx_out).reshape(-1)
         c = np.load(d / "logits-celer.npy").reshape(-1)
         log(f"{name}/{mdir.name}: mlx-lm loads it; last-row logits vs celer: max |diff| {np.abs(m - c).max():.3g} "
-            f"(mlx computes in fp16), argmax {int(m.argmax())} vs {int(c.argmax())}")
+            f"of max |logit| {np.abs(c).max():.3g} (mlx upcast to float32, as bench/mlx_bench.py runs it), argmax {int(m.argmax())} vs {int(c.argmax())}")
         mlx_out.unlink()
         (d / "logits-celer.npy").unlink()
 
