@@ -41,6 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
+# GGUF tensor names and llama.cpp's q/k row order: the fixture writer's, so both agree.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from make_gguf_fixtures import gguf_name, permute  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "bench-models"
 CELER = ROOT / "build" / "celer"
@@ -101,20 +105,6 @@ SYNTHETIC = {
     "qwen2.5-0.5b-shape": (QWEN_05B, 1002, "qwen3", "qwen2", False),
 }
 
-GGUF_LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
 
 
 def log(msg):
@@ -182,21 +172,6 @@ def pack_q4_1(codes, scales, biases):
     d = np.ascontiguousarray(scales).view(np.uint8).reshape(rows, nb, 2)
     m = np.ascontiguousarray(biases).view(np.uint8).reshape(rows, nb, 2)
     return np.concatenate([d, m, qs], axis=2).reshape(rows, nb * 20)
-
-
-def permute_qk(w, n_head):
-    """llama.cpp converter's q/k row order for its interleaved RoPE (arch llama)."""
-    shape = w.shape
-    return w.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
-
-
-def gguf_name(hf):
-    if hf == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf == "model.norm.weight":
-        return "output_norm.weight"
-    parts = hf.split(".")
-    return f"blk.{parts[2]}." + GGUF_LAYER_NAMES[".".join(parts[3:])]
 
 
 # ==== Tokenizers ====
@@ -301,10 +276,10 @@ def write_synthetic(name, cfg, seed, tok_name, pre, add_bos):
                 mlx[group][prefix + ".biases"] = biases
                 if group == 32:
                     if n_head:  # quantization is per row, so permuting rows commutes with it
-                        codes, scales, biases = (permute_qk(a, n_head) for a in (codes, scales, biases))
+                        codes, scales, biases = (permute(a, n_head) for a in (codes, scales, biases))
                     writers["q4_1"].add_tensor(gguf_name(hf), pack_q4_1(codes, scales, biases), raw_dtype=Q.Q4_1)
                     del codes, scales, biases
-            stored = permute_qk(v, n_head) if n_head else v
+            stored = permute(v, n_head) if n_head else v
             writers["q4_0"].add_tensor(gguf_name(hf), gguf.quants.quantize(stored, Q.Q4_0), raw_dtype=Q.Q4_0)
             del v, stored
         else:
