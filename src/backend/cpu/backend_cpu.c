@@ -2,12 +2,14 @@
  * backend_cpu.c - the fast CPU backend: threads, buffers and op orchestration over a
  * kernel table (kernels.h).
  *
- * Matrix products quantize the input rows once (int8 per block of 32, pack.h), then
- * threads take tiles of 16 output rows from an atomic counter and run the table's
- * product over every input row, so a weight tile is read once per call while it sits
- * in L1/L2. Attention is tiled: up to ATT_TILE consecutive rows of one sequence and one
- * KV head read each cache block once, with an online softmax (no [n, n] score matrix).
- * Every buffer is sized at creation; no op allocates.
+ * Matrix products quantize the input rows once (int8 per block of 32, as a value row
+ * and a residual row, pack.h), then threads take tiles of 16 output rows from an atomic
+ * counter and run the table's product over every input row, so a weight tile is read
+ * once per call while it sits in L1/L2. Attention is tiled: up to ATT_TILE consecutive
+ * rows of one sequence and one KV head read each cache block once (keys stored
+ * transposed per block), with an online softmax (no [n, n] score matrix). Work too
+ * small to wake the pool runs on the calling thread. Every buffer is sized at creation;
+ * no op allocates.
  */
 #include "backend/cpu/backend_cpu.h"
 
