@@ -1,9 +1,10 @@
 /*
  * harness.c - check counting, fixture and .npy readers for the tests.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include "harness.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -129,4 +130,30 @@ float rand_uniform(uint64_t *s) {
     *s ^= *s >> 7;
     *s ^= *s << 17;
     return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int fixture_names(char **names, int cap) {
+    DIR *d = opendir(fixture_root());
+    if (!d) return 0;
+    int k = 0;
+    for (struct dirent *de; (de = readdir(d)) && k < cap;) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s/golden.json", fixture_root(), de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) fclose(f), names[k++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)k, sizeof *names, cmp_name);
+    return k;
+}
+
+const char *fixture_model_path(const char *dir) {
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return dir;
+    fclose(f);
+    return path;
 }

@@ -23,6 +23,13 @@ const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */
 const char *fixture_path(const char *name);
 
+/* Names of the fixtures with golden.json under fixture_root(), sorted, into names[cap]
+ * (each malloc'd; free them); returns how many. */
+int fixture_names(char **names, int cap);
+/* A fixture's model: dir/model.gguf when it exists, else dir (a checkpoint directory).
+ * Static buffer. */
+const char *fixture_model_path(const char *dir);
+
 /* The default model's GGUF: $CELER_REAL_MODEL, else in ${CELER_CACHE_DIR:-~/.cache/celer}
  * (where tools/fetch_model.sh puts it). Static buffer. */
 const char *real_model_path(void);

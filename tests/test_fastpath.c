@@ -16,7 +16,6 @@
 #define _DEFAULT_SOURCE
 #include "harness.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,16 +26,6 @@
 
 static const char *const fast_sets[] = {"generic", "avx2", "avx512", "amx", "auto"};
 enum { N_SETS = sizeof fast_sets / sizeof *fast_sets };
-
-/* A fixture is a checkpoint directory, or a directory holding model.gguf. */
-static const char *model_path(const char *dir) {
-    static char path[4200];
-    snprintf(path, sizeof path, "%s/model.gguf", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dir;
-    fclose(f);
-    return path;
-}
 
 static celer_context *open_ctx(celer_model *m, int64_t n_ctx, const char *kernels) {
     celer_context_params cp = celer_context_default_params();
@@ -103,7 +92,7 @@ static void check_fixture(const char *name, const bool *supported) {
     celer_model *m = NULL;
     if (!CHECK(golden_read(dir, &ids, &n, &golden_greedy, &n_golden) == 0 && n >= 2,
                "%s: golden.json", name) ||
-        !CHECK(celer_model_open(model_path(dir), NULL, &m, err, sizeof err) == CELER_OK,
+        !CHECK(celer_model_open(fixture_model_path(dir), NULL, &m, err, sizeof err) == CELER_OK,
                "%s: open: %s", name, err)) {
         free(ids), free(golden_greedy);
         return;
@@ -158,10 +147,6 @@ static void check_fixture(const char *name, const bool *supported) {
     free(ids), free(golden_greedy);
 }
 
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int main(void) {
     bool supported[N_SETS];
     int n_supported = 0;
@@ -172,18 +157,8 @@ int main(void) {
             printf("  skipped: kernel set %s (this CPU lacks the instructions)\n", fast_sets[k]);
     }
     CHECK(supported[0] && supported[N_SETS - 1], "generic and auto are supported everywhere");
-    DIR *d = opendir(fixture_root());
-    if (!CHECK(d != NULL, "fixture root %s", fixture_root())) return harness_done("test_fastpath");
     char *names[256];
-    int k = 0;
-    for (struct dirent *de; (de = readdir(d)) && k < 256;) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s/golden.json", fixture_root(), de->d_name);
-        FILE *f = fopen(path, "r");
-        if (f) fclose(f), names[k++] = strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)k, sizeof *names, cmp_name);
+    const int k = fixture_names(names, 256);
     CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
     printf(
         "  %d fixtures x %d kernel sets, tolerance %g x max |ref|, %d greedy tokens, %d threads\n",

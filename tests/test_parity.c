@@ -9,20 +9,9 @@
 #define _DEFAULT_SOURCE
 #include "harness.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A fixture is a checkpoint directory, or a directory holding model.gguf. */
-static const char *model_path(const char *dir) {
-    static char path[4200];
-    snprintf(path, sizeof path, "%s/model.gguf", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dir;
-    fclose(f);
-    return path;
-}
 
 static const char *kernels = "ref"; /* the kernel set under test */
 
@@ -59,7 +48,7 @@ static void check_fixture(const char *name) {
     snprintf(path, sizeof path, "%s/golden_logits.npy", dir);
     float *golden = npy_read_f32(path, &rows, &cols);
     celer_model *m = NULL;
-    celer_status s = celer_model_open(model_path(dir), NULL, &m, err, sizeof err);
+    celer_status s = celer_model_open(fixture_model_path(dir), NULL, &m, err, sizeof err);
     if (CHECK(s == CELER_OK && golden, "%s: open: %s", name, err) && CHECK(rows == n && cols == celer_model_n_vocab(m), "%s: golden shape", name)) {
         float *logits = forward_all(m, ids, n, 512, 2);
         double diff = logits ? max_abs_diff(logits, golden, n * cols) : 1e30, mx = max_abs(golden, n * cols);
@@ -111,7 +100,7 @@ static void check_chunks_and_threads(const char *name) {
 /* A GGUF written from the same values as a safetensors fixture gives the same logits. */
 static void check_same_weights(const char *gguf_name, const char *st_name) {
     char a[4200], err[512];
-    snprintf(a, sizeof a, "%s", model_path(fixture_path(gguf_name)));
+    snprintf(a, sizeof a, "%s", fixture_model_path(fixture_path(gguf_name)));
     celer_model *mg = NULL, *ms = NULL;
     int32_t *ids, *greedy;
     int64_t n, ng;
@@ -130,21 +119,9 @@ static void check_same_weights(const char *gguf_name, const char *st_name) {
     free(ids), free(greedy);
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 int main(void) {
-    DIR *d = opendir(fixture_root());
-    if (!CHECK(d != NULL, "fixture root %s", fixture_root())) return harness_done("test_parity");
     char *names[256];
-    int k = 0;
-    for (struct dirent *de; (de = readdir(d)) && k < 256;) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s/golden.json", fixture_root(), de->d_name);
-        FILE *f = fopen(path, "r");
-        if (f) fclose(f), names[k++] = strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)k, sizeof *names, cmp_name);
+    const int k = fixture_names(names, 256);
     CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
     const char *sets[] = {"ref", "auto"};
     for (int j = 0; j < 2; j++) {
