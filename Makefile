@@ -10,7 +10,7 @@
 
 BUILD   ?= build
 CC      ?= cc
-PKGS    := jansson libpcre2-8 libutf8proc
+PKGS    := jansson libpcre2-8 libutf8proc libmicrohttpd
 OPT     ?= -O2 -g
 SAN     ?=
 CFLAGS  := $(OPT) $(SAN) -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \

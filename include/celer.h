@@ -50,6 +50,8 @@ typedef enum celer_status {
     CELER_STATUS_UNSUPPORTED,      /* well-formed, but an architecture/format celer lacks */
     CELER_STATUS_CONTEXT_FULL,     /* a sequence or the KV cache pool has no room left */
     CELER_STATUS_OUT_OF_MEMORY,
+    CELER_STATUS_BUSY,             /* the request queue is full; try again later */
+    CELER_STATUS_NOT_FOUND,        /* no request with that id */
     CELER_STATUS_COUNT_
 } celer_status;
 
@@ -102,6 +104,7 @@ typedef struct celer_context celer_context;
 typedef struct celer_context_params {
     int64_t n_ctx;     /* positions per sequence (KV cache capacity) */
     int32_t n_seq;     /* sequences the context can hold at once; ids 0 .. n_seq-1 */
+    int64_t kv_positions; /* the KV pool all sequences share, in positions; 0 = n_seq * n_ctx */
     int64_t n_batch;   /* rows per internal step; longer inputs run in chunks */
     int32_t n_threads; /* threads for every op; 0 = number of physical cores */
     /* Kernel set: NULL = the CELER_CPU environment variable if set, else "auto" (the
@@ -300,6 +303,138 @@ celer_status celer_chat_template_render(const char *template_src, const char *me
 celer_status celer_chat_template_load(const char *model_path, char **template_src,
                                       char **bos_token, char **eos_token, char *err,
                                       size_t err_size);
+
+/* ==== Engine: requests, continuous batching, paged KV pool with a prefix cache ====
+ *
+ * An engine owns one context whose KV pool (a number of 16-position blocks) is shared by
+ * up to n_seq_max running sequences. Requests (prompt ids, sampler, stop rules, limits)
+ * wait in a queue; each celer_engine_step builds one batch from a decode row of every
+ * running sequence plus prefill chunks up to batch_tokens, runs it, samples, and reports
+ * what each request produced through a callback. Full blocks are keyed by a chained hash
+ * of their tokens and shared read-only between sequences; a new request attaches the
+ * longest cached prefix and prefills only the rest. When a step does not fit the pool,
+ * the youngest running sequence is pre-empted (its blocks freed, recomputed later).
+ *
+ *     celer_engine *eng;
+ *     celer_engine_create(model, tok, NULL, &eng, err, sizeof err);
+ *     celer_request_params rp = celer_request_default_params();
+ *     rp.prompt = ids, rp.n_prompt = n, rp.max_tokens = 64;
+ *     uint64_t id;
+ *     celer_engine_submit(eng, &rp, &id, err, sizeof err);
+ *     while (celer_engine_pending(eng)) celer_engine_step(eng, on_event, user);
+ *
+ * Not thread-safe: one thread at a time calls into an engine (a server serializes
+ * submissions, cancellations and steps with its own lock). */
+
+typedef struct celer_engine celer_engine;
+
+typedef struct celer_engine_params {
+    int32_t n_seq_max;     /* sequences running at once (-np) */
+    int64_t n_ctx;         /* positions one sequence may hold: prompt + completion */
+    int64_t kv_positions;  /* the pool shared by every sequence, in positions (rounded up to
+                              whole blocks); 0 = n_seq_max * n_ctx */
+    int64_t batch_tokens;  /* rows per step: decode rows first, prefill chunks fill the rest */
+    int32_t max_queue;     /* requests waiting before submit answers CELER_STATUS_BUSY */
+    int32_t n_threads;     /* 0 = physical cores */
+    const char *kernels;   /* as celer_context_params.kernels */
+    bool prefix_cache;     /* reuse cached blocks across requests */
+} celer_engine_params;
+
+/* 4 sequences, n_ctx 4096, kv_positions 0, batch_tokens 512, max_queue 256, prefix cache
+ * on. */
+celer_engine_params celer_engine_default_params(void);
+
+/* tok may be NULL: events then carry no text and stop strings are refused. The model and
+ * tokenizer must outlive the engine. */
+celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
+                                 const celer_engine_params *params, celer_engine **out,
+                                 char *err, size_t err_size);
+void celer_engine_destroy(celer_engine *eng);
+
+#define CELER_MAX_TOP_LOGPROBS 20
+
+typedef struct celer_request_params {
+    const int32_t *prompt; /* [n_prompt] ids, copied at submit */
+    int64_t n_prompt;
+    int64_t max_tokens;    /* completion tokens per choice; -1 = until the context is full */
+    int32_t n;             /* choices; they share the prompt's cache blocks */
+    celer_sampler_params sampling; /* choice i draws with seed + i */
+    float presence_penalty;  /* OpenAI's: subtracted once from a token already generated */
+    float frequency_penalty; /* subtracted per earlier occurrence in the completion */
+    const int32_t *bias_ids; /* [n_bias] logit bias added before sampling, copied */
+    const float *bias;
+    int32_t n_bias;
+    const int32_t *stop_ids; /* [n_stop_ids] ids that end a choice, besides the model's EOS */
+    int32_t n_stop_ids;
+    bool ignore_eos;         /* the model's EOS ids do not stop (stop_ids still do) */
+    const char *const *stop; /* [n_stop] stop strings: matched across token boundaries,
+                                never emitted; text that could still become one is held */
+    int32_t n_stop;
+    int32_t top_logprobs;    /* -1 = no log-probabilities; else the chosen token's and this
+                                many alternatives (at most CELER_MAX_TOP_LOGPROBS) */
+} celer_request_params;
+
+/* n 1, max_tokens 16, default sampler, no stops beyond EOS, no logprobs. */
+celer_request_params celer_request_default_params(void);
+
+typedef enum celer_finish_reason {
+    CELER_FINISH_NONE = 0,  /* the choice goes on */
+    CELER_FINISH_STOP,      /* an EOS/stop id or a stop string */
+    CELER_FINISH_LENGTH,    /* max_tokens, or the sequence filled n_ctx */
+    CELER_FINISH_CANCELLED, /* celer_engine_cancel */
+} celer_finish_reason;
+
+/* What one step produced for one choice of one request. Pointers are valid only during
+ * the callback. */
+typedef struct celer_event {
+    uint64_t request;
+    int32_t index;        /* the choice */
+    int32_t token;        /* the sampled id, or -1 on an event that only ends the choice */
+    const char *text;     /* text released by this event (may be empty) */
+    size_t text_len;
+    float logprob;        /* log-probability of token under the model (top_logprobs >= 0) */
+    int32_t n_top;
+    const int32_t *top_ids; /* [n_top], most likely first */
+    const float *top_logprobs;
+    celer_finish_reason finish;
+    /* Set on the event that ends a choice: */
+    int64_t prompt_tokens;  /* the prompt's length */
+    int64_t cached_tokens;  /* prompt positions taken from the prefix cache, never computed */
+    int64_t completion_tokens;
+} celer_event;
+
+typedef void (*celer_event_fn)(void *user, const celer_event *ev);
+
+/* Queues a request; *id names it in events and celer_engine_cancel. Fails with
+ * CELER_STATUS_INVALID_ARGUMENT (bad parameters, a prompt that leaves no room in n_ctx:
+ * the message gives both counts) or CELER_STATUS_BUSY (max_queue requests wait). */
+celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *params,
+                                 uint64_t *id, char *err, size_t err_size);
+
+/* Ends every choice of a request now: its blocks return to the pool and each choice not
+ * yet ended gets a CELER_FINISH_CANCELLED event at the next step. */
+celer_status celer_engine_cancel(celer_engine *eng, uint64_t id);
+
+/* Runs one scheduler step and calls fn for each event. A failure of the model step ends
+ * the affected requests (never the engine): it returns the status and the last error. */
+celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user);
+
+/* Whether any request is waiting or running. */
+bool celer_engine_pending(const celer_engine *eng);
+
+typedef struct celer_engine_stats {
+    int32_t running, waiting;
+    int64_t kv_blocks_total, kv_blocks_used; /* used: held by a sequence */
+    int64_t kv_blocks_cached;                /* unreferenced, kept for the prefix cache */
+    int64_t prompt_tokens_total;             /* prompt tokens submitted */
+    int64_t generation_tokens_total;
+    int64_t prefix_queries_total;            /* prompt blocks looked up */
+    int64_t prefix_hits_total;               /* of which were found */
+    int64_t preemptions_total;
+} celer_engine_stats;
+
+celer_engine_stats celer_engine_get_stats(const celer_engine *eng);
+const char *celer_engine_last_error(const celer_engine *eng);
 
 #ifdef __cplusplus
 }

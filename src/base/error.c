@@ -17,6 +17,8 @@ static const char *const status_names[CELER_STATUS_COUNT_] = {
     [CELER_STATUS_UNSUPPORTED] = "unsupported",
     [CELER_STATUS_CONTEXT_FULL] = "context full",
     [CELER_STATUS_OUT_OF_MEMORY] = "out of memory",
+    [CELER_STATUS_BUSY] = "busy",
+    [CELER_STATUS_NOT_FOUND] = "not found",
 };
 
 const char *celer_status_str(celer_status s) {

@@ -9,7 +9,7 @@
 #include "celer.h"
 
 #include "base/error.h"
-#include "engine/kv_cache.h"
+#include "engine/context.h"
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/cpuid.h"
 #include "kernels/ref/backend_ref.h"
@@ -104,9 +104,10 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     celer_status s = CELER_OK;
     celer_context_params p = params ? *params : celer_context_default_params();
     *out = NULL;
-    if (p.n_ctx <= 0 || p.n_seq <= 0 || p.n_batch <= 0 || p.n_threads < 0) {
+    if (p.n_ctx <= 0 || p.n_seq <= 0 || p.n_batch <= 0 || p.n_threads < 0 || p.kv_positions < 0) {
         s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
-                      "context: n_ctx, n_seq and n_batch must be positive, n_threads >= 0");
+                      "context: n_ctx, n_seq and n_batch must be positive, n_threads and "
+                      "kv_positions >= 0");
         error_copy(&e, err, err_size);
         return s;
     }
@@ -133,7 +134,8 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     const model_dims *dm = &model->dims;
     ctx->model = model;
     ctx->n_batch = p.n_batch;
-    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, p.n_ctx, p.n_seq,
+    const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, p.n_ctx, p.n_seq, n_blocks,
                              KV_BLOCK_SIZE, &e)) != CELER_OK)
         goto fail;
     int64_t max_cols = dm->d;
@@ -169,6 +171,7 @@ fail:
 }
 
 const char *celer_context_last_error(const celer_context *ctx) { return ctx->err.msg; }
+kv_cache *context_kv(celer_context *ctx) { return &ctx->kv; }
 const char *celer_context_kernels(const celer_context *ctx) { return cpu_isa_name(ctx->isa); }
 int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
 

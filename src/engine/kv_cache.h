@@ -1,17 +1,33 @@
 /*
- * kv_cache.h - the paged KV cache: fixed-size blocks of positions from one pool, and a
- * block table per sequence (DESIGN.md section 2).
+ * kv_cache.h - the paged KV cache: fixed-size blocks of positions from one pool shared by
+ * every sequence, a block table per sequence, and the prefix cache over full blocks
+ * (DESIGN.md section 2).
  *
- * fp32 K and V per layer, [n_blocks * block_size, hk * hd] each. Sized once at creation;
- * appending checks capacity before anything is written, so a full cache is a clean
- * error and never a half-applied step. Knows nothing of models.
+ * fp32 K and V per layer, [n_blocks * block_size, hk * hd] each, sized once at creation.
+ * A block is held by any number of sequences (a refcount). A full block can be published
+ * under a chained hash (its parent block's hash and its own tokens); published blocks
+ * are read-only, so sequences share them without copies. When the last holder lets go,
+ * a published block waits in an LRU list until its memory is needed, and a later prompt
+ * with the same tokens attaches it instead of recomputing. Appending checks capacity
+ * before anything is written, so a full cache is a clean error and never a half-applied
+ * step. Knows nothing of models or requests.
  */
 #ifndef CELER_ENGINE_KV_CACHE_H
 #define CELER_ENGINE_KV_CACHE_H
 
 #include "base/error.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+
+/* Bookkeeping of one pool block. */
+typedef struct kv_block {
+    int32_t ref;              /* sequences holding the block */
+    bool published;           /* in the hash map (and then read-only) */
+    uint64_t hash;            /* chained hash of the block's tokens (valid when published) */
+    int32_t map_next;         /* next block in the same hash bucket */
+    int32_t lru_prev, lru_next; /* in the LRU list when published and ref == 0 */
+} kv_block;
 
 typedef struct kv_cache {
     int64_t n_layer, kvd, block_size, n_blocks;
@@ -19,18 +35,39 @@ typedef struct kv_cache {
     int32_t n_seq;
     int64_t max_blocks;     /* per sequence: ceil(n_ctx / block_size) */
     float **k, **v;         /* [n_layer] pools */
-    int32_t *free_blocks;   /* stack of free block ids */
+    kv_block *meta;         /* [n_blocks] */
+    int32_t *block_tokens;  /* [n_blocks, block_size] tokens of published blocks */
+    int32_t *free_blocks;   /* stack of unreferenced, unpublished blocks */
     int64_t n_free;
+    int32_t lru_head, lru_tail; /* oldest first; -1 when empty */
+    int64_t n_lru;
+    int32_t *buckets;       /* [n_buckets] first block of each hash bucket, -1 when empty */
+    int64_t n_buckets;      /* a power of two */
     int32_t *tables;        /* [n_seq, max_blocks] */
     int64_t *len;           /* [n_seq] positions held */
 } kv_cache;
 
+/* n_blocks: the pool; 0 means room for n_seq sequences of n_ctx positions each. */
 celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t n_ctx,
-                             int32_t n_seq, int64_t block_size, celer_error *e);
+                             int32_t n_seq, int64_t n_blocks, int64_t block_size, celer_error *e);
 void kv_cache_destroy(kv_cache *kv);
 
+/* Blocks a sequence of len positions holds. */
+static inline int64_t kv_cache_blocks_for(const kv_cache *kv, int64_t len) {
+    return (len + kv->block_size - 1) / kv->block_size;
+}
+
+/* Blocks that can be taken now: free ones plus cached ones that would be evicted. */
+static inline int64_t kv_cache_available(const kv_cache *kv) { return kv->n_free + kv->n_lru; }
+
+/* Blocks held by at least one sequence. */
+static inline int64_t kv_cache_used(const kv_cache *kv) {
+    return kv->n_blocks - kv->n_free - kv->n_lru;
+}
+
 /* Checks that every sequence s can take add[s] more positions (add is [n_seq]), then
- * takes the blocks they need. Lengths are not changed: see kv_cache_commit. */
+ * takes the blocks they need (evicting the least recently used cached blocks when no free
+ * one is left). Lengths are not changed: see kv_cache_commit. */
 celer_status kv_cache_reserve(kv_cache *kv, const int64_t *add, celer_error *e);
 /* Advances sequence lengths by add[s] after a step has written its rows. */
 void kv_cache_commit(kv_cache *kv, const int64_t *add);
@@ -44,7 +81,26 @@ static inline int32_t kv_cache_slot(const kv_cache *kv, int32_t seq, int64_t pos
                      pos % kv->block_size);
 }
 
-/* Returns seq's blocks to the pool; its length becomes 0. */
+/* Lets go of seq's blocks (each goes back to the pool, or to the LRU list when it is
+ * published and nobody else holds it); its length becomes 0. */
 void kv_cache_seq_reset(kv_cache *kv, int32_t seq);
+
+/* ==== Prefix cache ==== */
+
+/* The chained hash of a block of tokens[block_size] whose parent block hashed to parent
+ * (0 for the first block of a sequence). */
+uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *tokens);
+
+/* The published block with this hash and exactly these tokens[block_size], or -1. */
+int32_t kv_cache_lookup(const kv_cache *kv, uint64_t hash, const int32_t *tokens);
+
+/* Appends whole blocks[n] to the empty-or-block-aligned sequence seq, which then holds
+ * n * block_size more positions; each block gains a holder. The blocks must be full and
+ * never written again (published, or full prompt blocks of a sibling sequence). */
+void kv_cache_seq_attach(kv_cache *kv, int32_t seq, const int32_t *blocks, int64_t n);
+
+/* Publishes block index b of seq (which must be full) under hash with its tokens; a
+ * block already published under the same hash is left as it is. */
+void kv_cache_publish(kv_cache *kv, int32_t seq, int64_t b, uint64_t hash, const int32_t *tokens);
 
 #endif

@@ -1,0 +1,767 @@
+/*
+ * engine.c - requests, the scheduler step and the prefix cache policy (celer.h, section
+ * "Engine").
+ *
+ * A request has n choices; each choice is one sequence of the engine's context while it
+ * runs. Every step: cancelled choices end, then one batch is planned (a decode row for
+ * each running choice that has sampled a token, prefill chunks for the rest, new choices
+ * admitted from the queue while sequences, blocks and the token budget allow), run, and
+ * each row that ends a choice's known tokens is sampled. When the running choices'
+ * decode rows do not fit the pool, the youngest is pre-empted: its blocks go back and it
+ * waits at the head of the queue with its prompt and what it generated so far, to be
+ * recomputed (mostly from the prefix cache). The engine does not lock: its owner
+ * serializes calls.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "celer.h"
+
+#include "base/error.h"
+#include "engine/context.h"
+#include "engine/stop.h"
+#include "sampling/sampling.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct request request;
+
+/* One choice of a request: a sequence while it runs. */
+typedef struct choice {
+    request *req;
+    int32_t index;
+    int32_t seq;          /* context sequence while running, else -1 */
+    int32_t *tokens;      /* [n_ctx] prompt, then generated ids */
+    int64_t n_tokens;     /* prompt + generated */
+    int64_t n_done;       /* positions in the cache (computed or attached) */
+    int64_t n_gen;
+    int64_t cached;       /* prompt positions attached from the cache at first admission */
+    bool admitted_once;
+    uint64_t order;       /* admission order: the youngest is pre-empted first */
+    sampler *smp;
+    celer_detok_stream *ds;
+    int32_t *counts;      /* [v] occurrences in the completion (presence/frequency), or NULL */
+    int32_t *uniq;        /* [n_ctx] the distinct ids counts has seen */
+    int64_t n_uniq;
+    char *text;           /* generated text, of which text[0, sent) was released */
+    size_t len, cap, sent;
+    celer_finish_reason finish;
+    bool reported;        /* the final event went out */
+    struct choice *next;  /* in the wait queue */
+} choice;
+
+struct request {
+    uint64_t id;
+    celer_request_params p; /* arrays below are the engine's copies */
+    int32_t *prompt, *bias_ids, *stop_ids;
+    float *bias;
+    char **stop;
+    choice *choices;        /* [p.n] */
+    int32_t n_open;         /* choices whose final event has not gone out */
+    request *next;          /* in the engine's request list */
+};
+
+struct celer_engine {
+    celer_model *model;
+    const celer_tokenizer *tok;
+    celer_engine_params p;
+    celer_context *ctx;
+    kv_cache *kv;
+    int64_t v;
+    choice **running;       /* [n_seq_max] by sequence */
+    choice *queue_head, *queue_tail;
+    int32_t n_waiting;
+    request *requests;
+    uint64_t next_id, next_order;
+    /* step buffers, sized at creation */
+    int32_t *b_token, *b_seq;
+    int8_t *b_logits;
+    choice **b_owner;       /* [batch_tokens] the choice of each row */
+    int64_t *take;          /* [n_seq_max] rows each sequence has in the step */
+    float *logits;          /* [n_seq_max, v] */
+    int32_t *top_ids;
+    float *top_lp;
+    celer_engine_stats st;
+    celer_error err;
+};
+
+/* ==== Parameters ==== */
+
+celer_engine_params celer_engine_default_params(void) {
+    return (celer_engine_params){.n_seq_max = 4, .n_ctx = 4096, .kv_positions = 0,
+                                 .batch_tokens = 512, .max_queue = 256, .n_threads = 0,
+                                 .kernels = NULL, .prefix_cache = true};
+}
+
+celer_request_params celer_request_default_params(void) {
+    return (celer_request_params){.max_tokens = 16, .n = 1,
+                                  .sampling = celer_sampler_default_params(), .top_logprobs = -1};
+}
+
+/* ==== Creation ==== */
+
+celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
+                                 const celer_engine_params *params, celer_engine **out, char *err,
+                                 size_t err_size) {
+    celer_error e = {{0}};
+    celer_status s = CELER_OK;
+    celer_engine_params p = params ? *params : celer_engine_default_params();
+    *out = NULL;
+    if (p.n_seq_max <= 0 || p.n_ctx <= 1 || p.batch_tokens <= 0 || p.max_queue < 0 ||
+        p.kv_positions < 0) {
+        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
+                      "engine: n_seq_max and batch_tokens must be positive, n_ctx > 1, "
+                      "kv_positions and max_queue >= 0");
+        error_copy(&e, err, err_size);
+        return s;
+    }
+    /* Every running sequence gets at least one decode row per step. */
+    if (p.batch_tokens < p.n_seq_max) p.batch_tokens = p.n_seq_max;
+    celer_engine *eng = calloc(1, sizeof *eng);
+    if (!eng) goto oom;
+    eng->model = model;
+    eng->tok = tok;
+    eng->p = p;
+    eng->v = celer_model_n_vocab(model);
+    celer_context_params cp = celer_context_default_params();
+    cp.n_ctx = p.n_ctx;
+    cp.n_seq = p.n_seq_max;
+    cp.kv_positions = p.kv_positions;
+    cp.n_batch = p.batch_tokens;
+    cp.n_threads = p.n_threads;
+    cp.kernels = p.kernels;
+    char cerr[CELER_ERROR_LEN];
+    if ((s = celer_context_create(model, &cp, &eng->ctx, cerr, sizeof cerr)) != CELER_OK) {
+        error_set(&e, s, "%s", cerr);
+        goto fail;
+    }
+    eng->kv = context_kv(eng->ctx);
+    const size_t nb = (size_t)p.batch_tokens, ns = (size_t)p.n_seq_max;
+    eng->running = calloc(ns, sizeof *eng->running);
+    eng->b_token = malloc(nb * sizeof *eng->b_token);
+    eng->b_seq = malloc(nb * sizeof *eng->b_seq);
+    eng->b_logits = malloc(nb * sizeof *eng->b_logits);
+    eng->b_owner = malloc(nb * sizeof *eng->b_owner);
+    eng->take = malloc(ns * sizeof *eng->take);
+    eng->logits = malloc(ns * (size_t)eng->v * sizeof *eng->logits);
+    eng->top_ids = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_ids);
+    eng->top_lp = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_lp);
+    if (!eng->running || !eng->b_token || !eng->b_seq || !eng->b_logits || !eng->b_owner ||
+        !eng->take || !eng->logits || !eng->top_ids || !eng->top_lp)
+        goto oom;
+    eng->next_id = 1;
+    eng->st.kv_blocks_total = eng->kv->n_blocks;
+    *out = eng;
+    return CELER_OK;
+oom:
+    s = error_set(&e, CELER_STATUS_OUT_OF_MEMORY, "engine: out of memory");
+fail:
+    celer_engine_destroy(eng);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+static void choice_free(choice *c) {
+    sampler_destroy(c->smp);
+    celer_detok_stream_destroy(c->ds);
+    free(c->tokens);
+    free(c->counts);
+    free(c->uniq);
+    free(c->text);
+}
+
+static void request_free(request *r) {
+    for (int32_t i = 0; r->choices && i < r->p.n; i++) choice_free(&r->choices[i]);
+    for (int32_t i = 0; r->stop && i < r->p.n_stop; i++) free(r->stop[i]);
+    free(r->choices);
+    free(r->prompt);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->stop_ids);
+    free(r->stop);
+    free(r);
+}
+
+void celer_engine_destroy(celer_engine *eng) {
+    if (!eng) return;
+    while (eng->requests) {
+        request *r = eng->requests;
+        eng->requests = r->next;
+        request_free(r);
+    }
+    celer_context_destroy(eng->ctx);
+    free(eng->running);
+    free(eng->b_token);
+    free(eng->b_seq);
+    free(eng->b_logits);
+    free(eng->b_owner);
+    free(eng->take);
+    free(eng->logits);
+    free(eng->top_ids);
+    free(eng->top_lp);
+    free(eng);
+}
+
+const char *celer_engine_last_error(const celer_engine *eng) { return eng->err.msg; }
+
+static int32_t running_count(const celer_engine *eng) {
+    int32_t n = 0;
+    for (int32_t s = 0; s < eng->p.n_seq_max; s++) n += eng->running[s] != NULL;
+    return n;
+}
+
+bool celer_engine_pending(const celer_engine *eng) { return eng->requests != NULL; }
+
+celer_engine_stats celer_engine_get_stats(const celer_engine *eng) {
+    celer_engine_stats st = eng->st;
+    st.running = running_count(eng);
+    st.waiting = eng->n_waiting;
+    st.kv_blocks_used = kv_cache_used(eng->kv);
+    st.kv_blocks_cached = eng->kv->n_lru;
+    return st;
+}
+
+/* ==== Submission ==== */
+
+static void queue_push(celer_engine *eng, choice *c, bool front) {
+    c->next = NULL;
+    if (!eng->queue_head) {
+        eng->queue_head = eng->queue_tail = c;
+    } else if (front) {
+        c->next = eng->queue_head;
+        eng->queue_head = c;
+    } else {
+        eng->queue_tail->next = c;
+        eng->queue_tail = c;
+    }
+    eng->n_waiting++;
+}
+
+static void queue_remove(celer_engine *eng, choice *c) {
+    choice **link = &eng->queue_head, *prev = NULL;
+    while (*link && *link != c) prev = *link, link = &(*link)->next;
+    if (!*link) return;
+    *link = c->next;
+    if (eng->queue_tail == c) eng->queue_tail = prev;
+    eng->n_waiting--;
+}
+
+static celer_status check_request(celer_engine *eng, const celer_request_params *p) {
+    celer_error *e = &eng->err;
+    if (!p->prompt || p->n_prompt <= 0)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "prompt: expected at least one token");
+    if (p->n_prompt >= eng->p.n_ctx)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "prompt: %lld tokens leave no room in a context of %lld positions",
+                         (long long)p->n_prompt, (long long)eng->p.n_ctx);
+    for (int64_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= eng->v)
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "prompt[%lld]: token id %d outside the vocabulary [0, %lld)",
+                             (long long)i, p->prompt[i], (long long)eng->v);
+    if (kv_cache_blocks_for(eng->kv, p->n_prompt + 1) > eng->kv->n_blocks)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "prompt: %lld tokens do not fit the KV pool of %lld positions",
+                         (long long)p->n_prompt, (long long)(eng->kv->n_blocks * eng->kv->block_size));
+    if (p->max_tokens < -1 || p->max_tokens == 0)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "max_tokens: expected a positive count or -1, got %lld",
+                         (long long)p->max_tokens);
+    if (p->n < 1 || p->n > eng->p.n_seq_max)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "n: expected 1 to %d choices (the running sequences), got %d",
+                         eng->p.n_seq_max, p->n);
+    if (p->top_logprobs < -1 || p->top_logprobs > CELER_MAX_TOP_LOGPROBS)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "top_logprobs: expected -1 to %d, got %d",
+                         CELER_MAX_TOP_LOGPROBS, p->top_logprobs);
+    if (p->n_bias < 0 || (p->n_bias && (!p->bias_ids || !p->bias)) || p->n_stop_ids < 0 ||
+        (p->n_stop_ids && !p->stop_ids) || p->n_stop < 0 || (p->n_stop && !p->stop))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "request: an array is missing its data");
+    for (int32_t i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= eng->v || !isfinite(p->bias[i]))
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "logit_bias: token id %d outside the vocabulary or a bias that is not "
+                             "finite",
+                             p->bias_ids[i]);
+    for (int32_t i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0])
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "stop[%d]: expected a non-empty string",
+                             i);
+    if (p->n_stop && !eng->tok)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "stop: stop strings need the engine to have a tokenizer");
+    if (eng->p.max_queue && eng->n_waiting + p->n > eng->p.max_queue)
+        return error_set(e, CELER_STATUS_BUSY, "the queue is full (%d requests wait)",
+                         eng->n_waiting);
+    return CELER_OK;
+}
+
+static void *dup_array(const void *src, size_t bytes, bool *ok) {
+    if (!bytes) return NULL;
+    void *d = malloc(bytes);
+    if (!d) *ok = false;
+    else memcpy(d, src, bytes);
+    return d;
+}
+
+static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
+    choice *c = &r->choices[i];
+    const celer_sampler_params *sp = &r->p.sampling;
+    const sampler_params smp = {sp->temp, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty,
+                                sp->repeat_last_n, sp->seed + (uint64_t)i};
+    c->req = r;
+    c->index = i;
+    c->seq = -1;
+    c->tokens = malloc(sizeof *c->tokens * (size_t)eng->p.n_ctx);
+    c->smp = sampler_create(&smp, eng->v);
+    if (r->p.presence_penalty != 0 || r->p.frequency_penalty != 0)
+        if (!(c->counts = calloc((size_t)eng->v, sizeof *c->counts)) ||
+            !(c->uniq = malloc(sizeof *c->uniq * (size_t)eng->p.n_ctx)))
+            return CELER_STATUS_OUT_OF_MEMORY;
+    if (!c->tokens || !c->smp) return CELER_STATUS_OUT_OF_MEMORY;
+    if (eng->tok && celer_detok_stream_create(eng->tok, true, &c->ds, NULL, 0) != CELER_OK)
+        return CELER_STATUS_OUT_OF_MEMORY;
+    memcpy(c->tokens, r->prompt, sizeof *c->tokens * (size_t)r->p.n_prompt);
+    c->n_tokens = r->p.n_prompt;
+    for (int64_t t = 0; t < r->p.n_prompt; t++) sampler_accept(c->smp, r->prompt[t]);
+    return CELER_OK;
+}
+
+celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *params,
+                                 uint64_t *id, char *err, size_t err_size) {
+    celer_status s = check_request(eng, params);
+    if (s != CELER_OK) {
+        error_copy(&eng->err, err, err_size);
+        return s;
+    }
+    request *r = calloc(1, sizeof *r);
+    if (!r) goto oom;
+    const celer_request_params *p = params;
+    bool ok = true;
+    r->p = *p;
+    r->prompt = dup_array(p->prompt, sizeof *p->prompt * (size_t)p->n_prompt, &ok);
+    r->bias_ids = dup_array(p->bias_ids, sizeof *p->bias_ids * (size_t)p->n_bias, &ok);
+    r->bias = dup_array(p->bias, sizeof *p->bias * (size_t)p->n_bias, &ok);
+    r->stop_ids = dup_array(p->stop_ids, sizeof *p->stop_ids * (size_t)p->n_stop_ids, &ok);
+    if (p->n_stop && !(r->stop = calloc((size_t)p->n_stop, sizeof *r->stop))) ok = false;
+    for (int32_t i = 0; ok && i < p->n_stop; i++) ok = (r->stop[i] = strdup(p->stop[i])) != NULL;
+    r->p.prompt = r->prompt, r->p.bias_ids = r->bias_ids, r->p.bias = r->bias;
+    r->p.stop_ids = r->stop_ids, r->p.stop = (const char *const *)r->stop;
+    if (!ok || !(r->choices = calloc((size_t)p->n, sizeof *r->choices))) goto oom;
+    for (int32_t i = 0; i < p->n; i++)
+        if (choice_init(eng, r, i) != CELER_OK) goto oom;
+    r->id = eng->next_id++;
+    r->n_open = p->n;
+    r->next = eng->requests;
+    eng->requests = r;
+    for (int32_t i = 0; i < p->n; i++) queue_push(eng, &r->choices[i], false);
+    eng->st.prompt_tokens_total += p->n_prompt;
+    *id = r->id;
+    eng->err.msg[0] = '\0';
+    return CELER_OK;
+oom:
+    if (r) request_free(r);
+    s = error_set(&eng->err, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+    error_copy(&eng->err, err, err_size);
+    return s;
+}
+
+/* ==== Sequences ==== */
+
+/* Takes c off its sequence; its blocks go back to the pool (or the LRU list). */
+static void choice_stop_running(celer_engine *eng, choice *c) {
+    if (c->seq < 0) return;
+    kv_cache_seq_reset(eng->kv, c->seq);
+    eng->running[c->seq] = NULL;
+    c->seq = -1;
+}
+
+celer_status celer_engine_cancel(celer_engine *eng, uint64_t id) {
+    request *r = eng->requests;
+    while (r && r->id != id) r = r->next;
+    if (!r) return error_set(&eng->err, CELER_STATUS_NOT_FOUND, "no request %llu", (unsigned long long)id);
+    for (int32_t i = 0; i < r->p.n; i++) {
+        choice *c = &r->choices[i];
+        if (c->finish != CELER_FINISH_NONE) continue;
+        choice_stop_running(eng, c);
+        queue_remove(eng, c);
+        c->finish = CELER_FINISH_CANCELLED;
+    }
+    return CELER_OK;
+}
+
+/* Gives c a free sequence and attaches whatever prefix of its tokens the cache (or its
+ * request's first choice, for sibling choices) already holds. Leaves at least one token
+ * to compute, since its row gives the logits to sample from. */
+static void choice_admit(celer_engine *eng, choice *c, int32_t seq) {
+    kv_cache *kv = eng->kv;
+    const int64_t bs = kv->block_size, max_blocks = (c->n_tokens - 1) / bs;
+    int32_t blocks[256];
+    int64_t n = 0;
+    c->seq = seq;
+    c->order = eng->next_order++;
+    eng->running[seq] = c;
+    const choice *lead = &c->req->choices[0];
+    if (c != lead && lead->seq >= 0 && !c->admitted_once) {
+        /* The prompt's full blocks of the first choice (written, never written again). */
+        const int64_t shared = (c->req->p.n_prompt - 1) / bs;
+        const int32_t *table = kv_cache_table(kv, lead->seq);
+        while (n < shared) {
+            const int64_t k = shared - n < 256 ? shared - n : 256;
+            kv_cache_seq_attach(kv, seq, table + n, k);
+            n += k;
+        }
+    } else if (eng->p.prefix_cache) {
+        uint64_t h = 0;
+        bool hit = true;
+        for (int64_t b = 0; b < max_blocks && hit; b += 256) {
+            int64_t k = 0;
+            for (; b + k < max_blocks && k < 256; k++) {
+                h = kv_cache_hash(kv, h, c->tokens + (b + k) * bs);
+                const int32_t blk = kv_cache_lookup(kv, h, c->tokens + (b + k) * bs);
+                if (blk < 0) break;
+                blocks[k] = blk;
+            }
+            kv_cache_seq_attach(kv, seq, blocks, k);
+            n += k;
+            hit = k == 256;
+        }
+        if (!c->admitted_once) {
+            eng->st.prefix_queries_total += max_blocks * bs;
+            eng->st.prefix_hits_total += n * bs;
+        }
+    }
+    c->n_done = n * bs;
+    if (!c->admitted_once) c->cached = c->n_done;
+    c->admitted_once = true;
+}
+
+/* Publishes the blocks c filled in the step that took it from `from` to c->n_done. */
+static void choice_publish(celer_engine *eng, choice *c, int64_t from) {
+    kv_cache *kv = eng->kv;
+    const int64_t bs = kv->block_size;
+    const int64_t first = from / bs, last = c->n_done / bs; /* full blocks [first, last) */
+    if (!eng->p.prefix_cache || first >= last) return;
+    uint64_t h = 0;
+    for (int64_t b = 0; b < last; b++) {
+        h = kv_cache_hash(kv, h, c->tokens + b * bs);
+        if (b >= first) kv_cache_publish(kv, c->seq, b, h, c->tokens + b * bs);
+    }
+}
+
+/* The youngest running choice, or NULL. */
+static choice *youngest_running(celer_engine *eng) {
+    choice *y = NULL;
+    for (int32_t s = 0; s < eng->p.n_seq_max; s++)
+        if (eng->running[s] && (!y || eng->running[s]->order > y->order)) y = eng->running[s];
+    return y;
+}
+
+static void preempt(celer_engine *eng, choice *c) {
+    choice_stop_running(eng, c);
+    c->n_done = 0;
+    queue_push(eng, c, true);
+    eng->st.preemptions_total++;
+}
+
+/* ==== Planning a step ==== */
+
+static int64_t blocks_to_grow(const kv_cache *kv, int64_t len, int64_t add) {
+    return kv_cache_blocks_for(kv, len + add) - kv_cache_blocks_for(kv, len);
+}
+
+/* Appends rows for c's tokens [n_done, n_done + k) to the batch. */
+static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
+    for (int64_t i = 0; i < k; i++, (*n)++) {
+        eng->b_token[*n] = c->tokens[c->n_done + i];
+        eng->b_seq[*n] = c->seq;
+        eng->b_logits[*n] = c->n_done + i == c->n_tokens - 1;
+        eng->b_owner[*n] = c;
+    }
+}
+
+/* Whether a waiting choice may start now: sibling choices wait until their first choice
+ * has computed the prompt they share. */
+static bool may_admit(const choice *c) {
+    const choice *lead = &c->req->choices[0];
+    if (c == lead || c->admitted_once || lead->finish != CELER_FINISH_NONE) return true;
+    return lead->seq >= 0 && lead->n_done >= c->req->p.n_prompt;
+}
+
+/* Fills the batch; returns its rows. Decode rows of running choices come first (the
+ * youngest choices are pre-empted until they fit the pool), then prefill chunks of
+ * running choices in admission order, then newly admitted choices, all within the token
+ * budget. A new choice is admitted only when its first chunk fits and leaves a block of
+ * growth for every running choice. */
+static int64_t plan(celer_engine *eng, int64_t *take) {
+    kv_cache *kv = eng->kv;
+    const int64_t budget = eng->p.batch_tokens;
+    int64_t n = 0, avail;
+    for (;;) {
+        int64_t need = 0;
+        for (int32_t s = 0; s < eng->p.n_seq_max; s++) {
+            const choice *c = eng->running[s];
+            if (c && c->n_tokens - c->n_done == 1) need += blocks_to_grow(kv, kv->len[s], 1);
+        }
+        if (need <= kv_cache_available(kv)) break;
+        choice *y = youngest_running(eng);
+        if (running_count(eng) > 1) {
+            preempt(eng, y);
+        } else {
+            /* Alone and the pool is full: it cannot grow any further. */
+            choice_stop_running(eng, y);
+            y->finish = CELER_FINISH_LENGTH;
+        }
+    }
+    avail = kv_cache_available(kv);
+    memset(take, 0, sizeof *take * (size_t)eng->p.n_seq_max);
+    for (int32_t s = 0; s < eng->p.n_seq_max; s++) {
+        choice *c = eng->running[s];
+        if (!c || c->n_tokens - c->n_done != 1) continue;
+        avail -= blocks_to_grow(kv, kv->len[s], 1);
+        take[s] = 1;
+        add_rows(eng, &n, c, 1);
+    }
+    /* Prefill chunks, oldest admission first. */
+    for (;;) {
+        choice *c = NULL;
+        for (int32_t s = 0; s < eng->p.n_seq_max; s++) {
+            choice *r = eng->running[s];
+            if (r && !take[s] && r->n_tokens - r->n_done > 1 && (!c || r->order < c->order)) c = r;
+        }
+        if (!c || n >= budget) break;
+        int64_t k = c->n_tokens - c->n_done;
+        if (k > budget - n) k = budget - n;
+        while (k > 0 && blocks_to_grow(kv, kv->len[c->seq], k) > avail) k -= 1;
+        if (k == 0) {
+            take[c->seq] = -1; /* waits for blocks this step */
+            continue;
+        }
+        avail -= blocks_to_grow(kv, kv->len[c->seq], k);
+        take[c->seq] = k;
+        add_rows(eng, &n, c, k);
+    }
+    /* New choices from the queue. */
+    int32_t n_running = running_count(eng);
+    for (choice *c = eng->queue_head, *next; c && n < budget; c = next) {
+        next = c->next;
+        int32_t seq = 0;
+        while (seq < eng->p.n_seq_max && eng->running[seq]) seq++;
+        if (seq == eng->p.n_seq_max) break;
+        if (!may_admit(c)) continue;
+        queue_remove(eng, c);
+        choice_admit(eng, c, seq);
+        avail = kv_cache_available(kv);
+        for (int32_t s = 0; s < eng->p.n_seq_max; s++)
+            if (take[s] > 0) avail -= blocks_to_grow(kv, kv->len[s], take[s]);
+        int64_t k = c->n_tokens - c->n_done;
+        if (k > budget - n) k = budget - n;
+        if (blocks_to_grow(kv, kv->len[seq], k) + n_running > avail) {
+            /* Not now: back to the head of the queue, blocks released. */
+            choice_stop_running(eng, c);
+            c->n_done = 0;
+            queue_push(eng, c, true);
+            break;
+        }
+        n_running++;
+        take[seq] = k;
+        add_rows(eng, &n, c, k);
+    }
+    for (int32_t s = 0; s < eng->p.n_seq_max; s++)
+        if (take[s] < 0) take[s] = 0;
+    return n;
+}
+
+/* ==== Sampling and events ==== */
+
+static bool text_append(choice *c, const char *s, size_t n) {
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 256;
+        while (cap < c->len + n + 1) cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t) return false;
+        c->text = t;
+        c->cap = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = '\0';
+    return true;
+}
+
+/* log-softmax of the raw logits l[v]: writes the k most likely ids and their
+ * log-probabilities to the engine's top buffers and returns the normalizer. */
+static float log_normalizer(celer_engine *eng, const float *l, int32_t k) {
+    const int64_t v = eng->v;
+    float mx = l[0];
+    for (int64_t i = 1; i < v; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < v; i++) sum += exp((double)l[i] - mx);
+    const float lse = mx + (float)log(sum);
+    for (int32_t j = 0; j < k; j++) eng->top_ids[j] = -1;
+    for (int64_t i = 0; i < v; i++) {
+        int32_t j = k;
+        while (j > 0 && (eng->top_ids[j - 1] < 0 || l[i] > l[eng->top_ids[j - 1]])) j--;
+        if (j == k) continue;
+        memmove(eng->top_ids + j + 1, eng->top_ids + j, sizeof *eng->top_ids * (size_t)(k - j - 1));
+        eng->top_ids[j] = (int32_t)i;
+    }
+    for (int32_t j = 0; j < k; j++) eng->top_lp[j] = l[eng->top_ids[j]] - lse;
+    return lse;
+}
+
+/* What the logit bias and the presence/frequency penalties add to token id's logit. */
+static float adjustment(const choice *c, int32_t id) {
+    const request *r = c->req;
+    float d = 0;
+    for (int32_t i = 0; i < r->p.n_bias; i++)
+        if (r->bias_ids[i] == id) d += r->bias[i];
+    if (c->counts && c->counts[id] > 0)
+        d -= r->p.frequency_penalty * (float)c->counts[id] + r->p.presence_penalty;
+    return d;
+}
+
+static bool is_stop_id(const celer_engine *eng, const request *r, int32_t tok) {
+    if (!r->p.ignore_eos && celer_model_is_eos(eng->model, tok)) return true;
+    for (int32_t i = 0; i < r->p.n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return true;
+    return false;
+}
+
+static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_event_fn fn, void *user) {
+    ev->finish = c->finish;
+    ev->prompt_tokens = c->req->p.n_prompt;
+    ev->cached_tokens = c->cached;
+    ev->completion_tokens = c->n_gen;
+    c->reported = true;
+    c->req->n_open--;
+    fn(user, ev);
+}
+
+/* Samples the next token of c from its row of logits l (modified in place) and reports it.
+ * Log-probabilities are the model's own (before bias and penalties), as OpenAI reports. */
+static void choice_sample(celer_engine *eng, choice *c, float *l, celer_event_fn fn, void *user) {
+    const request *r = c->req;
+    celer_event ev = {.request = r->id, .index = c->index, .token = -1, .text = ""};
+    const int32_t n_top = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+    const float lse = r->p.top_logprobs >= 0 ? log_normalizer(eng, l, n_top) : 0;
+    for (int32_t i = 0; i < r->p.n_bias; i++) l[r->bias_ids[i]] += r->bias[i];
+    for (int64_t i = 0; c->counts && i < c->n_uniq; i++) {
+        const int32_t id = c->uniq[i];
+        l[id] -= r->p.frequency_penalty * (float)c->counts[id] + r->p.presence_penalty;
+    }
+    const int32_t tok = sampler_sample(c->smp, l);
+    if (r->p.top_logprobs >= 0) {
+        ev.logprob = l[tok] - adjustment(c, tok) - lse;
+        ev.n_top = n_top;
+        ev.top_ids = eng->top_ids;
+        ev.top_logprobs = eng->top_lp;
+    }
+    sampler_accept(c->smp, tok);
+    c->tokens[c->n_tokens++] = tok;
+    c->n_gen++;
+    eng->st.generation_tokens_total++;
+    if (c->counts && c->counts[tok]++ == 0) c->uniq[c->n_uniq++] = tok;
+    ev.token = tok;
+    const size_t from = c->sent;
+    if (is_stop_id(eng, r, tok)) {
+        c->finish = CELER_FINISH_STOP;
+    } else if (c->ds) {
+        const char *piece;
+        size_t n;
+        if (celer_detok_stream_push(c->ds, tok, &piece, &n, NULL, 0) == CELER_OK) text_append(c, piece, n);
+        bool matched = false;
+        size_t end = stop_scan((const char *const *)r->stop, r->p.n_stop, c->text ? c->text : "",
+                               c->len, c->sent, &matched);
+        if (matched) c->finish = CELER_FINISH_STOP;
+        c->sent = end;
+    }
+    if (c->finish == CELER_FINISH_NONE &&
+        ((r->p.max_tokens > 0 && c->n_gen >= r->p.max_tokens) || c->n_tokens >= eng->p.n_ctx)) {
+        c->finish = CELER_FINISH_LENGTH;
+        /* No stop string can complete now: release what was held back, and any bytes the
+         * detokenizer still holds. */
+        const char *rest;
+        size_t n;
+        if (c->ds && celer_detok_stream_flush(c->ds, &rest, &n, NULL, 0) == CELER_OK) text_append(c, rest, n);
+        c->sent = c->len;
+    }
+    ev.text = c->text ? c->text + from : "";
+    ev.text_len = c->sent - from;
+    if (c->finish == CELER_FINISH_NONE) {
+        fn(user, &ev);
+        return;
+    }
+    choice_stop_running(eng, c);
+    emit_final(eng, c, &ev, fn, user);
+}
+
+/* Frees requests whose every choice has reported its end. */
+static void reap(celer_engine *eng) {
+    for (request **link = &eng->requests; *link;) {
+        request *r = *link;
+        if (r->n_open > 0) {
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        request_free(r);
+    }
+}
+
+/* ==== The step ==== */
+
+celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user) {
+    /* Choices that ended outside a step (cancelled, or out of room while planning) report
+     * their end first. */
+    for (request *r = eng->requests; r; r = r->next)
+        for (int32_t i = 0; i < r->p.n; i++) {
+            choice *c = &r->choices[i];
+            if (c->finish != CELER_FINISH_NONE && !c->reported) {
+                celer_event ev = {.request = r->id, .index = c->index, .token = -1, .text = ""};
+                emit_final(eng, c, &ev, fn, user);
+            }
+        }
+    reap(eng);
+    int64_t *take = eng->take, n = plan(eng, take);
+    /* Prefills that each wait for blocks the others hold: pre-empt the youngest until one
+     * can move. */
+    while (n == 0 && running_count(eng) > 1) {
+        preempt(eng, youngest_running(eng));
+        n = plan(eng, take);
+    }
+    if (n == 0) return CELER_OK;
+    const celer_batch b = {.n = n, .token = eng->b_token, .seq_id = eng->b_seq, .logits = eng->b_logits};
+    celer_status s = celer_batch_decode(eng->ctx, &b, eng->logits);
+    if (s != CELER_OK) {
+        /* The context refused the step before writing anything: end its requests' choices. */
+        error_set(&eng->err, s, "step: %s", celer_context_last_error(eng->ctx));
+        for (int32_t q = 0; q < eng->p.n_seq_max; q++) {
+            choice *c = eng->running[q];
+            if (!c || !take[q]) continue;
+            choice_stop_running(eng, c);
+            c->finish = CELER_FINISH_LENGTH;
+            celer_event ev = {.request = c->req->id, .index = c->index, .token = -1, .text = ""};
+            emit_final(eng, c, &ev, fn, user);
+        }
+        reap(eng);
+        return s;
+    }
+    for (int32_t q = 0; q < eng->p.n_seq_max; q++) {
+        choice *c = eng->running[q];
+        if (!c || !take[q]) continue;
+        const int64_t from = c->n_done;
+        c->n_done += take[q];
+        choice_publish(eng, c, from);
+    }
+    int64_t k = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (!eng->b_logits[r]) continue;
+        choice *c = eng->b_owner[r];
+        float *row = eng->logits + k++ * eng->v;
+        if (c->finish == CELER_FINISH_NONE) choice_sample(eng, c, row, fn, user);
+    }
+    reap(eng);
+    eng->err.msg[0] = '\0';
+    return CELER_OK;
+}

@@ -1,0 +1,409 @@
+/*
+ * test_engine.c - requests, the scheduler and the prefix cache (celer.h "Engine").
+ *
+ * The reference for every greedy output is the same prompt run alone through
+ * celer_generate_greedy on a fresh context, and for the fixture's own prompt the
+ * transformers golden. Checked: one request gives the golden; many requests at once
+ * (chunked prefill beside decodes, more requests than sequences) each give their solo
+ * text; a repeated prompt attaches cached blocks and gives the same tokens, with the
+ * cache on and off; a pool too small for every sequence pre-empts and still gives the
+ * same tokens; n choices share the prompt; cancellation returns every block; stop ids;
+ * bad requests and a full queue are clean errors; the stop-string scan; and, on the real
+ * model, stop strings and logprobs through the tokenizer.
+ */
+#include "harness.h"
+
+#include "engine/stop.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_REQ 16
+#define MAX_GEN 64
+
+static celer_model *model;
+
+/* What the events said about each request (indexed by submission order). */
+typedef struct outcome {
+    uint64_t id;
+    int32_t ids[4][MAX_GEN];
+    int64_t n[4];
+    char text[4][1024];
+    celer_finish_reason finish[4];
+    int64_t prompt_tokens, cached_tokens, completion_tokens[4];
+    float logprob_sum[4];
+    int ended;
+} outcome;
+
+typedef struct run_state {
+    outcome out[MAX_REQ];
+    int n_req;
+} run_state;
+
+static void on_event(void *user, const celer_event *ev) {
+    run_state *rs = user;
+    for (int i = 0; i < rs->n_req; i++) {
+        outcome *o = &rs->out[i];
+        if (o->id != ev->request) continue;
+        const int c = ev->index;
+        if (ev->token >= 0 && o->n[c] < MAX_GEN) o->ids[c][o->n[c]++] = ev->token;
+        const size_t have = strlen(o->text[c]);
+        if (have + ev->text_len < sizeof o->text[c]) memcpy(o->text[c] + have, ev->text, ev->text_len);
+        o->logprob_sum[c] += ev->logprob;
+        if (ev->finish != CELER_FINISH_NONE) {
+            o->finish[c] = ev->finish;
+            o->prompt_tokens = ev->prompt_tokens;
+            o->cached_tokens = ev->cached_tokens;
+            o->completion_tokens[c] = ev->completion_tokens;
+            o->ended++;
+        }
+    }
+}
+
+static celer_engine *engine_new(const celer_model *m, const celer_tokenizer *tok, int32_t n_seq,
+                                int64_t kv_positions, int64_t batch, bool prefix) {
+    celer_engine_params p = celer_engine_default_params();
+    p.n_seq_max = n_seq;
+    p.n_ctx = 128;
+    p.kv_positions = kv_positions;
+    p.batch_tokens = batch;
+    p.n_threads = 2;
+    p.prefix_cache = prefix;
+    p.max_queue = 8;
+    celer_engine *eng = NULL;
+    char err[512];
+    if (!CHECK(celer_engine_create((celer_model *)m, tok, &p, &eng, err, sizeof err) == CELER_OK, "%s", err))
+        return NULL;
+    return eng;
+}
+
+static celer_request_params greedy_request(const int32_t *ids, int64_t n, int64_t max_tokens) {
+    celer_request_params rp = celer_request_default_params();
+    rp.prompt = ids;
+    rp.n_prompt = n;
+    rp.max_tokens = max_tokens;
+    rp.sampling.temp = 0;
+    rp.ignore_eos = true;
+    return rp;
+}
+
+static void submit(celer_engine *eng, run_state *rs, const celer_request_params *rp) {
+    char err[512];
+    outcome *o = &rs->out[rs->n_req++];
+    memset(o, 0, sizeof *o);
+    CHECK(celer_engine_submit(eng, rp, &o->id, err, sizeof err) == CELER_OK, "submit: %s", err);
+}
+
+/* Steps until nothing is pending (bounded). */
+static void drain(celer_engine *eng, run_state *rs) {
+    for (int i = 0; i < 10000 && celer_engine_pending(eng); i++)
+        if (!CHECK(celer_engine_step(eng, on_event, rs) == CELER_OK, "step: %s", celer_engine_last_error(eng)))
+            return;
+    CHECK(!celer_engine_pending(eng), "engine still has requests after 10000 steps");
+}
+
+/* ids[n_out] that prompt gives alone, greedily. */
+static void solo(const int32_t *prompt, int64_t n, int64_t n_predict, int32_t *out) {
+    celer_context_params cp = celer_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_threads = 2;
+    celer_context *ctx;
+    char err[512];
+    if (!CHECK(celer_context_create(model, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err)) return;
+    celer_generate_params gp = {.seq_id = 0, .n_predict = n_predict, .stop_at_eos = 0};
+    int64_t got = 0;
+    CHECK(celer_generate_greedy(ctx, prompt, n, &gp, out, &got) == CELER_OK && got == n_predict, "solo greedy");
+    celer_context_destroy(ctx);
+}
+
+static bool same_ids(const int32_t *a, const int32_t *b, int64_t n) { return !memcmp(a, b, sizeof *a * (size_t)n); }
+
+static void check_idle(celer_engine *eng, const char *what) {
+    const celer_engine_stats st = celer_engine_get_stats(eng);
+    CHECK(st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0,
+          "%s: idle engine has %d running, %d waiting, %lld blocks held", what, st.running, st.waiting,
+          (long long)st.kv_blocks_used);
+}
+
+/* ==== Fixture model: token ids only ==== */
+
+static void test_single(const int32_t *input, int64_t n_input, const int32_t *golden, int64_t n_golden) {
+    celer_engine *eng = engine_new(model, NULL, 2, 0, 64, true);
+    if (!eng) return;
+    run_state rs = {0};
+    celer_request_params rp = greedy_request(input, n_input, n_golden);
+    submit(eng, &rs, &rp);
+    drain(eng, &rs);
+    const outcome *o = &rs.out[0];
+    CHECK(o->n[0] == n_golden && same_ids(o->ids[0], golden, n_golden), "one request: not the golden greedy ids");
+    CHECK(o->finish[0] == CELER_FINISH_LENGTH && o->completion_tokens[0] == n_golden && o->prompt_tokens == n_input,
+          "one request: finish %d, %lld completion tokens, %lld prompt tokens", o->finish[0],
+          (long long)o->completion_tokens[0], (long long)o->prompt_tokens);
+    check_idle(eng, "after one request");
+    celer_engine_destroy(eng);
+}
+
+/* Prompts: the golden input and its greedy continuation, cut at several lengths. */
+static int64_t make_prompts(const int32_t *base, int64_t n_base, int32_t prompts[][64], int64_t *lens, int count) {
+    for (int i = 0; i < count; i++) {
+        lens[i] = 3 + (i * 7) % (n_base - 3);
+        for (int64_t t = 0; t < lens[i]; t++) prompts[i][t] = base[(t + i) % n_base];
+    }
+    return count;
+}
+
+static void test_concurrent(const int32_t *base, int64_t n_base) {
+    enum { N = 10, GEN = 12 };
+    int32_t prompts[N][64], want[N][GEN];
+    int64_t lens[N];
+    make_prompts(base, n_base, prompts, lens, N);
+    for (int i = 0; i < N; i++) solo(prompts[i], lens[i], GEN, want[i]);
+    /* 4 sequences for 10 requests, 7 rows a step: prefill chunks beside decode rows. */
+    celer_engine *eng = engine_new(model, NULL, 4, 0, 7, false);
+    if (!eng) return;
+    run_state rs = {0};
+    for (int i = 0; i < 8; i++) {
+        celer_request_params rp = greedy_request(prompts[i], lens[i], GEN);
+        submit(eng, &rs, &rp);
+    }
+    /* The queue holds 8: one more is refused, and is accepted after some steps. */
+    celer_request_params rp = greedy_request(prompts[8], lens[8], GEN);
+    uint64_t id;
+    char err[512];
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_BUSY, "a full queue must be BUSY");
+    for (int i = 0; i < 3; i++) celer_engine_step(eng, on_event, &rs);
+    for (int i = 8; i < N; i++) {
+        rp = greedy_request(prompts[i], lens[i], GEN);
+        submit(eng, &rs, &rp);
+    }
+    drain(eng, &rs);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += !(rs.out[i].n[0] == GEN && same_ids(rs.out[i].ids[0], want[i], GEN));
+    CHECK(bad == 0, "concurrent: %d of %d requests differ from their solo greedy ids", bad, N);
+    check_idle(eng, "after concurrent requests");
+    celer_engine_destroy(eng);
+}
+
+static void test_prefix_cache(const int32_t *base, int64_t n_base) {
+    enum { GEN = 10 };
+    int32_t prompt[64], want[GEN];
+    const int64_t n = n_base; /* 40 tokens: two full blocks can be reused */
+    memcpy(prompt, base, sizeof *prompt * (size_t)n);
+    solo(prompt, n, GEN, want);
+    for (int on = 0; on < 2; on++) {
+        celer_engine *eng = engine_new(model, NULL, 2, 0, 64, on);
+        if (!eng) return;
+        run_state rs = {0};
+        for (int k = 0; k < 2; k++) {
+            celer_request_params rp = greedy_request(prompt, n, GEN);
+            submit(eng, &rs, &rp);
+            drain(eng, &rs);
+        }
+        const int64_t want_cached = on ? (n - 1) / 16 * 16 : 0;
+        CHECK(rs.out[0].cached_tokens == 0, "prefix cache %s: first request reports %lld cached tokens",
+              on ? "on" : "off", (long long)rs.out[0].cached_tokens);
+        CHECK(rs.out[1].cached_tokens == want_cached, "prefix cache %s: second request has %lld cached tokens, want %lld",
+              on ? "on" : "off", (long long)rs.out[1].cached_tokens, (long long)want_cached);
+        for (int k = 0; k < 2; k++)
+            CHECK(rs.out[k].n[0] == GEN && same_ids(rs.out[k].ids[0], want, GEN),
+                  "prefix cache %s: request %d differs from the solo greedy ids", on ? "on" : "off", k);
+        const celer_engine_stats st = celer_engine_get_stats(eng);
+        CHECK(!on || (st.prefix_hits_total == want_cached && st.kv_blocks_cached > 0),
+              "prefix cache stats: %lld hits, %lld cached blocks", (long long)st.prefix_hits_total,
+              (long long)st.kv_blocks_cached);
+        check_idle(eng, "after the prefix cache test");
+        celer_engine_destroy(eng);
+    }
+}
+
+static void test_preemption(const int32_t *base, int64_t n_base) {
+    enum { N = 3, GEN = 30 };
+    int32_t prompts[N][64], want[N][GEN];
+    int64_t lens[N] = {20, 25, 30};
+    for (int i = 0; i < N; i++) {
+        for (int64_t t = 0; t < lens[i]; t++) prompts[i][t] = base[(t + 3 * i) % n_base];
+        solo(prompts[i], lens[i], GEN, want[i]);
+    }
+    /* 8 blocks of 16 = 128 positions; the three need 50, 55 and 60 at the end. */
+    for (int on = 0; on < 2; on++) {
+        celer_engine *eng = engine_new(model, NULL, 3, 128, 64, on);
+        if (!eng) return;
+        run_state rs = {0};
+        for (int i = 0; i < N; i++) {
+            celer_request_params rp = greedy_request(prompts[i], lens[i], GEN);
+            submit(eng, &rs, &rp);
+        }
+        drain(eng, &rs);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += !(rs.out[i].n[0] == GEN && same_ids(rs.out[i].ids[0], want[i], GEN));
+        const celer_engine_stats st = celer_engine_get_stats(eng);
+        CHECK(bad == 0, "pre-emption (prefix cache %d): %d of %d requests differ from solo", on, bad, N);
+        CHECK(st.preemptions_total > 0, "pre-emption (prefix cache %d): the pool never ran out", on);
+        check_idle(eng, "after pre-emption");
+        celer_engine_destroy(eng);
+    }
+}
+
+static void test_choices_cancel_stop(const int32_t *input, int64_t n_input, const int32_t *golden) {
+    celer_engine *eng = engine_new(model, NULL, 4, 0, 64, false);
+    if (!eng) return;
+    run_state rs = {0};
+    celer_request_params rp = greedy_request(input, n_input, 12);
+    rp.n = 3;
+    submit(eng, &rs, &rp);
+    drain(eng, &rs);
+    for (int c = 0; c < 3; c++)
+        CHECK(rs.out[0].n[c] == 12 && same_ids(rs.out[0].ids[c], golden, 12), "n=3: choice %d is not the golden", c);
+    check_idle(eng, "after n=3");
+
+    /* Cancel mid-generation: one CANCELLED event, every block back. */
+    rs = (run_state){0};
+    rp = greedy_request(input, n_input, 40);
+    submit(eng, &rs, &rp);
+    for (int i = 0; i < 4; i++) celer_engine_step(eng, on_event, &rs);
+    CHECK(celer_engine_get_stats(eng).kv_blocks_used > 0, "cancel: the request holds no blocks while running");
+    CHECK(celer_engine_cancel(eng, rs.out[0].id) == CELER_OK, "cancel");
+    CHECK(celer_engine_get_stats(eng).kv_blocks_used == 0, "cancel: blocks are not back at once");
+    celer_engine_step(eng, on_event, &rs);
+    CHECK(rs.out[0].ended == 1 && rs.out[0].finish[0] == CELER_FINISH_CANCELLED, "cancel: no CANCELLED event");
+    CHECK(celer_engine_cancel(eng, 12345) == CELER_STATUS_NOT_FOUND, "cancel of an unknown id");
+    check_idle(eng, "after cancel");
+
+    /* A stop id ends the choice with STOP after that token. */
+    rs = (run_state){0};
+    rp = greedy_request(input, n_input, 16);
+    rp.stop_ids = &golden[4];
+    rp.n_stop_ids = 1;
+    submit(eng, &rs, &rp);
+    drain(eng, &rs);
+    int64_t first = 0;
+    while (golden[first] != golden[4]) first++;
+    CHECK(rs.out[0].finish[0] == CELER_FINISH_STOP && rs.out[0].n[0] == first + 1,
+          "stop id: finish %d after %lld tokens, want STOP after %lld", rs.out[0].finish[0], (long long)rs.out[0].n[0],
+          (long long)first + 1);
+
+    /* Bad requests. */
+    char err[512];
+    uint64_t id;
+    int32_t big[200] = {0};
+    rp = greedy_request(big, 128, 4);
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
+              strstr(err, "128 tokens") && strstr(err, "128 positions"),
+          "too long a prompt: %s", err);
+    int32_t bad_id = 1 << 20;
+    rp = greedy_request(&bad_id, 1, 4);
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT && strstr(err, "vocabulary"),
+          "token outside the vocabulary: %s", err);
+    rp = greedy_request(input, n_input, 0);
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
+              strstr(err, "max_tokens"),
+          "max_tokens 0: %s", err);
+    rp = greedy_request(input, n_input, 4);
+    const char *stop = "x";
+    rp.stop = &stop;
+    rp.n_stop = 1;
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT,
+          "stop strings without a tokenizer: %s", err);
+    CHECK(!celer_engine_pending(eng), "refused requests must not be queued");
+    celer_engine_destroy(eng);
+}
+
+/* ==== Stop-string scan ==== */
+
+static void test_stop_scan(void) {
+    const char *stops[] = {"END", "\n\n"};
+    bool m;
+    CHECK(stop_scan(stops, 2, "abc", 3, 0, &m) == 3 && !m, "no stop: release all");
+    CHECK(stop_scan(stops, 2, "abcE", 4, 0, &m) == 3 && !m, "hold a possible stop prefix");
+    CHECK(stop_scan(stops, 2, "abcEN", 5, 3, &m) == 3 && !m, "hold a longer prefix");
+    CHECK(stop_scan(stops, 2, "abcENX", 6, 3, &m) == 6 && !m, "release once ruled out");
+    CHECK(stop_scan(stops, 2, "abcEND!", 7, 3, &m) == 3 && m, "a match ends the text before it");
+    CHECK(stop_scan(stops, 2, "a\n\nEND", 6, 0, &m) == 1 && m, "the earliest stop string wins");
+    CHECK(stop_scan(stops, 2, "x\n", 2, 0, &m) == 1 && !m, "hold one newline");
+    const char *overlap[] = {"aab"};
+    CHECK(stop_scan(overlap, 1, "aaa", 3, 0, &m) == 1 && !m, "overlapping prefixes: hold the longest");
+    CHECK(stop_scan(overlap, 1, "aaab", 4, 1, &m) == 1 && m, "overlapping match found");
+}
+
+/* ==== Real model: text, stop strings, logprobs ==== */
+
+static void test_real_text(void) {
+    const char *path = real_model_path();
+    celer_model *m = NULL;
+    celer_tokenizer *tok = NULL;
+    char err[512];
+    if (celer_model_open(path, NULL, &m, err, sizeof err) != CELER_OK) {
+        printf("  skipped the real-model engine checks: %s\n", err);
+        return;
+    }
+    if (!CHECK(celer_tokenizer_open(path, &tok, err, sizeof err) == CELER_OK, "%s", err)) goto out;
+    int32_t *ids;
+    int64_t n;
+    const char *prompt = "The list of the planets of the solar system, in order:";
+    CHECK(celer_tokenize(tok, prompt, strlen(prompt), true, &ids, &n, err, sizeof err) == CELER_OK, "%s", err);
+    celer_engine *eng = engine_new(m, tok, 2, 0, 64, true);
+    if (!eng) goto out;
+    run_state rs = {0};
+    celer_request_params rp = greedy_request(ids, n, 24);
+    rp.top_logprobs = 3;
+    submit(eng, &rs, &rp);
+    drain(eng, &rs);
+    const char *full = rs.out[0].text[0];
+    char *decoded;
+    CHECK(celer_detokenize(tok, rs.out[0].ids[0], rs.out[0].n[0], true, &decoded, NULL, err, sizeof err) == CELER_OK,
+          "%s", err);
+    CHECK(!strcmp(decoded, full), "event text \"%s\" is not the detokenized ids \"%s\"", full, decoded);
+    free(decoded);
+    CHECK(rs.out[0].logprob_sum[0] < 0 && isfinite(rs.out[0].logprob_sum[0]), "logprobs: sum %g",
+          rs.out[0].logprob_sum[0]);
+    /* A stop string from the middle of that text, spanning a token boundary. */
+    const size_t len = strlen(full);
+    if (CHECK(len > 12, "greedy text too short: \"%s\"", full)) {
+        char stop[8] = {0}, before[1024] = {0};
+        memcpy(stop, full + len / 2, 5);
+        const char *at = strstr(full, stop);
+        memcpy(before, full, (size_t)(at - full));
+        const char *stops[] = {stop};
+        run_state rs2 = {0};
+        rp = greedy_request(ids, n, 24);
+        rp.stop = stops;
+        rp.n_stop = 1;
+        submit(eng, &rs2, &rp);
+        drain(eng, &rs2);
+        CHECK(!strcmp(rs2.out[0].text[0], before) && rs2.out[0].finish[0] == CELER_FINISH_STOP,
+              "stop \"%s\": got \"%s\" (finish %d), want \"%s\"", stop, rs2.out[0].text[0], rs2.out[0].finish[0],
+              before);
+    }
+    check_idle(eng, "real model");
+    celer_engine_destroy(eng);
+    free(ids);
+out:
+    celer_tokenizer_close(tok);
+    celer_model_close(m);
+}
+
+int main(void) {
+    test_stop_scan();
+    const char *dir = fixture_path("llama3-q4g64");
+    char err[512];
+    int32_t *input = NULL, *golden = NULL;
+    int64_t n_input = 0, n_golden = 0;
+    if (CHECK(golden_read(dir, &input, &n_input, &golden, &n_golden) == 0, "golden of %s", dir) &&
+        CHECK(celer_model_open(fixture_model_path(dir), NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) {
+        int32_t base[64];
+        memcpy(base, input, sizeof *base * (size_t)n_input);
+        memcpy(base + n_input, golden, sizeof *base * (size_t)n_golden);
+        test_single(input, n_input, golden, n_golden);
+        test_concurrent(base, n_input + n_golden);
+        test_prefix_cache(base, n_input + n_golden);
+        test_preemption(base, n_input + n_golden);
+        test_choices_cancel_stop(input, n_input, golden);
+        celer_model_close(model);
+    }
+    free(input);
+    free(golden);
+    test_real_text();
+    return harness_done("test_engine");
+}
