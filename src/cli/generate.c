@@ -47,18 +47,16 @@ int cmd_generate(int argc, char **argv) {
     int64_t n;
     int32_t *ids = ids_arg ? cli_parse_ids(ids_arg, &n) : cli_prompt_ids(m, tok, o.model, &po, &n);
     const int64_t n_ctx = cli_context_size(&o, m, n, n_predict);
-    celer_context *ctx = cli_open_context(&o, m, n_ctx);
-    const double t_load = cli_now() - t0;
 
     cli_session s;
     cli_stats st;
-    cli_session_open(&s, o.model, m, ctx, tok, &sp, n_ctx);
+    cli_session_open(&s, &o, m, tok, &sp, n_ctx);
+    const double t_load = cli_now() - t0;
     cli_session_reply(&s, ids, n, n_predict, print_ids, ignore_eos, NULL, &st);
     printf("\n");
     if (!ids_arg) cli_stats_print(&st, t_load);
     cli_session_close(&s);
     free(ids);
-    celer_context_destroy(ctx);
     celer_tokenizer_close(tok);
     celer_model_close(m);
     return 0;

@@ -70,10 +70,9 @@ int cmd_run(int argc, char **argv) {
     celer_model *m = cli_open_model(&o);
     celer_tokenizer *tok = cli_open_tokenizer(o.model);
     const int64_t n_ctx = cli_context_size(&o, m, 1, -1);
-    celer_context *ctx = cli_open_context(&o, m, n_ctx);
-    const double t_load = cli_now() - t0;
     cli_session s;
-    cli_session_open(&s, o.model, m, ctx, tok, &sp, n_ctx);
+    cli_session_open(&s, &o, m, tok, &sp, n_ctx);
+    const double t_load = cli_now() - t0;
     int32_t *out = malloc(sizeof *out * (size_t)n_ctx);
     json_t *history = json_array();
     if (!out || !history) cli_die("out of memory");
@@ -116,7 +115,6 @@ int cmd_run(int argc, char **argv) {
     json_decref(sys);
     free(out);
     cli_session_close(&s);
-    celer_context_destroy(ctx);
     celer_tokenizer_close(tok);
     celer_model_close(m);
     return 0;

@@ -56,17 +56,16 @@ int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const 
     return ids;
 }
 
-void cli_session_open(cli_session *s, const char *model_path, celer_model *m, celer_context *ctx, celer_tokenizer *tok,
+void cli_session_open(cli_session *s, const cli_model_opts *o, celer_model *m, celer_tokenizer *tok,
                       const celer_sampler_params *sp, int64_t n_ctx) {
     char err[512];
     memset(s, 0, sizeof *s);
-    s->model_path = model_path, s->m = m, s->ctx = ctx, s->tok = tok, s->n_ctx = n_ctx;
-    const int64_t v = celer_model_n_vocab(m);
-    s->logits = malloc(sizeof(float) * (size_t)v);
-    s->cached = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    s->smp = celer_sampler_create(sp, v);
-    if (!s->logits || !s->cached || !s->smp) cli_die("out of memory");
-    if (tok && celer_detok_stream_create(tok, true, &s->ds, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    s->model_path = o->model, s->m = m, s->tok = tok, s->sp = *sp, s->n_ctx = n_ctx;
+    celer_engine_params ep = celer_engine_default_params();
+    ep.n_seq_max = 1;
+    ep.n_ctx = n_ctx;
+    ep.n_threads = o->n_threads;
+    if (celer_engine_create(m, tok, &ep, &s->eng, err, sizeof err) != CELER_OK) cli_die("%s", err);
     /* The eos_token of tokenizer_config.json stops generation too (chat models name their
      * end-of-turn token there). */
     s->stop = -1;
@@ -82,67 +81,57 @@ void cli_session_open(cli_session *s, const char *model_path, celer_model *m, ce
     free(src), free(bos), free(eos);
 }
 
-void cli_session_close(cli_session *s) {
-    celer_detok_stream_destroy(s->ds);
-    celer_sampler_destroy(s->smp);
-    free(s->logits);
-    free(s->cached);
-}
+void cli_session_close(cli_session *s) { celer_engine_destroy(s->eng); }
 
-/* Feeds ids[from..n) to the model; the logits of the last row land in s->logits. */
-static void feed(cli_session *s, const int32_t *ids, int64_t n) {
-    celer_batch b = celer_batch_tokens(ids, n);
-    if (celer_forward_last_logits(s->ctx, &b, n - 1, s->logits) != CELER_OK)
-        cli_die("%s", celer_context_last_error(s->ctx));
-    memcpy(s->cached + s->n_cached, ids, sizeof *ids * (size_t)n);
-    s->n_cached += n;
+/* What the reply loop keeps between engine events. */
+typedef struct reply_state {
+    const cli_session *s;
+    bool print_ids, ignore_eos;
+    int32_t *out;
+    int64_t produced, cached;
+    double t_first;
+} reply_state;
+
+static void on_event(void *user, const celer_event *ev) {
+    reply_state *r = user;
+    if (r->t_first == 0) r->t_first = cli_now();
+    const bool ends_at_stop_id = ev->finish == CELER_FINISH_STOP && ev->token >= 0 && ev->text_len == 0 &&
+                                 (ev->token == r->s->stop || (!r->ignore_eos && celer_model_is_eos(r->s->m, ev->token)));
+    if (ev->token >= 0 && !ends_at_stop_id) {
+        if (r->out) r->out[r->produced] = ev->token;
+        r->produced++;
+        if (r->print_ids) printf(r->produced > 1 ? " %d" : "%d", ev->token);
+    }
+    if (!r->print_ids) fwrite(ev->text, 1, ev->text_len, stdout);
+    fflush(stdout);
+    if (ev->finish != CELER_FINISH_NONE) r->cached = ev->cached_tokens;
 }
 
 int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int64_t n_predict, bool print_ids,
                           bool ignore_eos, int32_t *out, cli_stats *st) {
     char err[512];
-    /* Reuse the cached prefix the new prompt shares; otherwise start the sequence over. */
-    int64_t keep = 0;
-    while (keep < s->n_cached && keep < n && s->cached[keep] == prompt[keep]) keep++;
-    if (keep < s->n_cached || keep == n) {
-        celer_seq_reset(s->ctx, 0);
-        s->n_cached = keep = 0;
-    }
     if (n > s->n_ctx - 1)
         cli_die("the prompt of %lld tokens does not fit a context of %lld (pass a larger -c)", (long long)n, (long long)s->n_ctx);
-    for (int64_t i = 0; i < n; i++) celer_sampler_accept(s->smp, prompt[i]);
+    celer_request_params rp = celer_request_default_params();
+    rp.prompt = prompt;
+    rp.n_prompt = n;
+    rp.max_tokens = n_predict;
+    rp.sampling = s->sp;
+    rp.ignore_eos = ignore_eos;
+    rp.stop_ids = &s->stop;
+    rp.n_stop_ids = s->stop >= 0 && !ignore_eos;
+    uint64_t id;
+    if (celer_engine_submit(s->eng, &rp, &id, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    reply_state r = {.s = s, .print_ids = print_ids, .ignore_eos = ignore_eos, .out = out};
     const double t0 = cli_now();
-    feed(s, prompt + keep, n - keep);
-    st->n_prompt = n - keep;
-    st->t_prefill = cli_now() - t0;
+    while (celer_engine_pending(s->eng))
+        if (celer_engine_step(s->eng, on_event, &r) != CELER_OK) cli_die("%s", celer_engine_last_error(s->eng));
     const double t1 = cli_now();
-    int64_t produced = 0;
-    while (n_predict < 0 || produced < n_predict) {
-        int32_t t = celer_sampler_sample(s->smp, s->logits);
-        celer_sampler_accept(s->smp, t);
-        if (!ignore_eos && (celer_model_is_eos(s->m, t) || t == s->stop)) break;
-        if (out) out[produced] = t;
-        produced++;
-        if (print_ids) {
-            printf(produced > 1 ? " %d" : "%d", t);
-        } else {
-            const char *text;
-            size_t len;
-            if (celer_detok_stream_push(s->ds, t, &text, &len, err, sizeof err) != CELER_OK) cli_die("%s", err);
-            fwrite(text, 1, len, stdout);
-        }
-        fflush(stdout);
-        if (produced == n_predict || s->n_cached + 1 >= s->n_ctx) break;
-        feed(s, &t, 1);
-    }
-    if (s->ds) {
-        const char *text;
-        size_t len;
-        if (celer_detok_stream_flush(s->ds, &text, &len, err, sizeof err) == CELER_OK) fwrite(text, 1, len, stdout);
-    }
-    st->n_gen = produced;
-    st->t_decode = cli_now() - t1;
-    return produced;
+    st->n_prompt = n - r.cached;
+    st->t_prefill = r.t_first > 0 ? r.t_first - t0 : t1 - t0;
+    st->n_gen = r.produced;
+    st->t_decode = r.t_first > 0 ? t1 - r.t_first : 0;
+    return r.produced;
 }
 
 void cli_stats_print(const cli_stats *st, double t_load) {

@@ -1,6 +1,7 @@
 /*
- * session.h - prompt ids from a conversation, and the streaming reply loop shared by
- * `celer generate` and `celer run`.
+ * session.h - prompt ids from a conversation, and the streaming reply shared by
+ * `celer generate` and `celer run`: a thin client of the engine (celer.h), which owns
+ * sampling, stop rules and the reuse of cached prompt blocks.
  */
 #ifndef CELER_CLI_SESSION_H
 #define CELER_CLI_SESSION_H
@@ -16,13 +17,10 @@ int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const 
 typedef struct cli_session {
     const char *model_path;
     celer_model *m;
-    celer_context *ctx;
+    celer_engine *eng;    /* one sequence; its prefix cache keeps earlier turns */
     celer_tokenizer *tok; /* NULL: ids only */
-    celer_sampler *smp;
-    celer_detok_stream *ds;
-    float *logits;   /* [v] */
-    int32_t *cached; /* [n_ctx] ids in sequence 0 of the cache */
-    int64_t n_cached, n_ctx;
+    celer_sampler_params sp;
+    int64_t n_ctx;
     int32_t stop; /* tokenizer_config.json's eos_token, or -1 */
 } cli_session;
 
@@ -31,14 +29,15 @@ typedef struct cli_stats {
     double t_prefill, t_decode;
 } cli_stats;
 
-void cli_session_open(cli_session *s, const char *model_path, celer_model *m, celer_context *ctx, celer_tokenizer *tok,
+/* Creates the session's engine for sequences of up to n_ctx positions; dies on error. */
+void cli_session_open(cli_session *s, const cli_model_opts *o, celer_model *m, celer_tokenizer *tok,
                       const celer_sampler_params *sp, int64_t n_ctx);
 void cli_session_close(cli_session *s);
 
-/* Feeds prompt[n] (reusing what the cache holds of it), then samples up to n_predict
- * tokens (-1: until EOS or the context is full), printing ids or streamed text. The
- * generated ids go to out (if not NULL, capacity n_predict or n_ctx). Returns their
- * count. */
+/* Feeds prompt[n] (reusing the cached blocks of earlier turns), then samples up to
+ * n_predict tokens (-1: until EOS or the context is full), printing ids or streamed text.
+ * The generated ids go to out (if not NULL, capacity n_predict or n_ctx); an ending EOS
+ * is not among them. Returns their count. */
 int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int64_t n_predict, bool print_ids,
                           bool ignore_eos, int32_t *out, cli_stats *st);
 
