@@ -85,7 +85,7 @@ const char *celer_model_desc(const celer_model *model);
 typedef struct celer_model_info {
     int64_t n_params;          /* weights, counted as unpacked values */
     int64_t weight_bytes;      /* bytes of the weights as stored (codes, scales, biases) */
-    int64_t kv_bytes_per_token; /* KV cache bytes per position of one sequence */
+    int64_t kv_bytes_per_token; /* KV cache bytes per position of one sequence (fp16) */
     int64_t packed_bytes;      /* weights repacked for the fast kernels (0 until a context
                                   with fast kernels exists) */
     double pack_ms;            /* time that repacking took */
@@ -105,6 +105,7 @@ typedef struct celer_context_params {
     int64_t n_ctx;     /* positions per sequence (KV cache capacity) */
     int32_t n_seq;     /* sequences the context can hold at once; ids 0 .. n_seq-1 */
     int64_t kv_positions; /* the KV pool all sequences share, in positions; 0 = n_seq * n_ctx */
+    const char *kv_type;  /* cached K/V values: "f16" (NULL: the default) or "f32" */
     int64_t n_batch;   /* rows per internal step; longer inputs run in chunks */
     int32_t n_threads; /* threads for every op; 0 = number of physical cores */
     /* Kernel set: NULL = the CELER_CPU environment variable if set, else "auto" (the
@@ -337,6 +338,7 @@ typedef struct celer_engine_params {
     int32_t max_queue;     /* requests waiting before submit answers CELER_STATUS_BUSY */
     int32_t n_threads;     /* 0 = physical cores */
     const char *kernels;   /* as celer_context_params.kernels */
+    const char *kv_type;   /* as celer_context_params.kv_type */
     bool prefix_cache;     /* reuse cached blocks across requests */
 } celer_engine_params;
 

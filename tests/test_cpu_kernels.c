@@ -263,15 +263,27 @@ static void test_pieces(const cpu_kernels *k) {
     d = 0;
     for (int i = 0; i < 45; i++) d = fmax(d, fabs((double)ref_silu(g[i]) * u[i] - y[i]));
     report("swiglu n=45", d, 1e-5);
+    /* fp16 widening: exact, over normal, subnormal, zero, inf and odd lengths */
+    uint16_t hx[37];
+    float hy[37];
+    for (int i = 0; i < 37; i++) hx[i] = (uint16_t)(i * 1777u + (i % 3 ? 0x3c00u : 0x0003u));
+    hx[0] = 0x7c00, hx[1] = 0x8000;
+    k->f16_to_f32(hy, hx, 37);
+    d = 0;
+    for (int i = 0; i < 37; i++) d = fmax(d, fabs((double)f16_to_f32(hx[i]) - hy[i]) * (isinf(hy[i]) ? 0 : 1));
+    CHECK(isinf(hy[0]) && hy[1] == 0.0f, "f16_to_f32: inf and -0 not kept");
+    report("f16_to_f32 n=37 vs half.h", d, 0.0);
     free(q), free(kv), free(p);
 }
 
 /* ==== whole backend ops against the reference backend ==== */
 
-static void test_backend_ops(cpu_isa isa) {
+/* kv_f16: both backends keep the KV pools in fp16 (each reads back the same rounded
+ * values, so the bound stays that of fp32 pools). */
+static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     const int64_t h = 6, hk = 2, hd = 40, bs = 16, n_ctx = 80, n = 37, kvd = hk * hd;
     const backend_cpu_sizes sz = {.max_rows = n, .max_cols = 256, .max_keys = n_ctx, .hd = hd};
-    backend *fast = backend_cpu_create(isa, 3, &sz), *ref = backend_ref_create(3, 256, n_ctx);
+    backend *fast = backend_cpu_create(isa, 3, &sz, kv_f16), *ref = backend_ref_create(3, 256, n_ctx, kv_f16);
     /* attention: two sequences' rows, 5 cache blocks each in shuffled order */
     const int32_t blocks_a[] = {3, 0, 7, 5, 9}, blocks_b[] = {1, 2, 4, 6, 8};
     /* each backend stores the same keys and values in its own block layout */
@@ -299,7 +311,8 @@ static void test_backend_ops(cpu_isa isa) {
         double d = 0;
         for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)of[i] - orf[i]));
         char what[96];
-        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, window %lld", cpu_isa_name(isa), (long long)windows[wi]);
+        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, %s cache, window %lld", cpu_isa_name(isa),
+                 kv_f16 ? "fp16" : "fp32", (long long)windows[wi]);
         report(what, d, 2e-5);
     }
     /* RoPE (table against direct) and the matmul op with a packed matrix */
@@ -365,7 +378,8 @@ int main(void) {
         test_dense(k, DTYPE_F16, 16, 64, 3);
         test_dense(k, DTYPE_BF16, 9, 130, 1);
         test_pieces(k);
-        test_backend_ops(isas[i]);
+        test_backend_ops(isas[i], false);
+        test_backend_ops(isas[i], true);
     }
     return harness_done("test_cpu_kernels");
 }

@@ -166,7 +166,7 @@ static void test_attention(int64_t window) {
     int32_t blocks[8] = {5, 2, 7, 0, 3, 6, 1, 4}; /* position p in block blocks[p/8] */
     float *k = calloc((size_t)(n_blocks * bs * kvd), sizeof(float)), *v = calloc((size_t)(n_blocks * bs * kvd), sizeof(float));
     float *kc = rand_vec(n_pos * kvd, 1.0f), *vc = rand_vec(n_pos * kvd, 1.0f), *q = rand_vec(h * hd, 2.0f);
-    kv_span kv = {k, v, blocks, bs};
+    kv_span kv = {k, v, blocks, bs, false};
     for (int64_t p = 0; p < n_pos; p++) {
         memcpy(k + kv_span_slot(&kv, p) * kvd, kc + p * kvd, sizeof(float) * (size_t)kvd);
         memcpy(v + kv_span_slot(&kv, p) * kvd, vc + p * kvd, sizeof(float) * (size_t)kvd);

@@ -3,7 +3,8 @@
  * Hugging Face transformers (fp32 on the dequantized weights), with the reference
  * kernels and with the fast kernels the CPU picks: forward logits of all rows within
  * 1e-4 x max|golden| (reference) or 2e-3 x max|golden| (fast: int8 value + residual
- * activations), and the identical 16-token greedy continuation. Also runs one fixture in
+ * activations, fp16 KV cache; fp32 cache 2e-3 too), and the identical 16-token greedy
+ * continuation. The reference runs with an fp32 KV cache, as transformers does. Also runs one fixture in
  * chunks of 5 rows and with 1 and 3 threads, which must give the same logits.
  */
 #define _DEFAULT_SOURCE
@@ -14,10 +15,12 @@
 #include <string.h>
 
 static const char *kernels = "ref"; /* the kernel set under test */
+static const char *kv_type = "f32";  /* and its KV cache type */
 
 static celer_context *open_ctx(celer_model *m, int64_t n_ctx, int64_t n_batch, int threads) {
     celer_context_params cp = celer_context_default_params();
     cp.kernels = kernels;
+    cp.kv_type = kv_type;
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
     cp.n_threads = threads;
@@ -53,8 +56,9 @@ static void check_fixture(const char *name) {
         float *logits = forward_all(m, ids, n, 512, 2);
         double diff = logits ? max_abs_diff(logits, golden, n * cols) : 1e30, mx = max_abs(golden, n * cols);
         const double tol = strcmp(kernels, "ref") ? 2e-3 : 1e-4;
-        printf("  %-22s %-5s max |logit diff| %.3g  (max |golden| %.3g, rel %.2g)\n", name, kernels, diff, mx, diff / mx);
-        CHECK(diff <= tol * mx, "%s: %s logits differ by %g (> %g x %g)", name, kernels, diff, tol, mx);
+        printf("  %-22s %-5s %s KV  max |logit diff| %.3g  (max |golden| %.3g, rel %.2g)\n", name, kernels, kv_type,
+               diff, mx, diff / mx);
+        CHECK(diff <= tol * mx, "%s: %s logits (%s KV) differ by %g (> %g x %g)", name, kernels, kv_type, diff, tol, mx);
         free(logits);
 
         celer_context *ctx = open_ctx(m, n + n_greedy, 512, 2);
@@ -63,7 +67,7 @@ static void check_fixture(const char *name) {
         celer_generate_params gp = {.seq_id = 0, .n_predict = n_greedy, .stop_at_eos = 0};
         s = celer_generate_greedy(ctx, ids, n, &gp, out, &n_out);
         bool same = s == CELER_OK && n_out == n_greedy && memcmp(out, greedy, sizeof *out * (size_t)n_greedy) == 0;
-        CHECK(same, "%s: %s greedy continuation differs from golden", name, kernels);
+        CHECK(same, "%s: %s greedy continuation (%s KV) differs from golden", name, kernels, kv_type);
         if (!same) {
             printf("    got:   ");
             for (int64_t i = 0; i < n_out; i++) printf(" %d", out[i]);
@@ -123,13 +127,15 @@ int main(void) {
     char *names[256];
     const int k = fixture_names(names, 256);
     CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
-    const char *sets[] = {"ref", "auto"};
-    for (int j = 0; j < 2; j++) {
-        kernels = sets[j];
+    const char *sets[][2] = {{"ref", "f32"}, {"auto", "f16"}, {"auto", "f32"}};
+    for (int j = 0; j < 3; j++) {
+        kernels = sets[j][0];
+        kv_type = sets[j][1];
         for (int i = 0; i < k; i++) check_fixture(names[i]);
         check_chunks_and_threads("mistral-q4g64");
     }
     kernels = "ref";
+    kv_type = "f32";
     check_same_weights("llama-tied-gguf-f32", "llama-tied-bf16");
     check_same_weights("qwen2-gguf-f32", "qwen2-bf16");
     for (int i = 0; i < k; i++) free(names[i]);

@@ -47,13 +47,14 @@ typedef struct backend_ops {
     /* x[n, h, hd] rotated in place, row r at position pos[r] */
     void (*rope)(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                  const rope_params *rp);
-    /* k, v [n, hk*hd] stored into the pools at slots slot[n]. How a cache block is laid
-     * out inside the pools is the backend's own business: only its attention reads them. */
-    void (*kv_store)(backend *be, float *kpool, float *vpool, const float *k, const float *v,
+    /* k, v [n, hk*hd] stored into the pools at slots slot[n], as fp16 or fp32 values
+     * (backend_kv_bytes). How a cache block is laid out inside the pools is the backend's
+     * own business: only its attention reads them. */
+    void (*kv_store)(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                      const int32_t *slot, int64_t n, int64_t kvd);
     /* out[n, h*hd] = attention of q[n, h*hd] over the pools */
-    void (*attention)(backend *be, float *out, const float *q, const float *kpool,
-                      const float *vpool, const attn_rows *rows);
+    void (*attention)(backend *be, float *out, const float *q, const void *kpool,
+                      const void *vpool, const attn_rows *rows);
     /* y[m] = silu(gate[m]) * up[m] */
     void (*swiglu)(backend *be, float *y, const float *gate, const float *up, int64_t m);
     /* y[m] += x[m] */
@@ -64,7 +65,11 @@ typedef struct backend_ops {
 
 struct backend {
     const backend_ops *ops;
+    bool kv_f16; /* the KV pools hold fp16 values (else fp32); fixed at creation */
 };
+
+/* Bytes of one cached K or V value. */
+static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }
 
 /* y[m] += x[m] and y[n, d] += bias[d] on host memory: plain loops that every CPU backend
  * uses as its add and add_bias ops (memory-bound; nothing to gain from more). */

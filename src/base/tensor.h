@@ -9,6 +9,7 @@
 #define CELER_BASE_TENSOR_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef enum dtype {
@@ -65,9 +66,10 @@ void matview_row(float *out, const matview *w, int64_t r);
  * [n_slots, hk * hd] floats; position p of the sequence lives in slot
  * blocks[p / block_size] * block_size + p % block_size. */
 typedef struct kv_span {
-    const float *k, *v;
+    const void *k, *v;     /* fp16 (f16 set) or fp32 values, [slots, hk*hd] */
     const int32_t *blocks;
     int64_t block_size;
+    bool f16;
 } kv_span;
 
 static inline int64_t kv_span_slot(const kv_span *kv, int64_t pos) {

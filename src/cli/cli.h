@@ -25,9 +25,11 @@ typedef struct cli_model_opts {
     const char *model;
     int32_t n_threads; /* -t */
     int64_t n_ctx;     /* -c, 0 = fit the request */
+    const char *kv_type; /* --cache-type f16|f32, NULL = the default (f16) */
 } cli_model_opts;
 
-/* Consumes argv[*i] (and its value) when it is -m/-t/-c; returns true if it did. */
+/* Consumes argv[*i] (and its value) when it is -m/-t/-c/--cache-type; returns true if it
+ * did. */
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
 /* Opens o->model and a one-sequence context of at least n_ctx positions; dies on error. */

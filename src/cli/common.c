@@ -60,11 +60,15 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
     const bool model = !strcmp(a, "-m") || !strcmp(a, "--model");
     const bool threads = !strcmp(a, "-t") || !strcmp(a, "--threads");
     const bool ctx = !strcmp(a, "-c") || !strcmp(a, "--ctx-size");
-    if (!model && !threads && !ctx) return false;
+    const bool cache = !strcmp(a, "--cache-type");
+    if (!model && !threads && !ctx && !cache) return false;
     if (*i + 1 >= argc) cli_die("%s: expected a value", a);
     const char *val = argv[++*i];
     if (model) {
         o->model = val;
+    } else if (cache) {
+        if (strcmp(val, "f16") && strcmp(val, "f32")) cli_die("--cache-type: expected f16 or f32, found %s", val);
+        o->kv_type = val;
     } else if (threads) {
         int64_t t = cli_parse_int(a, val);
         if (t < 1 || t > 1024) cli_die("%s: expected 1 to 1024 threads, found %lld", a, (long long)t);
@@ -89,6 +93,7 @@ celer_context *cli_open_context(const cli_model_opts *o, celer_model *m, int64_t
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = o->n_threads;
+    cp.kv_type = o->kv_type;
     celer_context *ctx;
     if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK) cli_die("%s", err);
     return ctx;

@@ -23,7 +23,7 @@ int cmd_inspect(int argc, char **argv) {
     printf("parameters:    %.2f M\n", (double)info.n_params / 1e6);
     printf("weights:       %.2f MiB (%.2f bits per parameter)\n", (double)info.weight_bytes / mib,
            8.0 * (double)info.weight_bytes / (double)info.n_params);
-    printf("KV cache:      %.1f KiB per token (fp32)\n", (double)info.kv_bytes_per_token / 1024.0);
+    printf("KV cache:      %.1f KiB per token (fp16)\n", (double)info.kv_bytes_per_token / 1024.0);
     printf("memory at -c %lld: %.1f MiB (weights + KV cache)\n", (long long)n_ctx,
            ((double)info.weight_bytes + (double)info.kv_bytes_per_token * (double)n_ctx) / mib);
     celer_model_close(m);

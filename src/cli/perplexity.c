@@ -14,6 +14,8 @@
  * KL(P_NAME || P_main) per scored position (mean, 99th percentile, max; P is the softmax
  * of a logits row in double precision) and the top-1 agreement. It does not compare
  * against stored logits or another model: both contexts share the one loaded model.
+ * --compare-cache-type T gives the second context a T KV cache (f16 or f32), so the same
+ * kernels with both cache types measure what the fp16 cache costs.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli/cli.h"
@@ -23,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE "celer perplexity -m MODEL -f FILE [-c CTX] [-t N] [--chunks K] [--compare KERNELS]"
+#define USAGE                                                                                        \
+    "celer perplexity -m MODEL -f FILE [-c CTX] [-t N] [--cache-type f16|f32] [--chunks K] [--compare KERNELS " \
+    "[--compare-cache-type f16|f32]]"
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -67,12 +71,13 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static celer_context *open_kernels(const cli_model_opts *o, celer_model *m, int64_t n_ctx,
-                                   const char *kernels) {
+                                   const char *kernels, const char *kv_type) {
     char err[512];
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = o->n_threads;
     cp.kernels = kernels;
+    cp.kv_type = kv_type;
     celer_context *ctx;
     if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK)
         cli_die("--compare %s: %s", kernels, err);
@@ -81,7 +86,7 @@ static celer_context *open_kernels(const cli_model_opts *o, celer_model *m, int6
 
 int cmd_perplexity(int argc, char **argv) {
     cli_model_opts o = {0};
-    const char *file = NULL, *compare = NULL;
+    const char *file = NULL, *compare = NULL, *compare_kv = NULL;
     int64_t max_chunks = 0;
     for (int i = 0; i < argc; i++) {
         if (cli_model_flag(&o, argc, argv, &i)) continue;
@@ -89,6 +94,8 @@ int cmd_perplexity(int argc, char **argv) {
             file = argv[++i];
         else if (!strcmp(argv[i], "--compare") && i + 1 < argc)
             compare = argv[++i];
+        else if (!strcmp(argv[i], "--compare-cache-type") && i + 1 < argc)
+            compare_kv = argv[++i];
         else if (!strcmp(argv[i], "--chunks") && i + 1 < argc) {
             max_chunks = cli_parse_int("--chunks", argv[++i]);
             if (max_chunks < 1)
@@ -103,7 +110,8 @@ int cmd_perplexity(int argc, char **argv) {
     char *text = read_file(file, &len), err[512];
     celer_model *m = cli_open_model(&o);
     celer_context *ctx = cli_open_context(&o, m, c);
-    celer_context *cmp = compare ? open_kernels(&o, m, c, compare) : NULL;
+    if (compare_kv && !compare) cli_die("--compare-cache-type needs --compare KERNELS");
+    celer_context *cmp = compare ? open_kernels(&o, m, c, compare, compare_kv ? compare_kv : o.kv_type) : NULL;
     celer_tokenizer *tok = cli_open_tokenizer(o.model);
     int32_t *ids;
     int64_t n;

@@ -70,10 +70,10 @@ celer_status celer_model_convert(const celer_model *m, const char *dir, char *er
 celer_model_info celer_model_get_info(const celer_model *m) {
     celer_model_info info = {0};
     m->family->count(m, &info.n_params, &info.weight_bytes);
-    /* fp32 K and V for every layer */
+    /* fp16 K and V (the default cache type) for every layer */
     info.packed_bytes = (int64_t)m->packed_mem.bytes;
     info.pack_ms = m->pack_ms;
-    info.kv_bytes_per_token = 2 * m->dims.n_layer * m->dims.hk * m->dims.hd * (int64_t)sizeof(float);
+    info.kv_bytes_per_token = 2 * m->dims.n_layer * m->dims.hk * m->dims.hd * backend_kv_bytes(true);
     return info;
 }
 
@@ -127,6 +127,14 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
         error_copy(&e, err, err_size);
         return s;
     }
+    const char *kv_type = p.kv_type ? p.kv_type : "f16";
+    const bool kv_f16 = !strcmp(kv_type, "f16");
+    if (!kv_f16 && strcmp(kv_type, "f32")) {
+        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "KV cache type \"%s\": expected f16 or f32",
+                      kv_type);
+        error_copy(&e, err, err_size);
+        return s;
+    }
     celer_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) goto oom;
     ctx->isa = isa;
@@ -135,19 +143,19 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     ctx->model = model;
     ctx->n_batch = p.n_batch;
     const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
-    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, p.n_ctx, p.n_seq, n_blocks,
-                             KV_BLOCK_SIZE, &e)) != CELER_OK)
+    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, backend_kv_bytes(kv_f16), p.n_ctx,
+                             p.n_seq, n_blocks, KV_BLOCK_SIZE, &e)) != CELER_OK)
         goto fail;
     int64_t max_cols = dm->d;
     if (dm->h * dm->hd > max_cols) max_cols = dm->h * dm->hd;
     if (dm->f > max_cols) max_cols = dm->f;
     if (isa == CPU_ISA_REF) {
-        ctx->be = backend_ref_create(p.n_threads, max_cols, p.n_ctx);
+        ctx->be = backend_ref_create(p.n_threads, max_cols, p.n_ctx, kv_f16);
     } else {
         if ((s = model_pack(model, &e)) != CELER_OK) goto fail;
         const backend_cpu_sizes sz = {.max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx,
                                       .hd = dm->hd};
-        ctx->be = backend_cpu_create(isa, p.n_threads, &sz);
+        ctx->be = backend_cpu_create(isa, p.n_threads, &sz, kv_f16);
     }
     ctx->scratch = malloc(sizeof(float) * (size_t)model->family->scratch_floats(model, p.n_batch));
     ctx->hidden = malloc(sizeof(float) * (size_t)(p.n_batch * dm->d));

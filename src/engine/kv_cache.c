@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t n_ctx,
-                             int32_t n_seq, int64_t n_blocks, int64_t block_size, celer_error *e) {
+celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t elem_bytes,
+                             int64_t n_ctx, int32_t n_seq, int64_t n_blocks, int64_t block_size,
+                             celer_error *e) {
     memset(kv, 0, sizeof *kv);
+    kv->elem_bytes = elem_bytes;
     kv->n_layer = n_layer;
     kv->kvd = kvd;
     kv->n_ctx = n_ctx;
@@ -42,8 +44,8 @@ celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t
         goto oom;
     for (int64_t l = 0; l < n_layer; l++) {
         /* calloc: pages are only touched as positions fill. */
-        kv->k[l] = calloc(pool, sizeof(float));
-        kv->v[l] = calloc(pool, sizeof(float));
+        kv->k[l] = calloc(pool, (size_t)elem_bytes);
+        kv->v[l] = calloc(pool, (size_t)elem_bytes);
         if (!kv->k[l] || !kv->v[l]) goto oom;
     }
     for (int64_t b = 0; b < kv->n_blocks; b++) kv->free_blocks[b] = (int32_t)(kv->n_blocks - 1 - b);
@@ -53,7 +55,7 @@ celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t
 oom:
     kv_cache_destroy(kv);
     return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "KV cache: out of memory (%zu bytes per layer)",
-                     2 * pool * sizeof(float));
+                     2 * pool * (size_t)elem_bytes);
 }
 
 void kv_cache_destroy(kv_cache *kv) {

@@ -3,7 +3,8 @@
  * every sequence, a block table per sequence, and the prefix cache over full blocks
  * (DESIGN.md section 2).
  *
- * fp32 K and V per layer, [n_blocks * block_size, hk * hd] each, sized once at creation.
+ * K and V per layer (fp16 or fp32), [n_blocks * block_size, hk * hd] each, sized once at
+ * creation.
  * A block is held by any number of sequences (a refcount). A full block can be published
  * under a chained hash (its parent block's hash and its own tokens); published blocks
  * are read-only, so sequences share them without copies. When the last holder lets go,
@@ -34,7 +35,8 @@ typedef struct kv_cache {
     int64_t n_ctx;          /* positions per sequence */
     int32_t n_seq;
     int64_t max_blocks;     /* per sequence: ceil(n_ctx / block_size) */
-    float **k, **v;         /* [n_layer] pools */
+    int64_t elem_bytes;     /* 2 (fp16) or 4 (fp32) */
+    void **k, **v;          /* [n_layer] pools */
     kv_block *meta;         /* [n_blocks] */
     int32_t *block_tokens;  /* [n_blocks, block_size] tokens of published blocks */
     int32_t *free_blocks;   /* stack of unreferenced, unpublished blocks */
@@ -48,8 +50,9 @@ typedef struct kv_cache {
 } kv_cache;
 
 /* n_blocks: the pool; 0 means room for n_seq sequences of n_ctx positions each. */
-celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t n_ctx,
-                             int32_t n_seq, int64_t n_blocks, int64_t block_size, celer_error *e);
+celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t elem_bytes,
+                             int64_t n_ctx, int32_t n_seq, int64_t n_blocks, int64_t block_size,
+                             celer_error *e);
 void kv_cache_destroy(kv_cache *kv);
 
 /* Blocks a sequence of len positions holds. */

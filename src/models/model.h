@@ -36,8 +36,8 @@ typedef struct model_step {
 
 /* The KV cache pools, one [n_slots, hk*hd] pair per layer. */
 typedef struct model_kv {
-    float *const *k;
-    float *const *v;
+    void *const *k; /* fp16 or fp32, as the backend was created */
+    void *const *v;
 } model_kv;
 
 typedef struct model_family model_family;

@@ -16,6 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/threadpool.h"
 #include "base/error.h"
+#include "base/half.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -234,14 +235,22 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64
 }
 
 /* The CPU layout of a cache block of ATT_BLOCK slots: K transposed, [kvd][ATT_BLOCK], so
- * one load gives one dimension of 16 keys; V as written, [ATT_BLOCK][kvd]. */
-static void cpu_kv_store(backend *be, float *kpool, float *vpool, const float *k, const float *v,
+ * one load gives one dimension of 16 keys; V as written, [ATT_BLOCK][kvd]. fp16 pools
+ * hold the same layout in half the bytes. */
+static void cpu_kv_store(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                          const int32_t *slot, int64_t n, int64_t kvd) {
-    (void)be;
     for (int64_t t = 0; t < n; t++) {
-        float *kt = kpool + (int64_t)(slot[t] / ATT_BLOCK) * ATT_BLOCK * kvd + slot[t] % ATT_BLOCK;
-        for (int64_t c = 0; c < kvd; c++) kt[c * ATT_BLOCK] = k[t * kvd + c];
-        memcpy(vpool + (size_t)slot[t] * (size_t)kvd, v + t * kvd, sizeof(float) * (size_t)kvd);
+        const int64_t kt = (int64_t)(slot[t] / ATT_BLOCK) * ATT_BLOCK * kvd + slot[t] % ATT_BLOCK;
+        const int64_t vt = (int64_t)slot[t] * kvd;
+        if (be->kv_f16) {
+            for (int64_t c = 0; c < kvd; c++) {
+                ((uint16_t *)kpool)[kt + c * ATT_BLOCK] = f32_to_f16(k[t * kvd + c]);
+                ((uint16_t *)vpool)[vt + c] = f32_to_f16(v[t * kvd + c]);
+            }
+        } else {
+            for (int64_t c = 0; c < kvd; c++) ((float *)kpool)[kt + c * ATT_BLOCK] = k[t * kvd + c];
+            memcpy((float *)vpool + vt, v + t * kvd, sizeof(float) * (size_t)kvd);
+        }
     }
 }
 
@@ -250,7 +259,8 @@ static void cpu_kv_store(backend *be, float *kpool, float *vpool, const float *k
 typedef struct attn_job {
     cpu_backend *cb;
     float *out;
-    const float *q, *kpool, *vpool;
+    const float *q;
+    const void *kpool, *vpool;
     const attn_rows *ar;
     int64_t n_tiles;
 } attn_job;
@@ -270,8 +280,10 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
     const int64_t hd = ar->hd, group = ar->h / ar->hk, kvd = ar->hk * ar->hd, bs = ATT_BLOCK;
     const int64_t nq = (r1 - r0) * group, stride = 2 * hd;
     /* per (row, head): scaled q [hd], then the output [hd]; then running max, sum and
-     * the block's correction; then the block's scores */
+     * the block's correction; then the block's scores; then (fp16 pools) the block's keys
+     * and values in fp32 */
     float *mx = st + nq * stride, *sum = mx + nq, *corr = sum + nq, *scores = corr + nq;
+    float *kbuf = scores + nq * bs, *vbuf = kbuf + hd * bs;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t i = 0; i < group; i++) {
             const int64_t qi = (r - r0) * group + i;
@@ -285,13 +297,24 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
     const int64_t lo = row_lo(ar, r0), hi = ar->pos[r1 - 1];
     for (int64_t kb = lo / bs; kb <= hi / bs; kb++) {
         const int64_t base = kb * bs, last = base + bs - 1;
-        const float *kt = j->kpool + (int64_t)blocks[kb] * bs * kvd + g * hd * bs;
-        const float *vp = j->vpool + (int64_t)blocks[kb] * bs * kvd + g * hd;
         /* positions rise by one per row, so the rows that see this block are a range */
         int64_t ra = r0, rb = r1;
         while (ra < rb && ar->pos[ra] < base) ra++;
         while (rb > ra && row_lo(ar, rb - 1) > last) rb--;
         if (ra == rb) continue;
+        const int64_t koff = (int64_t)blocks[kb] * bs * kvd + g * hd * bs;
+        const int64_t voff = (int64_t)blocks[kb] * bs * kvd + g * hd;
+        const float *kt, *vp;
+        int64_t ldv = kvd;
+        if (j->cb->base.kv_f16) {
+            /* This KV head's slice of the block, widened once for every row and head. */
+            k->f16_to_f32(kbuf, (const uint16_t *)j->kpool + koff, hd * bs);
+            for (int64_t c = 0; c < bs; c++)
+                k->f16_to_f32(vbuf + c * hd, (const uint16_t *)j->vpool + voff + c * kvd, hd);
+            kt = kbuf, vp = vbuf, ldv = hd;
+        } else {
+            kt = (const float *)j->kpool + koff, vp = (const float *)j->vpool + voff;
+        }
         const int64_t q0 = (ra - r0) * group, nqb = (rb - ra) * group;
         k->attn_scores(scores, st + q0 * stride, stride, nqb, kt, hd);
         for (int64_t r = ra; r < rb; r++) {
@@ -309,7 +332,7 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
                 mx[qi] = m;
             }
         }
-        k->attn_pv(st + q0 * stride + hd, stride, corr + q0, scores, nqb, vp, kvd, hd);
+        k->attn_pv(st + q0 * stride + hd, stride, corr + q0, scores, nqb, vp, ldv, hd);
     }
     for (int64_t r = r0; r < r1; r++)
         for (int64_t i = 0; i < group; i++) {
@@ -333,8 +356,8 @@ static void attention_task(void *p, int ith, int nth) {
     }
 }
 
-static void cpu_attention(backend *be, float *out, const float *q, const float *kpool,
-                          const float *vpool, const attn_rows *ar) {
+static void cpu_attention(backend *be, float *out, const float *q, const void *kpool,
+                          const void *vpool, const attn_rows *ar) {
     cpu_backend *cb = (cpu_backend *)be;
     CELER_ASSERT(ar->n <= cb->sz.max_rows && ar->hd == cb->sz.hd && ar->block_size == ATT_BLOCK);
     /* tiles: runs of consecutive positions of one sequence */
@@ -394,11 +417,12 @@ static const backend_ops cpu_ops = {
     .add_bias = backend_host_add_bias,
 };
 
-backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz) {
+backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16) {
     CELER_ASSERT(isa != CPU_ISA_REF && cpu_isa_supported(isa));
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return NULL;
     cb->base.ops = &cpu_ops;
+    cb->base.kv_f16 = kv_f16;
     cb->k = cpu_kernels_for(isa);
     cb->sz = *sz;
     cb->nth = n_threads < 1 ? 1 : n_threads;
@@ -416,7 +440,8 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->wrow = malloc(sizeof(float) * cols * (size_t)cb->nth);
     /* per thread: ATT_TILE rows x heads per KV head (at most max_cols / hd) query vectors,
      * outputs, three scalars and a block of scores each */
-    cb->att_floats = (size_t)(ATT_TILE * (2 * sz->hd + 3 + ATT_BLOCK) * (sz->max_cols / sz->hd));
+    cb->att_floats = (size_t)(ATT_TILE * (2 * sz->hd + 3 + ATT_BLOCK) * (sz->max_cols / sz->hd) +
+                              2 * sz->hd * ATT_BLOCK);
     cb->att = malloc(sizeof(float) * cb->att_floats * (size_t)cb->nth);
     cb->tile_row = malloc(sizeof(int32_t) * (rows + 1));
     cb->rope_cs = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);

@@ -20,7 +20,8 @@ typedef struct backend_cpu_sizes {
     int64_t hd;       /* head dimension (RoPE table width) */
 } backend_cpu_sizes;
 
-/* isa must be supported and not CPU_ISA_REF. NULL when out of memory. */
-backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz);
+/* isa must be supported and not CPU_ISA_REF; kv_f16: the KV pools hold fp16 values.
+ * NULL when out of memory. */
+backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16);
 
 #endif

@@ -34,6 +34,8 @@ typedef struct cpu_kernels {
                     const float *v, int64_t ldv, int64_t hd);
     /* x[j] = exp(x[j] - m) for j < n; returns the sum */
     float (*exp_sum)(float *x, int64_t n, float m);
+    /* y[n] = x[n] widened from IEEE binary16 */
+    void (*f16_to_f32)(float *y, const uint16_t *x, int64_t n);
     /* y[m] = silu(gate[m]) * up[m] (y may alias gate) */
     void (*swiglu)(float *y, const float *gate, const float *up, int64_t m);
 } cpu_kernels;
@@ -53,6 +55,7 @@ void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int6
                   int64_t ldv, int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);
 void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m);
+void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n);
 
 /* The AVX-512 VNNI product, which the AMX table uses for short inputs and odd tiles. */
 void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x);

@@ -382,6 +382,13 @@ float avx2_exp_sum(float *x, int64_t n, float m) {
     return s;
 }
 
+/* F16C: eight halves per instruction, exact. */
+void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
+}
+
 void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m) {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     int64_t i = 0;
@@ -402,4 +409,5 @@ const cpu_kernels cpu_kernels_avx2 = {
     .attn_pv = avx2_attn_pv,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,
+    .f16_to_f32 = avx2_f16_to_f32,
 };

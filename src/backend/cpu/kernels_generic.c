@@ -98,6 +98,10 @@ static float exp_sum(float *x, int64_t n, float m) {
     return sum;
 }
 
+static void f16_to_f32_row(float *y, const uint16_t *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = f16_to_f32(x[i]);
+}
+
 static void swiglu(float *y, const float *gate, const float *up, int64_t m) {
     for (int64_t i = 0; i < m; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
@@ -111,6 +115,7 @@ const cpu_kernels cpu_kernels_generic = {
     .attn_pv = attn_pv,
     .exp_sum = exp_sum,
     .swiglu = swiglu,
+    .f16_to_f32 = f16_to_f32_row,
 };
 
 const cpu_kernels *cpu_kernels_for(cpu_isa isa) {

@@ -5,6 +5,13 @@
  */
 #include "kernels/ref/ref.h"
 
+#include "base/half.h"
+
+/* Element i of the cache row at slot. */
+static inline float kv_at(const void *pool, bool f16, int64_t i) {
+    return f16 ? f16_to_f32(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
+}
+
 void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
                    int64_t h, int64_t hk, int64_t hd, float scale, float *scores) {
     const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
@@ -13,17 +20,17 @@ void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, i
         const float *qi = q + i * hd;
         const int64_t off = (i / group) * hd;
         for (int64_t j = 0; j < n; j++) {
-            const float *k = kv->k + kv_span_slot(kv, lo + j) * kvd + off;
+            const int64_t k = kv_span_slot(kv, lo + j) * kvd + off;
             float dot = 0.0f;
-            for (int64_t c = 0; c < hd; c++) dot += qi[c] * k[c];
+            for (int64_t c = 0; c < hd; c++) dot += qi[c] * kv_at(kv->k, kv->f16, k + c);
             scores[j] = dot * scale;
         }
         ref_softmax(scores, n);
         float *o = out + i * hd;
         for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
         for (int64_t j = 0; j < n; j++) {
-            const float *v = kv->v + kv_span_slot(kv, lo + j) * kvd + off;
-            for (int64_t c = 0; c < hd; c++) o[c] += scores[j] * v[c];
+            const int64_t v = kv_span_slot(kv, lo + j) * kvd + off;
+            for (int64_t c = 0; c < hd; c++) o[c] += scores[j] * kv_at(kv->v, kv->f16, v + c);
         }
     }
 }

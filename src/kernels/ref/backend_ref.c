@@ -9,6 +9,7 @@
 
 #include "backend/cpu/threadpool.h"
 #include "base/error.h"
+#include "base/half.h"
 #include "kernels/ref/ref.h"
 
 #include <stdlib.h>
@@ -79,8 +80,7 @@ typedef struct row_job {
     ref_backend *rb;
     float *y;
     const float *x, *x2, *w;
-    const float *kpool, *vpool;
-    float *kpool_w, *vpool_w;
+    const void *kpool, *vpool;
     const int32_t *idx;
     int64_t n, d, h, hd;
     float eps;
@@ -116,12 +116,19 @@ static void ref_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, in
     threadpool_run(j.rb->pool, rope_task, &j);
 }
 
-static void ref_op_kv_store(backend *be, float *kpool, float *vpool, const float *k,
+static void ref_op_kv_store(backend *be, void *kpool, void *vpool, const float *k,
                             const float *v, const int32_t *slot, int64_t n, int64_t kvd) {
-    (void)be;
     for (int64_t t = 0; t < n; t++) {
-        memcpy(kpool + (size_t)slot[t] * (size_t)kvd, k + t * kvd, sizeof(float) * (size_t)kvd);
-        memcpy(vpool + (size_t)slot[t] * (size_t)kvd, v + t * kvd, sizeof(float) * (size_t)kvd);
+        const size_t at = (size_t)slot[t] * (size_t)kvd;
+        if (be->kv_f16) {
+            for (int64_t c = 0; c < kvd; c++) {
+                ((uint16_t *)kpool)[at + (size_t)c] = f32_to_f16(k[t * kvd + c]);
+                ((uint16_t *)vpool)[at + (size_t)c] = f32_to_f16(v[t * kvd + c]);
+            }
+        } else {
+            memcpy((float *)kpool + at, k + t * kvd, sizeof(float) * (size_t)kvd);
+            memcpy((float *)vpool + at, v + t * kvd, sizeof(float) * (size_t)kvd);
+        }
     }
 }
 
@@ -133,14 +140,14 @@ static void attention_task(void *p, int ith, int nth) {
     int64_t lo, hi;
     split(ar->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        kv_span kv = {j->kpool, j->vpool, ar->blocks[t], ar->block_size};
+        kv_span kv = {j->kpool, j->vpool, ar->blocks[t], ar->block_size, j->rb->base.kv_f16};
         ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], ar->window, ar->h, ar->hk,
                       ar->hd, ar->scale, scores);
     }
 }
 
-static void ref_op_attention(backend *be, float *out, const float *q, const float *kpool,
-                             const float *vpool, const attn_rows *rows) {
+static void ref_op_attention(backend *be, float *out, const float *q, const void *kpool,
+                             const void *vpool, const attn_rows *rows) {
     ref_backend *rb = (ref_backend *)be;
     for (int64_t t = 0; t < rows->n; t++) CELER_ASSERT(rows->pos[t] < rb->max_keys);
     row_job j = {.rb = rb, .y = out, .x = q, .kpool = kpool, .vpool = vpool, .ar = rows};
@@ -180,10 +187,11 @@ static const backend_ops ref_ops = {
     .add_bias = backend_host_add_bias,
 };
 
-backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys) {
+backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, bool kv_f16) {
     ref_backend *rb = calloc(1, sizeof *rb);
     if (!rb) return NULL;
     rb->base.ops = &ref_ops;
+    rb->base.kv_f16 = kv_f16;
     rb->max_cols = max_cols;
     rb->max_keys = max_keys;
     rb->pool = threadpool_create(n_threads);
