@@ -32,6 +32,10 @@ typedef struct cli_model_opts {
  * did. */
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
+/* The default model's path (${CELER_CACHE_DIR:-~/.cache/celer}/SmolLM2-135M-Instruct.Q4_1.gguf,
+ * where tools/fetch_model.sh puts it) in a static buffer; dies with a hint when absent. */
+const char *cli_default_model(void);
+
 /* Opens o->model and a one-sequence context of at least n_ctx positions; dies on error. */
 void cli_open(const cli_model_opts *o, int64_t n_ctx, celer_model **m, celer_context **ctx);
 celer_model *cli_open_model(const cli_model_opts *o);
@@ -74,5 +78,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_die(const char *fmt, ...) {
     va_list ap;
@@ -78,6 +79,16 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
         if (o->n_ctx < 1) cli_die("%s: expected a positive context size", a);
     }
     return true;
+}
+
+const char *cli_default_model(void) {
+    static char path[4096];
+    const char *cache = getenv("CELER_CACHE_DIR"), *home = getenv("HOME");
+    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    if (access(path, R_OK) != 0)
+        cli_die("no MODEL given and the default model %s is not there\nHINT: fetch it with `make model` (tools/fetch_model.sh)", path);
+    return path;
 }
 
 celer_model *cli_open_model(const cli_model_opts *o) {

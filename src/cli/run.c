@@ -21,16 +21,6 @@ static const char usage_text[] =
     "usage: celer run [MODEL] [-p TEXT] [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
     "       [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS] [-c CTX]";
 
-static const char *default_model(void) {
-    static char path[4096];
-    const char *cache = getenv("CELER_CACHE_DIR"), *home = getenv("HOME");
-    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    if (access(path, R_OK) != 0)
-        cli_die("no MODEL given and the default model %s is not there\nHINT: fetch it with `make model` (tools/fetch_model.sh)", path);
-    return path;
-}
-
 /* One assistant turn over the history; appends the reply to it. */
 static void turn(cli_session *s, const char *model_path, json_t *history, int64_t n_predict, int32_t *out, double t_load) {
     char *text = json_dumps(history, 0), err[512];
@@ -65,7 +55,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (po.no_template) cli_die("run: a chat needs the chat template (use `celer generate --no-chat-template`)");
     if (n_predict < -1 || n_predict == 0) cli_die("-n: expected a positive count or -1");
-    if (!o.model) o.model = default_model();
+    if (!o.model) o.model = cli_default_model();
     const double t0 = cli_now();
     celer_model *m = cli_open_model(&o);
     celer_tokenizer *tok = cli_open_tokenizer(o.model);
