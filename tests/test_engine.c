@@ -329,6 +329,49 @@ static void test_stop_scan(void) {
 
 /* ==== Real model: text, stop strings, logprobs ==== */
 
+/* Eight different prompts at once, 64 rows a step (prefill chunks beside decode rows of
+ * other sequences), each give the text they give alone: a row's result never depends on
+ * what else is in the batch. */
+static void test_real_batched(celer_model *m, celer_tokenizer *tok) {
+    enum { N = 8, GEN = 20 };
+    static const char *texts[N] = {
+        "Write a haiku about the sea.", "What is 17 times 23?", "Name three primary colors.",
+        "Explain photosynthesis in one sentence to a child who is five years old.",
+        "Translate 'good morning' into French.", "List the days of the week.",
+        "Why is the sky blue? Give a short answer.", "def fibonacci(n):"};
+    int32_t *ids[N];
+    int64_t n[N];
+    char err[512];
+    for (int i = 0; i < N; i++)
+        CHECK(celer_tokenize(tok, texts[i], strlen(texts[i]), true, &ids[i], &n[i], err, sizeof err) == CELER_OK, "%s",
+              err);
+    run_state alone = {0}, together = {0};
+    celer_engine *eng = engine_new(m, tok, 1, 0, 64, false);
+    for (int i = 0; eng && i < N; i++) {
+        celer_request_params rp = greedy_request(ids[i], n[i], GEN);
+        submit(eng, &alone, &rp);
+        drain(eng, &alone);
+    }
+    celer_engine_destroy(eng);
+    eng = engine_new(m, tok, N, 0, 64, false);
+    for (int i = 0; eng && i < N; i++) {
+        celer_request_params rp = greedy_request(ids[i], n[i], GEN);
+        submit(eng, &together, &rp);
+    }
+    if (eng) drain(eng, &together);
+    celer_engine_destroy(eng);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        const bool same = alone.out[i].n[0] == GEN && together.out[i].n[0] == GEN &&
+                          same_ids(alone.out[i].ids[0], together.out[i].ids[0], GEN);
+        if (!same) printf("  batched \"%s\": \"%s\" alone, \"%s\" together\n", texts[i], alone.out[i].text[0],
+                          together.out[i].text[0]);
+        bad += !same;
+    }
+    CHECK(bad == 0, "real model: %d of %d prompts give other tokens in a batch of %d than alone", bad, N, N);
+    for (int i = 0; i < N; i++) free(ids[i]);
+}
+
 static void test_real_text(void) {
     const char *path = real_model_path();
     celer_model *m = NULL;
@@ -379,6 +422,7 @@ static void test_real_text(void) {
     check_idle(eng, "real model");
     celer_engine_destroy(eng);
     free(ids);
+    test_real_batched(m, tok);
 out:
     celer_tokenizer_close(tok);
     celer_model_close(m);
