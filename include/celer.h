@@ -354,12 +354,14 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
 void celer_engine_destroy(celer_engine *eng);
 
 #define CELER_MAX_TOP_LOGPROBS 20
+#define CELER_MAX_CHOICES 128
 
 typedef struct celer_request_params {
     const int32_t *prompt; /* [n_prompt] ids, copied at submit */
     int64_t n_prompt;
     int64_t max_tokens;    /* completion tokens per choice; -1 = until the context is full */
-    int32_t n;             /* choices; they share the prompt's cache blocks */
+    int32_t n;             /* choices (1 to CELER_MAX_CHOICES and at most max_queue); they
+                              share the prompt's cache blocks and run n_seq_max at a time */
     celer_sampler_params sampling; /* choice i draws with seed + i */
     float presence_penalty;  /* OpenAI's: subtracted once from a token already generated */
     float frequency_penalty; /* subtracted per earlier occurrence in the completion */

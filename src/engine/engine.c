@@ -268,10 +268,11 @@ static celer_status check_request(celer_engine *eng, const celer_request_params 
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "max_tokens: expected a positive count or -1, got %lld",
                          (long long)p->max_tokens);
-    if (p->n < 1 || p->n > eng->p.n_seq_max)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                         "n: expected 1 to %d choices (the running sequences), got %d",
-                         eng->p.n_seq_max, p->n);
+    if (p->n < 1 || p->n > CELER_MAX_CHOICES || (eng->p.max_queue && p->n > eng->p.max_queue))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "n: expected 1 to %d choices, got %d",
+                         eng->p.max_queue && eng->p.max_queue < CELER_MAX_CHOICES ? eng->p.max_queue
+                                                                              : CELER_MAX_CHOICES,
+                         p->n);
     if (p->top_logprobs < -1 || p->top_logprobs > CELER_MAX_TOP_LOGPROBS)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "top_logprobs: expected -1 to %d, got %d",
                          CELER_MAX_TOP_LOGPROBS, p->top_logprobs);
