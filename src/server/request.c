@@ -1,0 +1,507 @@
+/*
+ * request.c - parses and checks the JSON bodies of the generation, tokenize and
+ * detokenize endpoints (request.h).
+ *
+ * Every field is checked for its type and range, and an error names the field as a
+ * client wrote it ("messages[2].content[0].text", "logit_bias.50256"). Unknown fields
+ * are ignored, as OpenAI does; a field that asks for something celer does not do yet
+ * (tools, JSON response formats, echo) is refused rather than silently ignored. Absent
+ * and null fields take OpenAI's defaults. This file does not tokenize, render
+ * templates or talk HTTP, so it can be fuzzed alone.
+ */
+#include "server/request.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REQUEST_MAX_BIAS 1024
+
+bool request_fail(request_error *e, int status, const char *type, const char *code,
+                  const char *param, const char *fmt, ...) {
+    va_list ap;
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* A 400 invalid_request_error about field. */
+#define BAD(e, field, ...) request_fail((e), 400, "invalid_request_error", NULL, (field), __VA_ARGS__)
+
+void request_free(server_request *r) {
+    free(r->messages_json);
+    free(r->text);
+    free(r->ids);
+    free(r->bias_ids);
+    free(r->bias);
+    for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ==== Typed fields ==== */
+
+/* "a string", "an array", ... for messages that say what was found. */
+static const char *found(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number with a fraction";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
+}
+
+/* The field, or NULL when it is absent or null (both mean "the default"). */
+static json_t *field_get(const json_t *obj, const char *name) {
+    json_t *v = json_object_get(obj, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* A number in [lo, hi] (lo excluded when lo_open) into *out. */
+static bool value_number(const json_t *v, const char *name, double lo, double hi, bool lo_open,
+                         float *out, request_error *e) {
+    if (!json_is_number(v)) return BAD(e, name, "%s: expected a number, found %s", name, found(v));
+    const double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return BAD(e, name, "%s: expected a number %s %g %s %g, found %g", name,
+                   lo_open ? "above" : "from", lo, lo_open ? "and at most" : "to", hi, x);
+    *out = (float)x;
+    return true;
+}
+
+/* The same for a field of obj; absent or null leaves *out. */
+static bool field_number(const json_t *obj, const char *name, double lo, double hi, bool lo_open,
+                         float *out, request_error *e) {
+    const json_t *v = field_get(obj, name);
+    return !v || value_number(v, name, lo, hi, lo_open, out, e);
+}
+
+/* An integer in [lo, hi] (an integral number like 8.0 counts) into *out; absent leaves
+ * *out. Returns false with *e set otherwise. */
+static bool value_int(const json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                      request_error *e) {
+    if (json_is_integer(v)) {
+        const json_int_t i = json_integer_value(v);
+        if (i < lo || i > hi)
+            return BAD(e, name, "%s: expected an integer from %lld to %lld, found %lld", name,
+                       (long long)lo, (long long)hi, (long long)i);
+        *out = (int64_t)i;
+        return true;
+    }
+    const double x = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (x != floor(x))
+        return BAD(e, name, "%s: expected an integer, found %s", name, found(v));
+    if (!(x >= (double)lo && x <= (double)hi))
+        return BAD(e, name, "%s: expected an integer from %lld to %lld, found %g", name,
+                   (long long)lo, (long long)hi, x);
+    *out = (int64_t)x;
+    return true;
+}
+
+static bool field_int(const json_t *obj, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                      request_error *e) {
+    const json_t *v = field_get(obj, name);
+    return !v || value_int(v, name, lo, hi, out, e);
+}
+
+static bool field_bool(const json_t *obj, const char *name, bool *out, request_error *e) {
+    const json_t *v = field_get(obj, name);
+    if (!v) return true;
+    if (!json_is_boolean(v)) return BAD(e, name, "%s: expected true or false, found %s", name, found(v));
+    *out = json_is_true(v);
+    return true;
+}
+
+static char *dup_bytes(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n), d[n] = '\0';
+    return d;
+}
+
+static bool out_of_memory(request_error *e) {
+    return request_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* ==== Fields shared by chat and completions ==== */
+
+static bool parse_stop(const json_t *root, server_request *r, request_error *e) {
+    const json_t *v = field_get(root, "stop");
+    if (!v) return true;
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0) return BAD(e, "stop", "stop: expected a non-empty string");
+        if (!(r->stop[0] = dup_bytes(json_string_value(v), json_string_length(v)))) return out_of_memory(e);
+        r->n_stop = 1;
+        return true;
+    }
+    if (!json_is_array(v))
+        return BAD(e, "stop", "stop: expected a string or an array of strings, found %s", found(v));
+    if (json_array_size(v) > REQUEST_MAX_STOP)
+        return BAD(e, "stop", "stop: expected at most %d strings, found %zu", REQUEST_MAX_STOP,
+                   json_array_size(v));
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *s = json_array_get(v, i);
+        char name[32];
+        snprintf(name, sizeof name, "stop[%zu]", i);
+        if (!json_is_string(s) || json_string_length(s) == 0)
+            return BAD(e, name, "%s: expected a non-empty string, found %s", name,
+                       json_is_string(s) ? "an empty string" : found(s));
+        if (!(r->stop[r->n_stop] = dup_bytes(json_string_value(s), json_string_length(s))))
+            return out_of_memory(e);
+        r->n_stop++;
+    }
+    return true;
+}
+
+/* "123" -> 123 when the key is a plain decimal id below n_vocab. */
+static bool bias_key(const char *key, int64_t n_vocab, int32_t *id) {
+    int64_t v = 0;
+    size_t n = strlen(key);
+    if (n == 0 || n > 10) return false;
+    for (size_t i = 0; i < n; i++) {
+        if (key[i] < '0' || key[i] > '9') return false;
+        v = v * 10 + (key[i] - '0');
+    }
+    if (v >= n_vocab || v > INT32_MAX) return false;
+    *id = (int32_t)v;
+    return true;
+}
+
+static bool parse_logit_bias(const json_t *root, const request_limits *lim, server_request *r,
+                             request_error *e) {
+    const json_t *v = field_get(root, "logit_bias");
+    if (!v) return true;
+    if (!json_is_object(v))
+        return BAD(e, "logit_bias", "logit_bias: expected an object of token ids to numbers, found %s",
+                   found(v));
+    const size_t n = json_object_size(v);
+    if (n > REQUEST_MAX_BIAS)
+        return BAD(e, "logit_bias", "logit_bias: expected at most %d entries, found %zu",
+                   REQUEST_MAX_BIAS, n);
+    if (n == 0) return true;
+    r->bias_ids = malloc(n * sizeof *r->bias_ids);
+    r->bias = malloc(n * sizeof *r->bias);
+    if (!r->bias_ids || !r->bias) return out_of_memory(e);
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)v, key, val) {
+        char name[64];
+        snprintf(name, sizeof name, "logit_bias.%.40s", key);
+        if (!bias_key(key, lim->n_vocab, &r->bias_ids[r->n_bias]))
+            return BAD(e, name, "%s: expected a token id from 0 to %lld as the key", name,
+                       (long long)lim->n_vocab - 1);
+        float b = 0;
+        if (!value_number(val, name, -100, 100, false, &b, e)) return false;
+        r->bias[r->n_bias++] = b;
+    }
+    return true;
+}
+
+/* max_tokens (and chat's max_completion_tokens, which wins), n, sampling, penalties,
+ * seed, stop, logit_bias, stream, stream_options, ignore_eos. */
+static bool parse_common(const json_t *root, const request_limits *lim, server_request *r,
+                         request_error *e) {
+    const json_t *model = field_get(root, "model");
+    if (model && !json_is_string(model))
+        return BAD(e, "model", "model: expected a string, found %s", found(model));
+    const int64_t max_cap = lim->max_tokens > 0 ? lim->max_tokens : INT32_MAX;
+    int64_t i64;
+    const char *const max_names[] = {"max_tokens", "max_completion_tokens"};
+    for (int k = 0; k < (r->kind == REQUEST_CHAT ? 2 : 1); k++) {
+        i64 = 0;
+        if (!field_int(root, max_names[k], 1, max_cap, &i64, e)) return false;
+        if (i64 > 0) r->max_tokens = i64;
+    }
+    i64 = 1;
+    if (!field_int(root, "n", 1, REQUEST_MAX_N, &i64, e)) return false;
+    r->n = (int32_t)i64;
+    celer_sampler_params *sp = &r->sampling;
+    if (!field_number(root, "temperature", 0, 2, false, &sp->temp, e) ||
+        !field_number(root, "top_p", 0, 1, true, &sp->top_p, e) ||
+        !field_number(root, "min_p", 0, 1, false, &sp->min_p, e) ||
+        !field_number(root, "repeat_penalty", 0, 10, true, &sp->repeat_penalty, e) ||
+        !field_number(root, "presence_penalty", -2, 2, false, &r->presence_penalty, e) ||
+        !field_number(root, "frequency_penalty", -2, 2, false, &r->frequency_penalty, e))
+        return false;
+    i64 = sp->top_k;
+    if (!field_int(root, "top_k", 0, INT32_MAX, &i64, e)) return false;
+    sp->top_k = (int32_t)i64;
+    i64 = sp->repeat_last_n;
+    if (!field_int(root, "repeat_last_n", 0, INT32_MAX, &i64, e)) return false;
+    sp->repeat_last_n = (int32_t)i64;
+    i64 = -1;
+    if (!field_int(root, "seed", INT64_MIN, INT64_MAX, &i64, e)) return false;
+    if (i64 != -1) sp->seed = (uint64_t)i64, r->seed_given = true; /* -1: random, as llama-server */
+    if (!parse_stop(root, r, e) || !parse_logit_bias(root, lim, r, e) ||
+        !field_bool(root, "stream", &r->stream, e) || !field_bool(root, "ignore_eos", &r->ignore_eos, e))
+        return false;
+    const json_t *so = field_get(root, "stream_options");
+    if (so && !json_is_object(so))
+        return BAD(e, "stream_options", "stream_options: expected an object, found %s", found(so));
+    if (so) {
+        const json_t *iu = field_get(so, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return BAD(e, "stream_options.include_usage",
+                       "stream_options.include_usage: expected true or false, found %s", found(iu));
+        r->include_usage = json_is_true(iu);
+    }
+    return true;
+}
+
+/* ==== Chat ==== */
+
+/* The text of message i's content: a string, or the joined "text" parts of an array. */
+static bool content_text(const json_t *content, size_t i, json_t **out, request_error *e) {
+    char name[96];
+    snprintf(name, sizeof name, "messages[%zu].content", i);
+    if (!content) {
+        *out = json_string("");
+        return *out ? true : out_of_memory(e);
+    }
+    if (json_is_string(content)) {
+        *out = json_incref((json_t *)content);
+        return true;
+    }
+    if (!json_is_array(content))
+        return BAD(e, name, "%s: expected a string or an array of content parts, found %s", name,
+                   found(content));
+    size_t total = 0;
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        const json_t *part = json_array_get(content, k);
+        const json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+        const json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
+        char pname[128];
+        snprintf(pname, sizeof pname, "%s[%zu]", name, k);
+        if (!json_is_object(part))
+            return BAD(e, pname, "%s: expected an object {\"type\": \"text\", \"text\": ...}, found %s",
+                       pname, found(part));
+        snprintf(pname, sizeof pname, "%s[%zu].type", name, k);
+        if (!json_is_string(type))
+            return BAD(e, pname, "%s: expected \"text\", found %s", pname, type ? found(type) : "nothing");
+        if (strcmp(json_string_value(type), "text") != 0)
+            return BAD(e, pname, "%s: only \"text\" parts are supported, found \"%.40s\"", pname,
+                       json_string_value(type));
+        snprintf(pname, sizeof pname, "%s[%zu].text", name, k);
+        if (!json_is_string(text))
+            return BAD(e, pname, "%s: expected a string, found %s", pname, text ? found(text) : "nothing");
+        total += json_string_length(text);
+    }
+    char *buf = malloc(total + 1);
+    if (!buf) return out_of_memory(e);
+    size_t at = 0;
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        const json_t *text = json_object_get(json_array_get(content, k), "text");
+        memcpy(buf + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    *out = json_stringn_nocheck(buf, at); /* parts were valid UTF-8, so is their join */
+    free(buf);
+    return *out ? true : out_of_memory(e);
+}
+
+/* messages -> r->messages_json: each message a copy with its content as one string. */
+static bool parse_messages(const json_t *root, server_request *r, request_error *e) {
+    const json_t *msgs = field_get(root, "messages");
+    if (!msgs) return BAD(e, "messages", "messages: required, an array of {\"role\", \"content\"} objects");
+    if (!json_is_array(msgs)) return BAD(e, "messages", "messages: expected an array, found %s", found(msgs));
+    if (json_array_size(msgs) == 0) return BAD(e, "messages", "messages: expected at least one message");
+    json_t *norm = json_array();
+    if (!norm) return out_of_memory(e);
+    bool ok = true;
+    for (size_t i = 0; ok && i < json_array_size(msgs); i++) {
+        const json_t *m = json_array_get(msgs, i);
+        char name[64];
+        snprintf(name, sizeof name, "messages[%zu]", i);
+        if (!json_is_object(m)) {
+            ok = BAD(e, name, "%s: expected an object, found %s", name, found(m));
+            break;
+        }
+        const json_t *role = json_object_get(m, "role");
+        snprintf(name, sizeof name, "messages[%zu].role", i);
+        if (!json_is_string(role) || json_string_length(role) == 0) {
+            ok = BAD(e, name, "%s: expected a non-empty string, found %s", name,
+                     role ? (json_is_string(role) ? "an empty string" : found(role)) : "nothing");
+            break;
+        }
+        json_t *text = NULL, *copy = NULL;
+        ok = content_text(field_get(m, "content"), i, &text, e);
+        if (ok && (!(copy = json_copy((json_t *)m)) || json_object_set_new(copy, "content", text) != 0 ||
+                   json_array_append_new(norm, copy) != 0))
+            ok = out_of_memory(e);
+        else if (!ok) json_decref(text);
+    }
+    if (ok && !(r->messages_json = json_dumps(norm, JSON_COMPACT))) ok = out_of_memory(e);
+    json_decref(norm);
+    return ok;
+}
+
+/* Fields that ask for a feature celer does not have yet. */
+static bool parse_unsupported(const json_t *root, request_error *e) {
+    const char *const listed[] = {"tools", "functions"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *v = field_get(root, listed[k]);
+        if (v && !json_is_array(v))
+            return BAD(e, listed[k], "%s: expected an array, found %s", listed[k], found(v));
+        if (v && json_array_size(v) > 0)
+            return BAD(e, listed[k], "%s: tool and function calling is not supported yet", listed[k]);
+    }
+    const json_t *rf = field_get(root, "response_format");
+    if (!rf) return true;
+    if (!json_is_object(rf))
+        return BAD(e, "response_format", "response_format: expected an object, found %s", found(rf));
+    const json_t *t = json_object_get(rf, "type");
+    if (!json_is_string(t))
+        return BAD(e, "response_format.type", "response_format.type: expected a string, found %s",
+                   t ? found(t) : "nothing");
+    const char *ts = json_string_value(t);
+    if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema"))
+        return BAD(e, "response_format.type",
+                   "response_format.type: \"%s\" is not supported yet; only \"text\"", ts);
+    if (strcmp(ts, "text") != 0)
+        return BAD(e, "response_format.type", "response_format.type: expected \"text\", found \"%.40s\"", ts);
+    return true;
+}
+
+static bool parse_chat(const json_t *root, const request_limits *lim, server_request *r,
+                       request_error *e) {
+    r->max_tokens = -1;
+    if (!parse_messages(root, r, e) || !parse_unsupported(root, e) || !parse_common(root, lim, r, e) ||
+        !field_bool(root, "logprobs", &r->logprobs, e))
+        return false;
+    int64_t k = -1;
+    if (!field_int(root, "top_logprobs", 0, CELER_MAX_TOP_LOGPROBS, &k, e)) return false;
+    if (k >= 0 && !r->logprobs)
+        return BAD(e, "top_logprobs", "top_logprobs: needs \"logprobs\": true");
+    r->top_logprobs = k > 0 ? (int32_t)k : 0;
+    return true;
+}
+
+/* ==== Completions, tokenize, detokenize ==== */
+
+/* An array of token ids below n_vocab into *ids (malloc'd). */
+static bool parse_ids(const json_t *arr, const char *name, const request_limits *lim, int32_t **ids,
+                      int64_t *n, request_error *e) {
+    const size_t len = json_array_size(arr);
+    *n = 0;
+    if (!(*ids = malloc((len ? len : 1) * sizeof **ids))) return out_of_memory(e);
+    for (size_t i = 0; i < len; i++) {
+        char ename[64];
+        int64_t v = 0;
+        snprintf(ename, sizeof ename, "%s[%zu]", name, i);
+        if (!value_int(json_array_get(arr, i), ename, 0, lim->n_vocab - 1, &v, e)) return false;
+        (*ids)[(*n)++] = (int32_t)v;
+    }
+    return true;
+}
+
+static bool all_integers(const json_t *arr) {
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        if (!json_is_number(json_array_get(arr, i))) return false;
+    return true;
+}
+
+static bool parse_prompt(const json_t *root, const request_limits *lim, server_request *r,
+                         request_error *e) {
+    const json_t *p = field_get(root, "prompt");
+    const char *name = "prompt";
+    char name0[16] = "prompt[0]";
+    if (!p) return BAD(e, "prompt", "prompt: required, a string or an array of token ids");
+    if (json_is_array(p) && json_array_size(p) == 1 && !json_is_number(json_array_get(p, 0))) {
+        p = json_array_get(p, 0); /* ["text"] or [[1, 2, 3]]: a batch of one */
+        name = name0;
+    }
+    if (json_is_string(p)) {
+        if (json_string_length(p) == 0) return BAD(e, name, "%s: expected a non-empty string", name);
+        r->text_len = json_string_length(p);
+        return (r->text = dup_bytes(json_string_value(p), r->text_len)) ? true : out_of_memory(e);
+    }
+    if (!json_is_array(p))
+        return BAD(e, name, "%s: expected a string or an array of token ids, found %s", name, found(p));
+    if (json_array_size(p) == 0) return BAD(e, name, "%s: expected at least one token id", name);
+    if (!all_integers(p))
+        return BAD(e, name, "%s: expected one prompt (a string or an array of token ids); batches of "
+                            "several prompts are not supported", name);
+    return parse_ids(p, name, lim, &r->ids, &r->n_ids, e);
+}
+
+static bool parse_completion(const json_t *root, const request_limits *lim, server_request *r,
+                             request_error *e) {
+    r->max_tokens = 16;
+    if (!parse_prompt(root, lim, r, e) || !parse_common(root, lim, r, e)) return false;
+    int64_t k = -1;
+    if (!field_int(root, "logprobs", 0, REQUEST_MAX_COMPLETION_LOGPROBS, &k, e)) return false;
+    r->logprobs = k >= 0;
+    r->top_logprobs = k > 0 ? (int32_t)k : 0;
+    bool echo = false;
+    if (!field_bool(root, "echo", &echo, e)) return false;
+    if (echo) return BAD(e, "echo", "echo: echoing the prompt is not supported yet");
+    k = 1;
+    if (!field_int(root, "best_of", 1, REQUEST_MAX_N, &k, e)) return false;
+    if (k > 1) return BAD(e, "best_of", "best_of: only 1 is supported");
+    const json_t *suffix = field_get(root, "suffix");
+    if (suffix && (!json_is_string(suffix) || json_string_length(suffix) > 0))
+        return BAD(e, "suffix", "suffix: insertion after a suffix is not supported yet");
+    return true;
+}
+
+static bool parse_tokenize(const json_t *root, server_request *r, request_error *e) {
+    const json_t *c = field_get(root, "content");
+    if (!json_is_string(c))
+        return BAD(e, "content", "content: expected a string, found %s", c ? found(c) : "nothing");
+    r->text_len = json_string_length(c);
+    if (!(r->text = dup_bytes(json_string_value(c), r->text_len))) return out_of_memory(e);
+    return field_bool(root, "add_special", &r->add_special, e);
+}
+
+static bool parse_detokenize(const json_t *root, const request_limits *lim, server_request *r,
+                             request_error *e) {
+    const json_t *t = field_get(root, "tokens");
+    if (!json_is_array(t))
+        return BAD(e, "tokens", "tokens: expected an array of token ids, found %s",
+                   t ? found(t) : "nothing");
+    return parse_ids(t, "tokens", lim, &r->ids, &r->n_ids, e);
+}
+
+/* ==== Entry point ==== */
+
+bool request_parse(request_kind kind, const char *body, size_t len, const request_limits *lim,
+                   server_request *out, request_error *e) {
+    memset(out, 0, sizeof *out);
+    memset(e, 0, sizeof *e);
+    out->kind = kind;
+    out->n = 1;
+    out->top_logprobs = 0;
+    out->sampling = celer_sampler_default_params();
+    /* OpenAI's defaults, not the CLI's: temperature 1, nucleus and top-k off. */
+    out->sampling.temp = 1.0f, out->sampling.top_p = 1.0f, out->sampling.top_k = 0;
+    out->sampling.min_p = 0.0f, out->sampling.repeat_penalty = 1.0f;
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
+    if (!root)
+        return BAD(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                   jerr.line, jerr.column);
+    bool ok;
+    if (!json_is_object(root)) {
+        ok = BAD(e, NULL, "the body must be a JSON object, found %s", found(root));
+    } else {
+        switch (kind) {
+        case REQUEST_CHAT: ok = parse_chat(root, lim, out, e); break;
+        case REQUEST_COMPLETION: ok = parse_completion(root, lim, out, e); break;
+        case REQUEST_TOKENIZE: ok = parse_tokenize(root, out, e); break;
+        default: ok = parse_detokenize(root, lim, out, e); break;
+        }
+    }
+    json_decref(root);
+    if (!ok) request_free(out);
+    return ok;
+}
