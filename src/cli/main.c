@@ -20,6 +20,8 @@ static void usage(FILE *f) {
           "  template -m MODEL --messages FILE.json [--add-generation-prompt]   prompt from the chat template\n"
           "  bench -m MODEL [-p 512,2048] [-n 128] [-r 5] [-t N] [-c CTX] [--full-logits] [-o md|json]\n"
           "        [--memory]                                       prefill/decode speed, as llama-bench\n"
+          "  serve [-m MODEL] [--host H] [--port P] [-np N] [-c KV_POSITIONS] [--api-key K] [--metrics] ...\n"
+          "                                                         OpenAI-compatible HTTP server\n"
           "common options: -t THREADS, -c CTX\n"
           "MODEL is a checkpoint directory (config.json + *.safetensors) or a .gguf file\n",
           f);
@@ -40,6 +42,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "detokenize")) return cmd_detokenize(argc - 2, argv + 2);
     if (!strcmp(argv[1], "template")) return cmd_template(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     fprintf(stderr, "celer: unknown command %s\n", argv[1]);
     usage(stderr);
     return 1;
