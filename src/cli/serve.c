@@ -15,7 +15,8 @@
 #include <string.h>
 
 static const char usage_text[] =
-    "usage: celer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-np N] [-c TOTAL_KV_POSITIONS]\n"
+    "usage: celer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-np N] [-c "
+    "TOTAL_KV_POSITIONS]\n"
     "       [--ctx-per-seq N] [--batch-tokens N] [--max-queue N] [-t N] [--no-prefix-cache]\n"
     "       [--api-key K[,K2..] | --api-key-file F] [--alias NAME] [--metrics]\n"
     "       [--cors-origin ORIGIN] [--max-body-bytes N]";
@@ -63,7 +64,8 @@ static void keys_add_file(const char *path, char **keys, int *n) {
 static int64_t parse_count(const char *flag, const char *v, int64_t lo, int64_t hi) {
     const int64_t x = cli_parse_int(flag, v);
     if (x < lo || x > hi)
-        cli_die("%s: expected %lld to %lld, found %lld", flag, (long long)lo, (long long)hi, (long long)x);
+        cli_die("%s: expected %lld to %lld, found %lld", flag, (long long)lo, (long long)hi,
+                (long long)x);
     return x;
 }
 
@@ -72,28 +74,46 @@ int cmd_serve(int argc, char **argv) {
     char *keys[MAX_KEYS];
     int n_keys = 0;
     int64_t ctx_per_seq = 0;
-    server_config cfg = {.host = "127.0.0.1", .port = 8080, .max_body_bytes = 8u << 20,
-                         .drain_seconds = 10.0, .engine = celer_engine_default_params()};
+    server_config cfg = {.host = "127.0.0.1",
+                         .port = 8080,
+                         .max_body_bytes = 8u << 20,
+                         .drain_seconds = 10.0,
+                         .engine = celer_engine_default_params()};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (cli_model_flag(&o, argc, argv, &i)) continue;
         const bool flag_only = !strcmp(a, "--metrics") || !strcmp(a, "--no-prefix-cache");
-        if (!flag_only && i + 1 >= argc) cli_die("serve: unknown or incomplete option %s\n%s", a, usage_text);
+        if (!flag_only && i + 1 >= argc)
+            cli_die("serve: unknown or incomplete option %s\n%s", a, usage_text);
         const char *v = flag_only ? NULL : argv[i + 1];
-        if (!strcmp(a, "--metrics")) cfg.metrics = true;
-        else if (!strcmp(a, "--no-prefix-cache")) cfg.engine.prefix_cache = false;
-        else if (!strcmp(a, "--host")) cfg.host = v;
-        else if (!strcmp(a, "--port")) cfg.port = (int)parse_count(a, v, 0, 65535);
-        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) cfg.engine.n_seq_max = (int32_t)parse_count(a, v, 1, 256);
-        else if (!strcmp(a, "--ctx-per-seq")) ctx_per_seq = parse_count(a, v, 2, INT32_MAX);
-        else if (!strcmp(a, "--batch-tokens") || !strcmp(a, "-b")) cfg.engine.batch_tokens = parse_count(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--max-queue")) cfg.engine.max_queue = (int32_t)parse_count(a, v, 1, 1 << 20);
-        else if (!strcmp(a, "--max-body-bytes")) cfg.max_body_bytes = (size_t)parse_count(a, v, 1024, (int64_t)1 << 34);
-        else if (!strcmp(a, "--api-key")) keys_add_list(v, keys, &n_keys);
-        else if (!strcmp(a, "--api-key-file")) keys_add_file(v, keys, &n_keys);
-        else if (!strcmp(a, "--alias")) cfg.alias = v;
-        else if (!strcmp(a, "--cors-origin")) cfg.cors_origin = v;
-        else cli_die("serve: unknown option %s\n%s", a, usage_text);
+        if (!strcmp(a, "--metrics"))
+            cfg.metrics = true;
+        else if (!strcmp(a, "--no-prefix-cache"))
+            cfg.engine.prefix_cache = false;
+        else if (!strcmp(a, "--host"))
+            cfg.host = v;
+        else if (!strcmp(a, "--port"))
+            cfg.port = (int)parse_count(a, v, 0, 65535);
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel"))
+            cfg.engine.n_seq_max = (int32_t)parse_count(a, v, 1, 256);
+        else if (!strcmp(a, "--ctx-per-seq"))
+            ctx_per_seq = parse_count(a, v, 2, INT32_MAX);
+        else if (!strcmp(a, "--batch-tokens") || !strcmp(a, "-b"))
+            cfg.engine.batch_tokens = parse_count(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--max-queue"))
+            cfg.engine.max_queue = (int32_t)parse_count(a, v, 1, 1 << 20);
+        else if (!strcmp(a, "--max-body-bytes"))
+            cfg.max_body_bytes = (size_t)parse_count(a, v, 1024, (int64_t)1 << 34);
+        else if (!strcmp(a, "--api-key"))
+            keys_add_list(v, keys, &n_keys);
+        else if (!strcmp(a, "--api-key-file"))
+            keys_add_file(v, keys, &n_keys);
+        else if (!strcmp(a, "--alias"))
+            cfg.alias = v;
+        else if (!strcmp(a, "--cors-origin"))
+            cfg.cors_origin = v;
+        else
+            cli_die("serve: unknown option %s\n%s", a, usage_text);
         i += !flag_only;
     }
     if (!o.model) o.model = cli_default_model();
@@ -107,8 +127,8 @@ int cmd_serve(int argc, char **argv) {
     server *s = server_start(&cfg, err, sizeof err);
     if (!s) cli_die("serve: %s", err);
     const bool v6 = strchr(cfg.host, ':') != NULL;
-    fprintf(stderr, "celer serve: listening on http://%s%s%s:%d, loading %s\n", v6 ? "[" : "", cfg.host,
-            v6 ? "]" : "", server_port(s), o.model);
+    fprintf(stderr, "celer serve: listening on http://%s%s%s:%d, loading %s\n", v6 ? "[" : "",
+            cfg.host, v6 ? "]" : "", server_port(s), o.model);
     celer_model *m = cli_open_model(&o);
     celer_tokenizer *tok = cli_open_tokenizer(o.model);
     /* A sequence may hold the training context, at most 4096 unless asked, and never more
@@ -120,7 +140,8 @@ int cmd_serve(int argc, char **argv) {
     if (n_ctx < 2) cli_die("serve: -c %lld is too small for one sequence", (long long)o.n_ctx);
     if (server_load(s, m, tok, n_ctx, err, sizeof err) != CELER_OK) cli_die("serve: %s", err);
     fprintf(stderr,
-            "celer serve: ready: %s | %d sequences of up to %lld positions, KV pool %lld positions%s%s\n",
+            "celer serve: ready: %s | %d sequences of up to %lld positions, KV pool %lld "
+            "positions%s%s\n",
             celer_model_desc(m), cfg.engine.n_seq_max, (long long)n_ctx,
             (long long)(o.n_ctx ? o.n_ctx : n_ctx * cfg.engine.n_seq_max),
             n_keys ? ", API keys required" : "", cfg.metrics ? ", /metrics on" : "");

@@ -119,11 +119,14 @@ static json_t *piece_logprob(const server *s, const job_piece *p, json_t *legacy
     size_t len = 0;
     char *tok = token_text(s, p->token, &len);
     for (int32_t i = 0; i < p->n_top; i++) tops[i] = token_text(s, p->top_ids[i], &top_lens[i]);
-    const openai_logprob lp = {tok ? tok : "", tok ? len : 0, p->logprob, p->n_top,
-                               (const char *const *)tops, top_lens, p->top_logprobs};
+    const openai_logprob lp = {
+        tok ? tok : "", tok ? len : 0,  p->logprob, p->n_top, (const char *const *)tops,
+        top_lens,       p->top_logprobs};
     json_t *out = NULL;
-    if (legacy) openai_completion_logprobs_append(legacy, &lp, offset);
-    else out = openai_chat_logprob(&lp);
+    if (legacy)
+        openai_completion_logprobs_append(legacy, &lp, offset);
+    else
+        out = openai_chat_logprob(&lp);
     *token_len = tok ? len : 0;
     free(tok);
     for (int32_t i = 0; i < p->n_top; i++) free(tops[i]);
@@ -165,8 +168,10 @@ static void collect(exchange *ex, const job_piece *p) {
         choice_acc *c = &ex->choices[p->index];
         if (p->is_output && ex->req.logprobs && c->logprobs) {
             size_t tl = 0;
-            if (ex->meta.chat) json_array_append_new(c->logprobs, piece_logprob(s, p, NULL, 0, &tl));
-            else piece_logprob(s, p, c->logprobs, c->offset, &tl);
+            if (ex->meta.chat)
+                json_array_append_new(c->logprobs, piece_logprob(s, p, NULL, 0, &tl));
+            else
+                piece_logprob(s, p, c->logprobs, c->offset, &tl);
             c->offset += tl;
         }
         if (p->text && p->len) text_append(c, p->text, p->len);
@@ -205,8 +210,9 @@ static bool stream_format(exchange *ex, const job_piece *p) {
                                                 p->text ? p->len : 0, lp, CELER_FINISH_NONE));
         if (ok && p->finish != CELER_FINISH_NONE) {
             note_end(ex, c, p);
-            ok = openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
-                                   openai_chunk(&ex->meta, p->index, false, NULL, 0, NULL, p->finish));
+            ok = openai_sse_append(
+                &ex->out, &ex->out_len, &ex->out_cap,
+                openai_chunk(&ex->meta, p->index, false, NULL, 0, NULL, p->finish));
         }
     }
     return ok;
@@ -266,7 +272,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
-static void stream_free(void *cls) { exchange_unref(cls); }
+static void stream_free(void *cls) {
+    exchange_unref(cls);
+}
 
 static enum MHD_Result stream_start(exchange *ex, struct MHD_Connection *c) {
     bool ok = true;
@@ -274,9 +282,9 @@ static enum MHD_Result stream_start(exchange *ex, struct MHD_Connection *c) {
     for (int32_t i = 0; ok && ex->meta.chat && i < ex->req.n; i++)
         ok = openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
                                openai_chunk(&ex->meta, i, true, "", 0, NULL, CELER_FINISH_NONE));
-    struct MHD_Response *r =
-        ok ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, ex, stream_free)
-           : NULL;
+    struct MHD_Response *r = ok ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                    stream_read, ex, stream_free)
+                                : NULL;
     if (!r) return MHD_NO;
     atomic_fetch_add(&ex->refs, 1); /* the reader's reference, dropped by stream_free */
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -315,12 +323,12 @@ static enum MHD_Result answer_whole(exchange *ex, struct MHD_Connection *c) {
     json_t *choices = json_array();
     for (int32_t i = 0; choices && i < ex->req.n; i++) {
         choice_acc *ch = &ex->choices[i];
-        json_array_append_new(choices, openai_choice(&ex->meta, i, ch->text ? ch->text : "", ch->len,
-                                                     ch->logprobs, ch->finish));
+        json_array_append_new(choices, openai_choice(&ex->meta, i, ch->text ? ch->text : "",
+                                                     ch->len, ch->logprobs, ch->finish));
         ch->logprobs = NULL; /* stolen */
     }
     return http_respond_json(ex, c, 200, openai_response(&ex->meta, choices, &ex->usage)) ? MHD_YES
-                                                                                         : MHD_NO;
+                                                                                          : MHD_NO;
 }
 
 /* ==== Entry ==== */
@@ -337,7 +345,8 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     server_request *r = &ex->req;
     int32_t *ids;
     int64_t n_ids;
-    if (!build_prompt(ex, &ids, &n_ids, &e)) return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
+    if (!build_prompt(ex, &ids, &n_ids, &e))
+        return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
     celer_request_params rp = celer_request_default_params();
     rp.prompt = ids;
     rp.n_prompt = n_ids;

@@ -63,8 +63,10 @@ bool http_respond_json(exchange *ex, struct MHD_Connection *c, unsigned status, 
     json_decref(obj);
     if (!s) {
         static const char oom[] =
-            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        return (s = strdup(oom)) && respond_bytes(ex, c, 500, s, strlen(s), "application/json", NULL);
+            "{\"error\":{\"message\":\"out of "
+            "memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        return (s = strdup(oom)) &&
+               respond_bytes(ex, c, 500, s, strlen(s), "application/json", NULL);
     }
     return respond_bytes(ex, c, status, s, strlen(s), "application/json", NULL);
 }
@@ -129,7 +131,8 @@ static bool key_equal(const char *given, size_t glen, const char *key) {
 static bool authorized(const server *s, struct MHD_Connection *c) {
     if (s->cfg.n_api_keys == 0) return true;
     const char *given = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
-    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *auth =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!given && auth && !strncasecmp(auth, "Bearer", 6) && (auth[6] == ' ' || auth[6] == '\t')) {
         given = auth + 6;
         while (*given == ' ' || *given == '\t') given++;
@@ -147,22 +150,22 @@ static bool authorized(const server *s, struct MHD_Connection *c) {
 static enum MHD_Result answer_health(exchange *ex, struct MHD_Connection *c) {
     const int state = atomic_load(&ex->srv->state);
     if (state == SERVER_LOADING)
-        return http_respond_json(ex, c, 503, json_pack("{s:s}", "status", "loading")) ? MHD_YES : MHD_NO;
+        return http_respond_json(ex, c, 503, json_pack("{s:s}", "status", "loading")) ? MHD_YES
+                                                                                      : MHD_NO;
     return http_respond_json(ex, c, 200, json_pack("{s:s}", "status", "ok")) ? MHD_YES : MHD_NO;
 }
 
 static enum MHD_Result answer_models(exchange *ex, struct MHD_Connection *c) {
     const server *s = ex->srv;
-    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
-                          s->model_name, "object", "model", "created", (json_int_t)s->created,
-                          "owned_by", "celer");
+    json_t *o =
+        json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id", s->model_name,
+                  "object", "model", "created", (json_int_t)s->created, "owned_by", "celer");
     return http_respond_json(ex, c, 200, o) ? MHD_YES : MHD_NO;
 }
 
 static enum MHD_Result answer_metrics(exchange *ex, struct MHD_Connection *c) {
     char *text = jobs_metrics(ex->srv->js);
-    if (!text)
-        return answer_error(ex, c, 500, "server_error", NULL, "%s", "out of memory");
+    if (!text) return answer_error(ex, c, 500, "server_error", NULL, "%s", "out of memory");
     return respond_bytes(ex, c, 200, text, strlen(text), "text/plain; version=0.0.4; charset=utf-8",
                          NULL)
                ? MHD_YES
@@ -174,8 +177,8 @@ static enum MHD_Result answer_tokens(exchange *ex, struct MHD_Connection *c) {
     const bool tokenize = ex->rt == ROUTE_TOKENIZE;
     const request_limits lim = {celer_tokenizer_n_vocab(s->tok), 0};
     request_error e;
-    if (!request_parse(tokenize ? REQUEST_TOKENIZE : REQUEST_DETOKENIZE, ex->body, ex->body_len, &lim,
-                       &ex->req, &e))
+    if (!request_parse(tokenize ? REQUEST_TOKENIZE : REQUEST_DETOKENIZE, ex->body, ex->body_len,
+                       &lim, &ex->req, &e))
         return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
     ex->have_req = true;
     char err[512];
@@ -183,8 +186,8 @@ static enum MHD_Result answer_tokens(exchange *ex, struct MHD_Connection *c) {
     if (tokenize) {
         int32_t *ids = NULL;
         int64_t n = 0;
-        if (celer_tokenize(s->tok, ex->req.text, ex->req.text_len, ex->req.add_special, &ids, &n, err,
-                           sizeof err) != CELER_OK) {
+        if (celer_tokenize(s->tok, ex->req.text, ex->req.text_len, ex->req.add_special, &ids, &n,
+                           err, sizeof err) != CELER_OK) {
             free(ids);
             request_fail(&e, 400, "invalid_request_error", NULL, "content", "content: %s", err);
             return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
@@ -196,8 +199,8 @@ static enum MHD_Result answer_tokens(exchange *ex, struct MHD_Connection *c) {
     } else {
         char *text = NULL;
         size_t len = 0;
-        if (celer_detokenize(s->tok, ex->req.ids, ex->req.n_ids, false, &text, &len, err, sizeof err) !=
-            CELER_OK) {
+        if (celer_detokenize(s->tok, ex->req.ids, ex->req.n_ids, false, &text, &len, err,
+                             sizeof err) != CELER_OK) {
             free(text);
             request_fail(&e, 400, "invalid_request_error", NULL, "tokens", "tokens: %s", err);
             return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
@@ -221,7 +224,8 @@ static exchange *exchange_new(server *s, struct MHD_Connection *c, const char *u
     snprintf(ex->path, sizeof ex->path, "%s", url);
     ex->t0 = now_s();
     ex->fd = -1;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) ex->fd = ci->connect_fd;
     return ex;
 }
@@ -256,10 +260,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         ex->job = NULL;
     }
     const bool gone = ex->client_gone || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    fprintf(stderr, "celer serve: %s %s %d prompt=%lld cached=%lld completion=%lld %.3fs%s\n",
-            ex->method, ex->path, ex->status ? ex->status : 499, (long long)ex->usage.prompt_tokens,
-            (long long)ex->usage.cached_tokens, (long long)ex->usage.completion_tokens,
-            now_s() - ex->t0, gone ? " (connection ended early)" : "");
+    if (!ex->srv->cfg.quiet)
+        fprintf(stderr, "celer serve: %s %s %d prompt=%lld cached=%lld completion=%lld %.3fs%s\n",
+                ex->method, ex->path, ex->status ? ex->status : 499,
+                (long long)ex->usage.prompt_tokens, (long long)ex->usage.cached_tokens,
+                (long long)ex->usage.completion_tokens, now_s() - ex->t0,
+                gone ? " (connection ended early)" : "");
     exchange_unref(ex);
 }
 
@@ -271,27 +277,30 @@ static bool answer_early(exchange *ex, struct MHD_Connection *c, const char *met
     const int ri = route_find(s, ex->path);
     *res = MHD_YES;
     if (ri < 0) {
-        *res = answer_error(ex, c, 404, "invalid_request_error", "not_found", "no such endpoint: %s",
-                            ex->path);
+        *res = answer_error(ex, c, 404, "invalid_request_error", "not_found",
+                            "no such endpoint: %s", ex->path);
         return true;
     }
     ex->rt = routes[ri].rt;
     if (!strcmp(method, "OPTIONS")) { /* a CORS preflight: public */
         char *none = strdup("");
-        struct MHD_Response *r = none ? MHD_create_response_from_buffer(0, none, MHD_RESPMEM_MUST_FREE) : NULL;
+        struct MHD_Response *r =
+            none ? MHD_create_response_from_buffer(0, none, MHD_RESPMEM_MUST_FREE) : NULL;
         if (!r) {
             free(none);
             *res = MHD_NO;
             return true;
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW,
-                                !strcmp(routes[ri].allow, "GET") ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+                                !strcmp(routes[ri].allow, "GET") ? "GET, HEAD, OPTIONS"
+                                                                 : "POST, OPTIONS");
         if (s->cfg.cors_origin) {
             const char *req_headers =
                 MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
             MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
             MHD_add_response_header(r, "Access-Control-Allow-Headers",
-                                    req_headers ? req_headers : "Authorization, Content-Type, X-Api-Key");
+                                    req_headers ? req_headers
+                                                : "Authorization, Content-Type, X-Api-Key");
             MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
             http_add_cors(s, r);
         }
@@ -302,8 +311,8 @@ static bool answer_early(exchange *ex, struct MHD_Connection *c, const char *met
         return true;
     }
     const bool get_route = !strcmp(routes[ri].allow, "GET");
-    const bool method_ok = get_route ? !strcmp(method, "GET") || !strcmp(method, "HEAD")
-                                     : !strcmp(method, "POST");
+    const bool method_ok =
+        get_route ? !strcmp(method, "GET") || !strcmp(method, "HEAD") : !strcmp(method, "POST");
     if (!method_ok) {
         request_error e;
         request_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
@@ -318,11 +327,13 @@ static bool answer_early(exchange *ex, struct MHD_Connection *c, const char *met
         return true;
     }
     if (ex->rt != ROUTE_HEALTH && !authorized(s, c)) {
-        *res = answer_error(ex, c, 401, "authentication_error", "invalid_api_key", "%s",
-                            "a valid API key is required: Authorization: Bearer KEY or X-Api-Key: KEY");
+        *res = answer_error(
+            ex, c, 401, "authentication_error", "invalid_api_key", "%s",
+            "a valid API key is required: Authorization: Bearer KEY or X-Api-Key: KEY");
         return true;
     }
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
         char limit[32];
         snprintf(limit, sizeof limit, "%zu", s->cfg.max_body_bytes);
@@ -344,8 +355,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = ex;
         /* With a body coming, refuse before reading it; else answer on the next call, which
          * keeps the connection alive (MHD closes one answered before its body). */
-        const bool body = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
-                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        const bool body =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
         enum MHD_Result res;
         ex->checked = body;
         if (body && answer_early(ex, c, method, &res)) return res;
@@ -366,7 +378,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             size_t cap = ex->body_cap ? ex->body_cap * 2 : 4096;
             while (cap < ex->body_len + n + 1) cap *= 2;
             char *b = realloc(ex->body, cap);
-            if (!b) return answer_error(ex, c, 503, "unavailable_error", NULL, "%s", "out of memory");
+            if (!b)
+                return answer_error(ex, c, 503, "unavailable_error", NULL, "%s", "out of memory");
             ex->body = b, ex->body_cap = cap;
         }
         memcpy(ex->body + ex->body_len, upload, n);
@@ -386,18 +399,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                             "the body is larger than the limit of %s bytes", limit);
     }
     switch (ex->rt) {
-    case ROUTE_HEALTH: return answer_health(ex, c);
-    case ROUTE_MODELS: return answer_models(ex, c);
-    default: break;
+    case ROUTE_HEALTH:
+        return answer_health(ex, c);
+    case ROUTE_MODELS:
+        return answer_models(ex, c);
+    default:
+        break;
     }
     const int state = atomic_load(&s->state);
     if (state == SERVER_LOADING)
-        return answer_error(ex, c, 503, "unavailable_error", "loading", "%s", "the model is loading");
+        return answer_error(ex, c, 503, "unavailable_error", "loading", "%s",
+                            "the model is loading");
     switch (ex->rt) {
-    case ROUTE_METRICS: return answer_metrics(ex, c);
+    case ROUTE_METRICS:
+        return answer_metrics(ex, c);
     case ROUTE_TOKENIZE:
-    case ROUTE_DETOKENIZE: return answer_tokens(ex, c);
-    default: break;
+    case ROUTE_DETOKENIZE:
+        return answer_tokens(ex, c);
+    default:
+        break;
     }
     if (state == SERVER_DRAINING)
         return answer_error(ex, c, 503, "unavailable_error", "shutting_down", "%s",
@@ -418,7 +438,8 @@ static void model_name_of(const char *path, char *out, size_t cap) {
 
 server *server_start(const server_config *cfg, char *err, size_t err_size) {
     server *s = calloc(1, sizeof *s);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
                     *ai = NULL;
     if (!s) {
@@ -430,8 +451,11 @@ server *server_start(const server_config *cfg, char *err, size_t err_size) {
     s->created = (int64_t)time(NULL);
     atomic_init(&s->state, SERVER_LOADING);
     atomic_init(&s->live, 0);
-    if (cfg->alias) snprintf(s->model_name, sizeof s->model_name, "%s", cfg->alias);
-    else model_name_of(cfg->model_path ? cfg->model_path : "model", s->model_name, sizeof s->model_name);
+    if (cfg->alias)
+        snprintf(s->model_name, sizeof s->model_name, "%s", cfg->alias);
+    else
+        model_name_of(cfg->model_path ? cfg->model_path : "model", s->model_name,
+                      sizeof s->model_name);
     char port[16];
     snprintf(port, sizeof port, "%d", cfg->port);
     const int gai = getaddrinfo(cfg->host, port, &hints, &ai);
@@ -441,8 +465,8 @@ server *server_start(const server_config *cfg, char *err, size_t err_size) {
     }
     struct sockaddr_storage addr;
     memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ITC;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     /* MHD's threads inherit a mask without SIGINT/SIGTERM: server_run waits for them. */
     sigset_t block, old;
@@ -451,16 +475,16 @@ server *server_start(const server_config *cfg, char *err, size_t err_size) {
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)512, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     freeaddrinfo(ai);
     if (!s->daemon) {
-        snprintf(err, err_size, "cannot listen on %s port %d (in use, or not an address of this machine?)",
+        snprintf(err, err_size,
+                 "cannot listen on %s port %d (in use, or not an address of this machine?)",
                  cfg->host, cfg->port);
         goto fail;
     }
@@ -472,7 +496,9 @@ fail:
     return NULL;
 }
 
-int server_port(const server *s) { return s->port; }
+int server_port(const server *s) {
+    return s->port;
+}
 
 celer_status server_load(server *s, celer_model *model, celer_tokenizer *tok, int64_t n_ctx,
                          char *err, size_t err_size) {
@@ -484,12 +510,14 @@ celer_status server_load(server *s, celer_model *model, celer_tokenizer *tok, in
     if (celer_chat_template_load(s->cfg.model_path, &s->tmpl_src, &s->tmpl_bos, &s->tmpl_eos, terr,
                                  sizeof terr) != CELER_OK) {
         s->tmpl_src = s->tmpl_bos = s->tmpl_eos = NULL;
-        fprintf(stderr, "celer serve: no chat template (%s); /v1/chat/completions answers 400\n", terr);
+        fprintf(stderr, "celer serve: no chat template (%s); /v1/chat/completions answers 400\n",
+                terr);
     }
     if (s->tmpl_eos) { /* the end-of-turn text, as one id, also ends a chat choice */
         int32_t *ids = NULL;
         int64_t n = 0;
-        if (celer_tokenize(tok, s->tmpl_eos, strlen(s->tmpl_eos), false, &ids, &n, NULL, 0) == CELER_OK &&
+        if (celer_tokenize(tok, s->tmpl_eos, strlen(s->tmpl_eos), false, &ids, &n, NULL, 0) ==
+                CELER_OK &&
             n == 1)
             s->stop_id = ids[0];
         free(ids);

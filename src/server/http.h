@@ -22,16 +22,16 @@ enum { SERVER_LOADING, SERVER_READY, SERVER_DRAINING };
 struct server {
     server_config cfg;
     char model_name[256];
-    int64_t created;        /* Unix seconds at start, for /v1/models */
+    int64_t created; /* Unix seconds at start, for /v1/models */
     struct MHD_Daemon *daemon;
     int port;
-    atomic_int state;       /* SERVER_* */
-    atomic_int live;        /* exchanges not yet freed: requests under way */
+    atomic_int state; /* SERVER_* */
+    atomic_int live;  /* exchanges not yet freed: requests under way */
     celer_model *model;
     celer_tokenizer *tok;
     jobs *js;
     char *tmpl_src, *tmpl_bos, *tmpl_eos; /* the chat template, or NULL */
-    int32_t stop_id;        /* the template's eos text as one id, or -1 */
+    int32_t stop_id;                      /* the template's eos text as one id, or -1 */
     int64_t n_vocab;
 };
 
@@ -50,8 +50,8 @@ typedef enum route {
 typedef struct choice_acc {
     char *text; /* non-streamed: the whole text */
     size_t len, cap;
-    size_t offset;          /* bytes of token text so far (legacy text_offset) */
-    json_t *logprobs;       /* non-streamed: chat array or legacy object; NULL if not asked */
+    size_t offset;    /* bytes of token text so far (legacy text_offset) */
+    json_t *logprobs; /* non-streamed: chat array or legacy object; NULL if not asked */
     celer_finish_reason finish;
     bool ended;
 } choice_acc;
@@ -66,8 +66,8 @@ typedef struct exchange {
     route rt;
     int fd; /* the connection's socket, to notice a client that hung up */
     double t0;
-    int status; /* answered with, for the log line */
-    bool checked;  /* route, method, key and size were checked */
+    int status;   /* answered with, for the log line */
+    bool checked; /* route, method, key and size were checked */
     bool answered, client_gone;
     char *body;
     size_t body_len, body_cap;
@@ -80,7 +80,7 @@ typedef struct exchange {
     openai_meta meta;
     choice_acc *choices; /* [req.n] */
     openai_usage usage;
-    char *error;         /* the model step failed */
+    char *error; /* the model step failed */
     /* streaming */
     char *out;
     size_t out_len, out_cap, out_off;

@@ -24,28 +24,28 @@
 #include <time.h>
 
 struct job {
-    uint64_t id; /* the engine's request id */
+    uint64_t id;               /* the engine's request id */
     int32_t n_choices, n_open; /* choices, and those whose end has not been seen */
     int32_t stop_id;
     bool ignore_eos, want_logprobs;
     double t_submit, t_first;
-    double *t_last;            /* [n_choices] time of each choice's last token */
+    double *t_last;                   /* [n_choices] time of each choice's last token */
     job_piece *step_head, *step_tail; /* gathered during a step (engine lock) */
-    bool ended_in_step;        /* a choice ended in the current step */
-    pthread_mutex_t mu;        /* guards what follows */
+    bool ended_in_step;               /* a choice ended in the current step */
+    pthread_mutex_t mu;               /* guards what follows */
     pthread_cond_t cv;
-    job_piece *head, *tail;    /* published, not yet taken */
-    bool finished;             /* every choice's end is published */
-    job *next;                 /* in jobs.list */
+    job_piece *head, *tail; /* published, not yet taken */
+    bool finished;          /* every choice's end is published */
+    job *next;              /* in jobs.list */
 };
 
 struct jobs {
     celer_model *model;
     celer_engine *eng;
-    pthread_mutex_t mu;          /* the engine, list, metrics, quit */
-    pthread_cond_t work;         /* something was submitted or cancelled */
-    pthread_cond_t turn;         /* an HTTP thread let go of mu */
-    atomic_int waiters;          /* HTTP threads waiting for mu */
+    pthread_mutex_t mu;  /* the engine, list, metrics, quit */
+    pthread_cond_t work; /* something was submitted or cancelled */
+    pthread_cond_t turn; /* an HTTP thread let go of mu */
+    atomic_int waiters;  /* HTTP threads waiting for mu */
     pthread_t thread;
     bool started, quit;
     job *list;
@@ -100,8 +100,10 @@ static job *job_find(jobs *js, uint64_t id) {
 }
 
 static void step_append(job *j, job_piece *p) {
-    if (j->step_tail) j->step_tail->next = p;
-    else j->step_head = p;
+    if (j->step_tail)
+        j->step_tail->next = p;
+    else
+        j->step_head = p;
     j->step_tail = p;
 }
 
@@ -122,9 +124,10 @@ static void on_event(void *user, const celer_event *ev) {
             p->text[ev->text_len] = '\0';
             p->len = ev->text_len;
         }
-        const bool stop_token =
-            ev->finish == CELER_FINISH_STOP && ev->token >= 0 && ev->text_len == 0 &&
-            (ev->token == j->stop_id || (!j->ignore_eos && celer_model_is_eos(js->model, ev->token)));
+        const bool stop_token = ev->finish == CELER_FINISH_STOP && ev->token >= 0 &&
+                                ev->text_len == 0 &&
+                                (ev->token == j->stop_id ||
+                                 (!j->ignore_eos && celer_model_is_eos(js->model, ev->token)));
         p->is_output = ev->token >= 0 && !stop_token;
         if (j->want_logprobs && ev->token >= 0) {
             p->logprob = ev->logprob;
@@ -159,15 +162,19 @@ static void publish(jobs *js, const char *error) {
     for (job *j = js->list; j; j = j->next) {
         if (error && j->ended_in_step) {
             job_piece *p = calloc(1, sizeof *p);
-            if (p && (p->error = strdup(error))) step_append(j, p);
-            else free(p);
+            if (p && (p->error = strdup(error)))
+                step_append(j, p);
+            else
+                free(p);
         }
         j->ended_in_step = false;
         if (!j->step_head && !(j->n_open == 0 && !j->finished)) continue;
         pthread_mutex_lock(&j->mu);
         if (j->step_head) {
-            if (j->tail) j->tail->next = j->step_head;
-            else j->head = j->step_head;
+            if (j->tail)
+                j->tail->next = j->step_head;
+            else
+                j->head = j->step_head;
             j->tail = j->step_tail;
         }
         j->step_head = j->step_tail = NULL;
@@ -301,7 +308,8 @@ job_piece *job_wait(job *j, int timeout_ms, bool *done) {
     if (!j->head && !j->finished) {
         const struct timespec ts = deadline_ms(timeout_ms);
         int rc = 0;
-        while (!j->head && !j->finished && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        while (!j->head && !j->finished && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
     }
     job_piece *p = j->head;
     j->head = j->tail = NULL;

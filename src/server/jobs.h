@@ -25,17 +25,17 @@ typedef struct job job;
 /* What one engine event released for one choice. */
 typedef struct job_piece {
     int32_t index;
-    int32_t token;          /* the sampled id, or -1 */
-    bool is_output;         /* token is part of the completion (not an ending stop id) */
-    char *text;             /* released text (malloc'd, may be empty) */
+    int32_t token;  /* the sampled id, or -1 */
+    bool is_output; /* token is part of the completion (not an ending stop id) */
+    char *text;     /* released text (malloc'd, may be empty) */
     size_t len;
-    float logprob;          /* when the job asked for log-probabilities */
+    float logprob; /* when the job asked for log-probabilities */
     int32_t n_top;
     int32_t top_ids[CELER_MAX_TOP_LOGPROBS];
     float top_logprobs[CELER_MAX_TOP_LOGPROBS];
-    celer_finish_reason finish; /* NONE while the choice goes on */
+    celer_finish_reason finish;                              /* NONE while the choice goes on */
     int64_t prompt_tokens, cached_tokens, completion_tokens; /* on the ending piece */
-    char *error;            /* the model step failed: the message; the job is done */
+    char *error; /* the model step failed: the message; the job is done */
     struct job_piece *next;
 } job_piece;
 

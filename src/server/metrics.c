@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,
                                      0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0, 40.0};
 static const double itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
                                     0.3,  0.4,   0.5,  0.75,  1.0, 2.5};
-static const double e2e_bounds[] = {0.3, 0.5, 0.8, 1.0,  1.5,  2.0,  2.5,  5.0,  10.0,
+static const double e2e_bounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,  2.5,   5.0,  10.0,
                                     15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0};
 
 static void histogram_init(metrics_histogram *h, const double *bounds, int n) {

@@ -22,9 +22,9 @@ typedef struct metrics_histogram {
 } metrics_histogram;
 
 typedef struct server_metrics {
-    metrics_histogram ttft; /* submit -> first token, seconds */
-    metrics_histogram itl;  /* between two tokens of one choice */
-    metrics_histogram e2e;  /* submit -> last choice ended */
+    metrics_histogram ttft;  /* submit -> first token, seconds */
+    metrics_histogram itl;   /* between two tokens of one choice */
+    metrics_histogram e2e;   /* submit -> last choice ended */
     uint64_t requests_total; /* requests whose every choice ended */
 } server_metrics;
 

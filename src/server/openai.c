@@ -21,14 +21,17 @@ void openai_make_id(const char *prefix, char *out, size_t cap) {
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ (uintptr_t)out;
-        for (size_t i = 0; i < sizeof r; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, r[i] = (unsigned char)x;
+        uint64_t x =
+            (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ (uintptr_t)out;
+        for (size_t i = 0; i < sizeof r; i++)
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17, r[i] = (unsigned char)x;
     }
     size_t n = strlen(prefix);
     if (cap == 0) return;
     if (n > cap - 1) n = cap - 1;
     memcpy(out, prefix, n);
-    for (size_t i = 0; i < sizeof r && n + 1 < cap; i++) out[n++] = digits[r[i] % (sizeof digits - 1)];
+    for (size_t i = 0; i < sizeof r && n + 1 < cap; i++)
+        out[n++] = digits[r[i] % (sizeof digits - 1)];
     out[n] = '\0';
 }
 
@@ -42,10 +45,14 @@ static size_t utf8_valid_len(const unsigned char *s, size_t n) {
     size_t len;
     uint32_t cp, min;
     if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, cp = c & 0x1F, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, cp = c & 0x0F, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return 0;
     if (n < len) return 0;
     for (size_t i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80) return 0;
@@ -80,11 +87,14 @@ json_t *openai_string(const char *s, size_t len) {
 }
 
 /* JSON has no infinities: a log-probability of -inf reads as OpenAI's -9999. */
-static json_t *logprob_json(float lp) { return json_real(isfinite(lp) ? (double)lp : -9999.0); }
+static json_t *logprob_json(float lp) {
+    return json_real(isfinite(lp) ? (double)lp : -9999.0);
+}
 
 static json_t *bytes_json(const char *s, size_t len) {
     json_t *a = json_array();
-    for (size_t i = 0; a && i < len; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+    for (size_t i = 0; a && i < len; i++)
+        json_array_append_new(a, json_integer((unsigned char)s[i]));
     return a;
 }
 
@@ -124,14 +134,17 @@ bool openai_completion_logprobs_append(json_t *obj, const openai_logprob *lp, si
     json_t *tops = json_object();
     for (int32_t i = 0; tops && i < lp->n_top; i++) {
         json_t *key = openai_string(lp->top_tokens[i], lp->top_lens[i]);
-        if (key) json_object_set_new(tops, json_string_value(key), logprob_json(lp->top_logprobs[i]));
+        if (key)
+            json_object_set_new(tops, json_string_value(key), logprob_json(lp->top_logprobs[i]));
         json_decref(key);
     }
     int bad = !tops;
-    bad |= json_array_append_new(json_object_get(obj, "tokens"), openai_string(lp->token, lp->token_len));
+    bad |= json_array_append_new(json_object_get(obj, "tokens"),
+                                 openai_string(lp->token, lp->token_len));
     bad |= json_array_append_new(json_object_get(obj, "token_logprobs"), logprob_json(lp->logprob));
     bad |= json_array_append_new(json_object_get(obj, "top_logprobs"), tops);
-    bad |= json_array_append_new(json_object_get(obj, "text_offset"), json_integer((json_int_t)offset));
+    bad |= json_array_append_new(json_object_get(obj, "text_offset"),
+                                 json_integer((json_int_t)offset));
     return !bad;
 }
 
@@ -181,7 +194,8 @@ json_t *openai_chunk(const openai_meta *m, int32_t index, bool role, const char 
     }
     json_object_set_new(choice, "logprobs", lp);
     json_object_set_new(choice, "finish_reason",
-                        f == CELER_FINISH_NONE ? json_null() : json_string(openai_finish_reason(f)));
+                        f == CELER_FINISH_NONE ? json_null()
+                                               : json_string(openai_finish_reason(f)));
     return chunk_json(m, json_pack("[o]", choice));
 }
 

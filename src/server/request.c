@@ -34,7 +34,8 @@ bool request_fail(request_error *e, int status, const char *type, const char *co
 }
 
 /* A 400 invalid_request_error about field. */
-#define BAD(e, field, ...) request_fail((e), 400, "invalid_request_error", NULL, (field), __VA_ARGS__)
+#define BAD(e, field, ...)                                                                         \
+    request_fail((e), 400, "invalid_request_error", NULL, (field), __VA_ARGS__)
 
 void request_free(server_request *r) {
     free(r->messages_json);
@@ -51,14 +52,22 @@ void request_free(server_request *r) {
 /* "a string", "an array", ... for messages that say what was found. */
 static const char *found(const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number with a fraction";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    default: return "null";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number with a fraction";
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
+    default:
+        return "null";
     }
 }
 
@@ -100,8 +109,7 @@ static bool value_int(const json_t *v, const char *name, int64_t lo, int64_t hi,
         return true;
     }
     const double x = json_is_real(v) ? json_real_value(v) : 0.5;
-    if (x != floor(x))
-        return BAD(e, name, "%s: expected an integer, found %s", name, found(v));
+    if (x != floor(x)) return BAD(e, name, "%s: expected an integer, found %s", name, found(v));
     if (!(x >= (double)lo && x <= (double)hi))
         return BAD(e, name, "%s: expected an integer from %lld to %lld, found %g", name,
                    (long long)lo, (long long)hi, x);
@@ -118,7 +126,8 @@ static bool field_int(const json_t *obj, const char *name, int64_t lo, int64_t h
 static bool field_bool(const json_t *obj, const char *name, bool *out, request_error *e) {
     const json_t *v = field_get(obj, name);
     if (!v) return true;
-    if (!json_is_boolean(v)) return BAD(e, name, "%s: expected true or false, found %s", name, found(v));
+    if (!json_is_boolean(v))
+        return BAD(e, name, "%s: expected true or false, found %s", name, found(v));
     *out = json_is_true(v);
     return true;
 }
@@ -140,7 +149,8 @@ static bool parse_stop(const json_t *root, server_request *r, request_error *e) 
     if (!v) return true;
     if (json_is_string(v)) {
         if (json_string_length(v) == 0) return BAD(e, "stop", "stop: expected a non-empty string");
-        if (!(r->stop[0] = dup_bytes(json_string_value(v), json_string_length(v)))) return out_of_memory(e);
+        if (!(r->stop[0] = dup_bytes(json_string_value(v), json_string_length(v))))
+            return out_of_memory(e);
         r->n_stop = 1;
         return true;
     }
@@ -182,8 +192,8 @@ static bool parse_logit_bias(const json_t *root, const request_limits *lim, serv
     const json_t *v = field_get(root, "logit_bias");
     if (!v) return true;
     if (!json_is_object(v))
-        return BAD(e, "logit_bias", "logit_bias: expected an object of token ids to numbers, found %s",
-                   found(v));
+        return BAD(e, "logit_bias",
+                   "logit_bias: expected an object of token ids to numbers, found %s", found(v));
     const size_t n = json_object_size(v);
     if (n > REQUEST_MAX_BIAS)
         return BAD(e, "logit_bias", "logit_bias: expected at most %d entries, found %zu",
@@ -243,7 +253,8 @@ static bool parse_common(const json_t *root, const request_limits *lim, server_r
     if (!field_int(root, "seed", INT64_MIN, INT64_MAX, &i64, e)) return false;
     if (i64 != -1) sp->seed = (uint64_t)i64, r->seed_given = true; /* -1: random, as llama-server */
     if (!parse_stop(root, r, e) || !parse_logit_bias(root, lim, r, e) ||
-        !field_bool(root, "stream", &r->stream, e) || !field_bool(root, "ignore_eos", &r->ignore_eos, e))
+        !field_bool(root, "stream", &r->stream, e) ||
+        !field_bool(root, "ignore_eos", &r->ignore_eos, e))
         return false;
     const json_t *so = field_get(root, "stream_options");
     if (so && !json_is_object(so))
@@ -283,17 +294,20 @@ static bool content_text(const json_t *content, size_t i, json_t **out, request_
         char pname[128];
         snprintf(pname, sizeof pname, "%s[%zu]", name, k);
         if (!json_is_object(part))
-            return BAD(e, pname, "%s: expected an object {\"type\": \"text\", \"text\": ...}, found %s",
+            return BAD(e, pname,
+                       "%s: expected an object {\"type\": \"text\", \"text\": ...}, found %s",
                        pname, found(part));
         snprintf(pname, sizeof pname, "%s[%zu].type", name, k);
         if (!json_is_string(type))
-            return BAD(e, pname, "%s: expected \"text\", found %s", pname, type ? found(type) : "nothing");
+            return BAD(e, pname, "%s: expected \"text\", found %s", pname,
+                       type ? found(type) : "nothing");
         if (strcmp(json_string_value(type), "text") != 0)
             return BAD(e, pname, "%s: only \"text\" parts are supported, found \"%.40s\"", pname,
                        json_string_value(type));
         snprintf(pname, sizeof pname, "%s[%zu].text", name, k);
         if (!json_is_string(text))
-            return BAD(e, pname, "%s: expected a string, found %s", pname, text ? found(text) : "nothing");
+            return BAD(e, pname, "%s: expected a string, found %s", pname,
+                       text ? found(text) : "nothing");
         total += json_string_length(text);
     }
     char *buf = malloc(total + 1);
@@ -312,9 +326,13 @@ static bool content_text(const json_t *content, size_t i, json_t **out, request_
 /* messages -> r->messages_json: each message a copy with its content as one string. */
 static bool parse_messages(const json_t *root, server_request *r, request_error *e) {
     const json_t *msgs = field_get(root, "messages");
-    if (!msgs) return BAD(e, "messages", "messages: required, an array of {\"role\", \"content\"} objects");
-    if (!json_is_array(msgs)) return BAD(e, "messages", "messages: expected an array, found %s", found(msgs));
-    if (json_array_size(msgs) == 0) return BAD(e, "messages", "messages: expected at least one message");
+    if (!msgs)
+        return BAD(e, "messages",
+                   "messages: required, an array of {\"role\", \"content\"} objects");
+    if (!json_is_array(msgs))
+        return BAD(e, "messages", "messages: expected an array, found %s", found(msgs));
+    if (json_array_size(msgs) == 0)
+        return BAD(e, "messages", "messages: expected at least one message");
     json_t *norm = json_array();
     if (!norm) return out_of_memory(e);
     bool ok = true;
@@ -335,10 +353,12 @@ static bool parse_messages(const json_t *root, server_request *r, request_error 
         }
         json_t *text = NULL, *copy = NULL;
         ok = content_text(field_get(m, "content"), i, &text, e);
-        if (ok && (!(copy = json_copy((json_t *)m)) || json_object_set_new(copy, "content", text) != 0 ||
-                   json_array_append_new(norm, copy) != 0))
+        if (ok &&
+            (!(copy = json_copy((json_t *)m)) || json_object_set_new(copy, "content", text) != 0 ||
+             json_array_append_new(norm, copy) != 0))
             ok = out_of_memory(e);
-        else if (!ok) json_decref(text);
+        else if (!ok)
+            json_decref(text);
     }
     if (ok && !(r->messages_json = json_dumps(norm, JSON_COMPACT))) ok = out_of_memory(e);
     json_decref(norm);
@@ -353,12 +373,14 @@ static bool parse_unsupported(const json_t *root, request_error *e) {
         if (v && !json_is_array(v))
             return BAD(e, listed[k], "%s: expected an array, found %s", listed[k], found(v));
         if (v && json_array_size(v) > 0)
-            return BAD(e, listed[k], "%s: tool and function calling is not supported yet", listed[k]);
+            return BAD(e, listed[k], "%s: tool and function calling is not supported yet",
+                       listed[k]);
     }
     const json_t *rf = field_get(root, "response_format");
     if (!rf) return true;
     if (!json_is_object(rf))
-        return BAD(e, "response_format", "response_format: expected an object, found %s", found(rf));
+        return BAD(e, "response_format", "response_format: expected an object, found %s",
+                   found(rf));
     const json_t *t = json_object_get(rf, "type");
     if (!json_is_string(t))
         return BAD(e, "response_format.type", "response_format.type: expected a string, found %s",
@@ -368,15 +390,16 @@ static bool parse_unsupported(const json_t *root, request_error *e) {
         return BAD(e, "response_format.type",
                    "response_format.type: \"%s\" is not supported yet; only \"text\"", ts);
     if (strcmp(ts, "text") != 0)
-        return BAD(e, "response_format.type", "response_format.type: expected \"text\", found \"%.40s\"", ts);
+        return BAD(e, "response_format.type",
+                   "response_format.type: expected \"text\", found \"%.40s\"", ts);
     return true;
 }
 
 static bool parse_chat(const json_t *root, const request_limits *lim, server_request *r,
                        request_error *e) {
     r->max_tokens = -1;
-    if (!parse_messages(root, r, e) || !parse_unsupported(root, e) || !parse_common(root, lim, r, e) ||
-        !field_bool(root, "logprobs", &r->logprobs, e))
+    if (!parse_messages(root, r, e) || !parse_unsupported(root, e) ||
+        !parse_common(root, lim, r, e) || !field_bool(root, "logprobs", &r->logprobs, e))
         return false;
     int64_t k = -1;
     if (!field_int(root, "top_logprobs", 0, CELER_MAX_TOP_LOGPROBS, &k, e)) return false;
@@ -421,16 +444,20 @@ static bool parse_prompt(const json_t *root, const request_limits *lim, server_r
         name = name0;
     }
     if (json_is_string(p)) {
-        if (json_string_length(p) == 0) return BAD(e, name, "%s: expected a non-empty string", name);
+        if (json_string_length(p) == 0)
+            return BAD(e, name, "%s: expected a non-empty string", name);
         r->text_len = json_string_length(p);
         return (r->text = dup_bytes(json_string_value(p), r->text_len)) ? true : out_of_memory(e);
     }
     if (!json_is_array(p))
-        return BAD(e, name, "%s: expected a string or an array of token ids, found %s", name, found(p));
+        return BAD(e, name, "%s: expected a string or an array of token ids, found %s", name,
+                   found(p));
     if (json_array_size(p) == 0) return BAD(e, name, "%s: expected at least one token id", name);
     if (!all_integers(p))
-        return BAD(e, name, "%s: expected one prompt (a string or an array of token ids); batches of "
-                            "several prompts are not supported", name);
+        return BAD(e, name,
+                   "%s: expected one prompt (a string or an array of token ids); batches of "
+                   "several prompts are not supported",
+                   name);
     return parse_ids(p, name, lim, &r->ids, &r->n_ids, e);
 }
 
@@ -495,10 +522,18 @@ bool request_parse(request_kind kind, const char *body, size_t len, const reques
         ok = BAD(e, NULL, "the body must be a JSON object, found %s", found(root));
     } else {
         switch (kind) {
-        case REQUEST_CHAT: ok = parse_chat(root, lim, out, e); break;
-        case REQUEST_COMPLETION: ok = parse_completion(root, lim, out, e); break;
-        case REQUEST_TOKENIZE: ok = parse_tokenize(root, out, e); break;
-        default: ok = parse_detokenize(root, lim, out, e); break;
+        case REQUEST_CHAT:
+            ok = parse_chat(root, lim, out, e);
+            break;
+        case REQUEST_COMPLETION:
+            ok = parse_completion(root, lim, out, e);
+            break;
+        case REQUEST_TOKENIZE:
+            ok = parse_tokenize(root, out, e);
+            break;
+        default:
+            ok = parse_detokenize(root, lim, out, e);
+            break;
         }
     }
     json_decref(root);

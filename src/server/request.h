@@ -24,8 +24,8 @@ typedef enum request_kind {
     REQUEST_DETOKENIZE, /* POST /detokenize */
 } request_kind;
 
-#define REQUEST_MAX_STOP 4
-#define REQUEST_MAX_N 16
+#define REQUEST_MAX_STOP                4
+#define REQUEST_MAX_N                   16
 #define REQUEST_MAX_COMPLETION_LOGPROBS 5
 
 /* What the parser needs to know of the model. */
@@ -65,10 +65,10 @@ typedef struct server_request {
 
 /* An OpenAI error object: {"error": {"message", "type", "param", "code"}}. */
 typedef struct request_error {
-    int status;         /* HTTP status */
-    const char *type;   /* "invalid_request_error", ... (static) */
-    const char *code;   /* static, or NULL */
-    char param[128];    /* the field at fault, "" for none */
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", ... (static) */
+    const char *code; /* static, or NULL */
+    char param[128];  /* the field at fault, "" for none */
     char message[512];
 } request_error;
 

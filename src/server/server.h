@@ -21,17 +21,18 @@
 #include <stddef.h>
 
 typedef struct server_config {
-    const char *host;             /* address to bind ("127.0.0.1", "::", "0.0.0.0") */
-    int port;                     /* 0: any free port (server_port says which) */
-    const char *model_path;       /* for the chat template, and the model name */
-    const char *alias;            /* the model's name in responses; NULL: the file name */
-    const char *const *api_keys;  /* [n_api_keys]; none: no authentication */
+    const char *host;            /* address to bind ("127.0.0.1", "::", "0.0.0.0") */
+    int port;                    /* 0: any free port (server_port says which) */
+    const char *model_path;      /* for the chat template, and the model name */
+    const char *alias;           /* the model's name in responses; NULL: the file name */
+    const char *const *api_keys; /* [n_api_keys]; none: no authentication */
     int n_api_keys;
-    bool metrics;                 /* serve GET /metrics */
-    const char *cors_origin;      /* Access-Control-Allow-Origin, or NULL */
-    size_t max_body_bytes;        /* larger bodies get 413 */
-    double drain_seconds;         /* on SIGINT/SIGTERM, how long running requests may finish */
-    celer_engine_params engine;   /* n_ctx comes with server_load */
+    bool metrics;               /* serve GET /metrics */
+    const char *cors_origin;    /* Access-Control-Allow-Origin, or NULL */
+    size_t max_body_bytes;      /* larger bodies get 413 */
+    double drain_seconds;       /* on SIGINT/SIGTERM, how long running requests may finish */
+    bool quiet;                 /* no log line per request on stderr */
+    celer_engine_params engine; /* n_ctx comes with server_load */
 } server_config;
 
 typedef struct server server;
