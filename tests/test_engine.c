@@ -419,6 +419,22 @@ static void test_real_text(void) {
               "stop \"%s\": got \"%s\" (finish %d), want \"%s\"", stop, rs2.out[0].text[0], rs2.out[0].finish[0],
               before);
     }
+    /* A stop string that the end of the text begins but never completes: held back while
+     * it could, then released when the length limit ends the choice. */
+    if (len > 4) {
+        char tail[16];
+        snprintf(tail, sizeof tail, "%s\x01", full + len - 3);
+        const char *stops[] = {tail};
+        run_state rs3 = {0};
+        rp = greedy_request(ids, n, 24);
+        rp.stop = stops;
+        rp.n_stop = 1;
+        submit(eng, &rs3, &rp);
+        drain(eng, &rs3);
+        CHECK(!strcmp(rs3.out[0].text[0], full) && rs3.out[0].finish[0] == CELER_FINISH_LENGTH,
+              "held-back text at the length limit: got \"%s\" (finish %d), want \"%s\"", rs3.out[0].text[0],
+              rs3.out[0].finish[0], full);
+    }
     check_idle(eng, "real model");
     celer_engine_destroy(eng);
     free(ids);

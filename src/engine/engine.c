@@ -666,8 +666,10 @@ static void choice_sample(celer_engine *eng, choice *c, float *l, celer_event_fn
     if (c->counts && c->counts[tok]++ == 0) c->uniq[c->n_uniq++] = tok;
     ev.token = tok;
     const size_t from = c->sent;
+    bool release_all = false; /* the choice ends without a stop string */
     if (is_stop_id(eng, r, tok)) {
         c->finish = CELER_FINISH_STOP;
+        release_all = true;
     } else if (c->ds) {
         const char *piece;
         size_t n;
@@ -681,6 +683,9 @@ static void choice_sample(celer_engine *eng, choice *c, float *l, celer_event_fn
     if (c->finish == CELER_FINISH_NONE &&
         ((r->p.max_tokens > 0 && c->n_gen >= r->p.max_tokens) || c->n_tokens >= eng->p.n_ctx)) {
         c->finish = CELER_FINISH_LENGTH;
+        release_all = true;
+    }
+    if (release_all) {
         /* No stop string can complete now: release what was held back, and any bytes the
          * detokenizer still holds. */
         const char *rest;
