@@ -111,7 +111,8 @@ static char *token_text(const server *s, int32_t id, size_t *len) {
 }
 
 /* A piece's log-probabilities: a chat entry, or appended to a legacy object (legacy
- * != NULL; offset is the token's byte offset in the choice). */
+ * != NULL; offset is the token's character offset in the choice). *token_len gets the
+ * token's length in characters. */
 static json_t *piece_logprob(const server *s, const job_piece *p, json_t *legacy, size_t offset,
                              size_t *token_len) {
     char *tops[CELER_MAX_TOP_LOGPROBS] = {0};
@@ -127,7 +128,7 @@ static json_t *piece_logprob(const server *s, const job_piece *p, json_t *legacy
         openai_completion_logprobs_append(legacy, &lp, offset);
     else
         out = openai_chat_logprob(&lp);
-    *token_len = tok ? len : 0;
+    *token_len = tok ? openai_char_count(tok, len) : 0;
     free(tok);
     for (int32_t i = 0; i < p->n_top; i++) free(tops[i]);
     return out;

@@ -50,7 +50,7 @@ typedef enum route {
 typedef struct choice_acc {
     char *text; /* non-streamed: the whole text */
     size_t len, cap;
-    size_t offset;    /* bytes of token text so far (legacy text_offset) */
+    size_t offset;    /* characters of token text so far (legacy text_offset) */
     json_t *logprobs; /* non-streamed: chat array or legacy object; NULL if not asked */
     celer_finish_reason finish;
     bool ended;

@@ -86,6 +86,16 @@ json_t *openai_string(const char *s, size_t len) {
     return j;
 }
 
+size_t openai_char_count(const char *s, size_t len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = 0;
+    for (size_t i = 0; i < len; n++) {
+        const size_t k = utf8_valid_len(u + i, len - i);
+        i += k ? k : 1;
+    }
+    return n;
+}
+
 /* JSON has no infinities: a log-probability of -inf reads as OpenAI's -9999. */
 static json_t *logprob_json(float lp) {
     return json_real(isfinite(lp) ? (double)lp : -9999.0);
@@ -153,27 +163,26 @@ bool openai_completion_logprobs_append(json_t *obj, const openai_logprob *lp, si
 json_t *openai_choice(const openai_meta *m, int32_t index, const char *text, size_t len,
                       json_t *logprobs, celer_finish_reason finish) {
     json_t *lp = logprobs ? logprobs : json_null();
-    if (m->chat && logprobs) lp = json_pack("{s:o}", "content", logprobs);
+    if (m->chat && logprobs) lp = json_pack("{s:o, s:n}", "content", logprobs, "refusal");
     if (m->chat)
-        return json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", index, "message", "role",
-                         "assistant", "content", openai_string(text, len), "logprobs", lp,
-                         "finish_reason", openai_finish_reason(finish));
+        return json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", index, "message", "role",
+                         "assistant", "content", openai_string(text, len), "refusal", "logprobs",
+                         lp, "finish_reason", openai_finish_reason(finish));
     return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "text", openai_string(text, len),
                      "logprobs", lp, "finish_reason", openai_finish_reason(finish));
 }
 
 json_t *openai_response(const openai_meta *m, json_t *choices, const openai_usage *u) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:n}", "id", m->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", m->id, "object",
                      m->chat ? "chat.completion" : "text_completion", "created",
                      (json_int_t)m->created, "model", m->model, "choices", choices, "usage",
-                     openai_usage_json(u), "system_fingerprint");
+                     openai_usage_json(u));
 }
 
 static json_t *chunk_json(const openai_meta *m, json_t *choices) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:n, s:o}", "id", m->id, "object",
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", m->id, "object",
                      m->chat ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)m->created, "model", m->model, "system_fingerprint", "choices",
-                     choices);
+                     (json_int_t)m->created, "model", m->model, "choices", choices);
 }
 
 json_t *openai_chunk(const openai_meta *m, int32_t index, bool role, const char *text, size_t len,
@@ -188,7 +197,7 @@ json_t *openai_chunk(const openai_meta *m, int32_t index, bool role, const char 
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
         if (text) json_object_set_new(delta, "content", openai_string(text, len));
         json_object_set_new(choice, "delta", delta);
-        if (logprobs) lp = json_pack("{s:o}", "content", logprobs);
+        if (logprobs) lp = json_pack("{s:o, s:n}", "content", logprobs, "refusal");
     } else {
         json_object_set_new(choice, "text", openai_string(text ? text : "", text ? len : 0));
     }

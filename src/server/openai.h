@@ -51,6 +51,9 @@ const char *openai_finish_reason(celer_finish_reason f);
 /* A JSON string of s[len]; invalid UTF-8 bytes become U+FFFD. NULL when out of memory. */
 json_t *openai_string(const char *s, size_t len);
 
+/* Characters of openai_string(s, len): code points, each invalid byte counting one. */
+size_t openai_char_count(const char *s, size_t len);
+
 /* {"error": {"message", "type", "param", "code"}}. */
 json_t *openai_error(const request_error *e);
 
@@ -62,7 +65,7 @@ json_t *openai_usage_json(const openai_usage *u);
 json_t *openai_chat_logprob(const openai_logprob *lp);
 
 /* Legacy completions: {"tokens": [], "token_logprobs": [], "top_logprobs": [],
- * "text_offset": []}, and appending one token at byte offset `offset` of the text. */
+ * "text_offset": []}, and appending one token at character offset `offset` of the text. */
 json_t *openai_completion_logprobs_new(void);
 bool openai_completion_logprobs_append(json_t *obj, const openai_logprob *lp, size_t offset);
 

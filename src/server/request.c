@@ -514,9 +514,12 @@ bool request_parse(request_kind kind, const char *body, size_t len, const reques
     out->sampling.min_p = 0.0f, out->sampling.repeat_penalty = 1.0f;
     json_error_t jerr;
     json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
-    if (!root)
-        return BAD(e, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
-                   jerr.line, jerr.column);
+    if (!root) {
+        /* jansson says "unable to decode byte 0x.." for bytes that are not UTF-8. */
+        const bool utf8 = strstr(jerr.text, "decode byte") || strstr(jerr.text, "Unicode");
+        return BAD(e, NULL, "the body is not valid %s: %s (line %d, column %d)",
+                   utf8 ? "UTF-8 JSON" : "JSON", jerr.text, jerr.line, jerr.column);
+    }
     bool ok;
     if (!json_is_object(root)) {
         ok = BAD(e, NULL, "the body must be a JSON object, found %s", found(root));
