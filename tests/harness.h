@@ -1,7 +1,10 @@
 /*
- * harness.h - a minimal test harness: CHECK counts passes and failures, each test
- * program ends with harness_done, whose last line "NAME: N passed, M failed" the runner
- * (tests/run.sh) adds up. Also small fixture helpers shared by the tests.
+ * harness.h - a minimal test harness: CHECK counts passes and failures, SKIP and
+ * SKIP_REQUIRED count checks that could not run, and each test program ends with
+ * harness_done, whose last line "NAME: N passed, M failed, K skipped" the runner
+ * (tests/run.sh) adds up. Also small fixture and tokenizer helpers shared by the tests.
+ * It does not find or fetch anything outside the repository except the default model
+ * (real_model_path) and an explicit $CELER_SHARED or $CELER_FIXTURES override.
  */
 #ifndef CELER_TESTS_HARNESS_H
 #define CELER_TESTS_HARNESS_H
@@ -15,6 +18,15 @@ bool check_(bool ok, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 #define CHECK(cond, ...) check_((cond), __FILE__, __LINE__, __VA_ARGS__)
 
+/* Records checks that could not run and prints "SKIP file:line: reason". SKIP is for
+ * something legitimately absent (an instruction set this CPU lacks, a sanitizer build);
+ * SKIP_REQUIRED for what CI must provide (the real model, tokenizers, goldens): when
+ * $CI is "true" it is a failure ("FAIL file:line: required under CI: reason"). */
+void skip_(bool required, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define SKIP(...) skip_(false, __FILE__, __LINE__, __VA_ARGS__)
+#define SKIP_REQUIRED(...) skip_(true, __FILE__, __LINE__, __VA_ARGS__)
+
 /* Prints the summary line; returns the exit status (0 when nothing failed). */
 int harness_done(const char *name);
 
@@ -23,8 +35,9 @@ const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */
 const char *fixture_path(const char *name);
 
-/* Names of the fixtures with golden.json under fixture_root(), sorted, into names[cap]
- * (each malloc'd; free them); returns how many. */
+/* Names of every fixture directory under fixture_root() (each subdirectory not starting
+ * with '.' or '_'), sorted, into names[cap] (each malloc'd; free them); returns how many.
+ * A fixture without its goldens is listed too: the tests must fail on it. */
 int fixture_names(char **names, int cap);
 /* A fixture's model: dir/model.gguf when it exists, else dir (a checkpoint directory).
  * Static buffer. */
@@ -33,6 +46,13 @@ const char *fixture_model_path(const char *dir);
 /* The default model's GGUF: $CELER_REAL_MODEL, else in ${CELER_CACHE_DIR:-~/.cache/celer}
  * (where tools/fetch_model.sh puts it). Static buffer. */
 const char *real_model_path(void);
+
+/* The directory of a real tokenizer (llama2, llama3_1, qwen3) holding tokenizer.json and
+ * tokenizer_config.json: $CELER_SHARED/tokenizers/<name> when $CELER_SHARED is set, else
+ * build/tokenizers/<name>, decompressed (xz -dc) from the .xz files of
+ * tests/tokenizers/<name> on first use and whenever one of those is newer. true with the directory in out[cap]; false with
+ * the reason in out[cap]. */
+bool tokenizer_dir(const char *name, char *out, size_t cap);
 
 /* Reads a float32 2-D .npy file (malloc'd); NULL on any problem. */
 float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols);

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Runs every test program in BUILD/tests and adds up their "N passed, M failed" lines.
-# The last line is the total; the exit status is non-zero on any failure or crash.
+# Runs every test program in BUILD/tests and adds up their "N passed, M failed, K skipped"
+# lines, showing each FAIL and SKIP line on the way. The last line is the total; the exit
+# status is non-zero on any failure or crash (skips alone do not fail the run).
 set -u
 build=${1:-build}
 export CELER_BIN="$build/celer"
-pass=0; fail=0
+pass=0; fail=0; skip=0
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     out=$("$t" 2>&1); rc=$?
-    printf '%s\n' "$out" | grep -E '^(FAIL|  )' || true
+    printf '%s\n' "$out" | grep -E '^(FAIL|SKIP|  )' || true
     last=$(printf '%s\n' "$out" | tail -n 1)
-    if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
-        pass=$((pass + BASH_REMATCH[1])); fail=$((fail + BASH_REMATCH[2]))
+    if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)? ]]; then
+        pass=$((pass + BASH_REMATCH[1])); fail=$((fail + BASH_REMATCH[2])); skip=$((skip + ${BASH_REMATCH[4]:-0}))
         echo "$last"
     else
         echo "$name: crashed or printed no summary (exit $rc)"; printf '%s\n' "$out" | tail -n 20
@@ -22,5 +23,5 @@ for t in "$build"/tests/test_*; do
         echo "$name: exit status $rc"; fail=$((fail + 1))
     fi
 done
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -1,6 +1,6 @@
 /*
  * test_cli_template.c - `celer template` as scripts use it: the prompt of golden
- * conversations through a tokenizer_config.json directory (Qwen3 from ../shared), a
+ * conversations through a tokenizer_config.json directory (Qwen3 of tests/tokenizers), a
  * chat_template.jinja directory (which wins over tokenizer_config.json) and a list of
  * named templates (Cohere2's "default"), messages as an array or under "messages", and
  * bad input failing with one `celer: ...` line and exit status 1.
@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 static const char *bin(void) { return getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer"; }
-static const char *shared_root(void) { return getenv("CELER_SHARED") ? getenv("CELER_SHARED") : "../shared"; }
 
 static char out[1 << 17];
 
@@ -92,13 +91,16 @@ static char *slurp(const char *path) {
 int main(void) {
     json_t *convs = json_load_file("tests/templates/conversations.json", 0, NULL);
     if (!CHECK(json_is_array(convs), "conversations.json")) return harness_done("test_cli_template");
-    char model[4096], dir[] = "/tmp/celer-cli-tmpl-XXXXXX", p[4096], args[8192];
-    snprintf(model, sizeof model, "%s/tokenizers/qwen3", shared_root());
-    /* cases are (conversation * 2 + add_generation_prompt) */
-    check_case("qwen3", model, 2, false, convs);
-    check_case("qwen3", model, 5, true, convs);
-    check_case("qwen3", model, 9, false, convs);
-    check_case("qwen3", model, 15, true, convs);
+    char qwen3[4096], llama2[4096], dir[] = "/tmp/celer-cli-tmpl-XXXXXX", p[4096], args[8192];
+    if (tokenizer_dir("qwen3", qwen3, sizeof qwen3)) {
+        /* cases are (conversation * 2 + add_generation_prompt) */
+        check_case("qwen3", qwen3, 2, false, convs);
+        check_case("qwen3", qwen3, 5, true, convs);
+        check_case("qwen3", qwen3, 9, false, convs);
+        check_case("qwen3", qwen3, 15, true, convs);
+    } else {
+        SKIP_REQUIRED("%s", qwen3);
+    }
     if (!CHECK(mkdtemp(dir), "mkdtemp")) return harness_done("test_cli_template");
 
     /* chat_template.jinja beside a tokenizer_config.json whose template must lose */
@@ -124,7 +126,8 @@ int main(void) {
     check_case("cohere2", dir, 5, true, convs);
     check_case("cohere2", dir, 16, false, convs); /* roles not alternating: raise_exception */
 
-    /* bad input */
+    /* bad input, through the Cohere2 directory above */
+    const char *model = dir;
     char msgs[128];
     snprintf(msgs, sizeof msgs, "/tmp/celer-cli-badmsgs-%d.json", (int)getpid());
     write_text(msgs, "[{\"role\": \"user\", \"content\": ");
@@ -141,8 +144,12 @@ int main(void) {
     check_fails("no messages", args, "--messages");
     snprintf(args, sizeof args, "template -m '%s' --messages %s --frob", model, msgs);
     check_fails("unknown flag", args, "--frob");
-    snprintf(args, sizeof args, "template -m '%s/tokenizers/llama2' --messages %s", shared_root(), msgs);
-    check_fails("no chat template", args, "no chat template");
+    if (tokenizer_dir("llama2", llama2, sizeof llama2)) {
+        snprintf(args, sizeof args, "template -m '%s' --messages %s", llama2, msgs);
+        check_fails("no chat template", args, "no chat template");
+    } else {
+        SKIP_REQUIRED("%s", llama2);
+    }
     snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
     write_json(p, json_pack("{ss}", "chat_template", "line 1\n{% for m in messages %}{{ m | wordcount }}"));
     snprintf(args, sizeof args, "template -m %s --messages %s", dir, msgs);

@@ -1,8 +1,8 @@
 /*
  * test_cli_tokenize.c - `celer tokenize` and `celer detokenize` as scripts use them:
- * ids of golden corpus strings through the real tokenizers (directory and file paths,
- * --text and --file, --no-add-special, --json), text back from --ids, and bad input
- * failing with one `celer: ...` line and exit status 1.
+ * ids of golden corpus strings through the real tokenizers of tests/tokenizers
+ * (directory and file paths, --text and --file, --no-add-special, --json), text back
+ * from --ids, and bad input failing with one `celer: ...` line and exit status 1.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 static const char *bin(void) { return getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer"; }
-static const char *shared_root(void) { return getenv("CELER_SHARED") ? getenv("CELER_SHARED") : "../shared"; }
 
 /* The ids of golden case i as "a b c\n" (or JSON "[a, b, c]\n"). */
 static void want_ids(json_t *ids, bool json, char *out, size_t cap) {
@@ -29,7 +28,10 @@ static void want_ids(json_t *ids, bool json, char *out, size_t cap) {
 
 static void check_tokenizer(const char *name, json_t *corpus, const size_t *cases, size_t n_cases) {
     char path[4096], gpath[256], cmd[8192], out[16384], want[16384], txt[128];
-    snprintf(path, sizeof path, "%s/tokenizers/%s", shared_root(), name);
+    if (!tokenizer_dir(name, path, sizeof path)) {
+        SKIP_REQUIRED("%s", path);
+        return;
+    }
     snprintf(gpath, sizeof gpath, "tests/tokenizer/golden_%s.json", name);
     json_t *g = json_load_file(gpath, 0, NULL);
     json_t *gc = json_object_get(g, "cases");
@@ -93,11 +95,18 @@ int main(void) {
     check_tokenizer("llama2", corpus, cases, n);
 
     char path[4096], args[8192], out[4096];
-    snprintf(path, sizeof path, "%s/tokenizers/llama3_1", shared_root());
-    snprintf(args, sizeof args, "'%s' tokenize -m '%s' --text 'Hello world' --no-add-special", bin(), path);
-    CHECK(run_capture(args, out, sizeof out) == 0 && !strcmp(out, "9906 1917\n"), "--text: %s", out);
+    if (tokenizer_dir("llama3_1", path, sizeof path)) {
+        snprintf(args, sizeof args, "'%s' tokenize -m '%s' --text 'Hello world' --no-add-special", bin(), path);
+        CHECK(run_capture(args, out, sizeof out) == 0 && !strcmp(out, "9906 1917\n"), "--text: %s", out);
+    } else {
+        SKIP_REQUIRED("%s", path);
+    }
     /* The failures below load the small Llama 2 tokenizer, which loads fastest. */
-    snprintf(path, sizeof path, "%s/tokenizers/llama2", shared_root());
+    if (!tokenizer_dir("llama2", path, sizeof path)) {
+        SKIP_REQUIRED("%s", path);
+        json_decref(corpus);
+        return harness_done("test_cli_tokenize");
+    }
     snprintf(args, sizeof args, "tokenize -m '%s' --text \"$(printf 'a\\377b')\"", path);
     check_fails("invalid UTF-8", args, "not valid UTF-8");
     snprintf(args, sizeof args, "tokenize -m '%s'", path);

@@ -362,7 +362,7 @@ int main(void) {
     const cpu_isa isas[] = {CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX};
     for (int i = 0; i < 4; i++) {
         if (!cpu_isa_supported(isas[i])) {
-            printf("  %s: skipped, this CPU lacks the instructions\n", cpu_isa_name(isas[i]));
+            SKIP("%s: this CPU lacks the instructions", cpu_isa_name(isas[i]));
             continue;
         }
         const cpu_kernels *k = cpu_kernels_for(isas[i]);

@@ -154,7 +154,7 @@ int main(void) {
         supported[k] = celer_kernels_supported(fast_sets[k]);
         n_supported += supported[k];
         if (!supported[k])
-            printf("  skipped: kernel set %s (this CPU lacks the instructions)\n", fast_sets[k]);
+            SKIP("kernel set %s: this CPU lacks the instructions", fast_sets[k]);
     }
     CHECK(supported[0] && supported[N_SETS - 1], "generic and auto are supported everywhere");
     char *names[256];

@@ -5,7 +5,8 @@
  * 1e-4 x max|golden| (reference) or 2e-3 x max|golden| (fast: int8 value + residual
  * activations, fp16 KV cache; fp32 cache 2e-3 too), and the identical 16-token greedy
  * continuation. The reference runs with an fp32 KV cache, as transformers does. Also runs one fixture in
- * chunks of 5 rows and with 1 and 3 threads, which must give the same logits.
+ * chunks of 5 rows and with 1 and 3 threads, which must give the same logits. A fixture
+ * directory without golden.json or golden_logits.npy is a failure, never a quiet pass.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
@@ -42,17 +43,34 @@ static float *forward_all(celer_model *m, const int32_t *ids, int64_t n, int64_t
     return logits;
 }
 
+/* Both golden files of a fixture are there (a failed check for each one missing). */
+static bool goldens_present(const char *name) {
+    static const char *const files[] = {"golden.json", "golden_logits.npy"};
+    bool ok = true;
+    for (int i = 0; i < 2; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", fixture_path(name), files[i]);
+        FILE *f = fopen(path, "rb");
+        ok &= CHECK(f != NULL, "%s: golden file %s is missing (make fixtures)", name, path);
+        if (f) fclose(f);
+    }
+    return ok;
+}
+
 static void check_fixture(const char *name) {
     char dir[4096], path[4200], err[512];
     snprintf(dir, sizeof dir, "%s", fixture_path(name));
     int32_t *ids, *greedy;
     int64_t n, n_greedy, rows, cols;
-    if (!CHECK(golden_read(dir, &ids, &n, &greedy, &n_greedy) == 0, "%s: golden.json", name)) return;
+    if (!CHECK(golden_read(dir, &ids, &n, &greedy, &n_greedy) == 0, "%s: golden.json unreadable", name)) return;
     snprintf(path, sizeof path, "%s/golden_logits.npy", dir);
     float *golden = npy_read_f32(path, &rows, &cols);
     celer_model *m = NULL;
-    celer_status s = celer_model_open(fixture_model_path(dir), NULL, &m, err, sizeof err);
-    if (CHECK(s == CELER_OK && golden, "%s: open: %s", name, err) && CHECK(rows == n && cols == celer_model_n_vocab(m), "%s: golden shape", name)) {
+    celer_status s = CELER_OK;
+    if (CHECK(golden, "%s: %s unreadable", name, path) &&
+        CHECK((s = celer_model_open(fixture_model_path(dir), NULL, &m, err, sizeof err)) == CELER_OK, "%s: open: %s",
+              name, err) &&
+        CHECK(rows == n && cols == celer_model_n_vocab(m), "%s: golden shape", name)) {
         float *logits = forward_all(m, ids, n, 512, 2);
         double diff = logits ? max_abs_diff(logits, golden, n * cols) : 1e30, mx = max_abs(golden, n * cols);
         const double tol = strcmp(kernels, "ref") ? 2e-3 : 1e-4;
@@ -108,7 +126,7 @@ static void check_same_weights(const char *gguf_name, const char *st_name) {
     celer_model *mg = NULL, *ms = NULL;
     int32_t *ids, *greedy;
     int64_t n, ng;
-    if (golden_read(fixture_path(st_name), &ids, &n, &greedy, &ng) != 0) return;
+    if (!CHECK(golden_read(fixture_path(st_name), &ids, &n, &greedy, &ng) == 0, "%s: golden.json", st_name)) return;
     if (CHECK(celer_model_open(a, NULL, &mg, err, sizeof err) == CELER_OK, "%s", err) &&
         CHECK(celer_model_open(fixture_path(st_name), NULL, &ms, err, sizeof err) == CELER_OK, "%s", err)) {
         const int64_t v = celer_model_n_vocab(ms);
@@ -125,7 +143,11 @@ static void check_same_weights(const char *gguf_name, const char *st_name) {
 
 int main(void) {
     char *names[256];
-    const int k = fixture_names(names, 256);
+    int n_all = fixture_names(names, 256), k = 0;
+    for (int i = 0; i < n_all; i++) { /* a fixture without goldens fails here and is left out */
+        if (goldens_present(names[i])) names[k++] = names[i];
+        else free(names[i]);
+    }
     CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
     const char *sets[][2] = {{"ref", "f32"}, {"auto", "f16"}, {"auto", "f32"}};
     for (int j = 0; j < 3; j++) {

@@ -1,7 +1,7 @@
 /*
  * test_tokenizer.c - the tokenizer against Hugging Face `tokenizers`: every string of
  * tests/tokenizer/corpus.json through the real Llama 3.1, Qwen3 and Llama 2 tokenizers
- * ($CELER_SHARED or ../shared) must give the golden ids with and without special
+ * (tests/tokenizers, see tokenizer_dir) must give the golden ids with and without special
  * tokens and the golden decoded text. Also the heap BPE on a tiny hand-written
  * tokenizer, the streaming detokenizer on split characters, and bad input (malformed
  * or unsupported tokenizer.json, invalid UTF-8), each a clear error.
@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *shared_root(void) { return getenv("CELER_SHARED") ? getenv("CELER_SHARED") : "../shared"; }
 
 static bool ids_equal(const int32_t *a, int64_t n, json_t *want) {
     if ((size_t)n != json_array_size(want)) return false;
@@ -98,11 +96,14 @@ static void check_cases(const char *name, const tokenizer *t, json_t *cases, jso
 }
 
 static void check_golden(const char *name, json_t *corpus) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer.json", shared_root(), name);
+    char dir[4096], path[4200];
+    if (!tokenizer_dir(name, dir, sizeof dir)) {
+        SKIP_REQUIRED("%s", dir);
+        return;
+    }
     tokenizer *t;
     celer_error e;
-    if (!CHECK(tok_load(path, &t, &e) == CELER_OK, "load %s: %s", name, e.msg)) return;
+    if (!CHECK(tok_load(dir, &t, &e) == CELER_OK, "load %s: %s", name, e.msg)) return;
     snprintf(path, sizeof path, "tests/tokenizer/golden_%s.json", name);
     json_t *g = json_load_file(path, 0, NULL);
     check_cases(name, t, json_object_get(g, "cases"), corpus);
@@ -119,9 +120,12 @@ static void check_variants(json_t *corpus) {
     for (size_t i = 0; i < json_array_size(vs); i++) {
         json_t *v = json_array_get(vs, i), *over = json_object_get(v, "override");
         const char *name = json_string_value(json_object_get(v, "name"));
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizers/%s/tokenizer.json", shared_root(),
-                 json_string_value(json_object_get(v, "base")));
+        char dir[4096], path[4200];
+        if (!tokenizer_dir(json_string_value(json_object_get(v, "base")), dir, sizeof dir)) {
+            SKIP_REQUIRED("%s: %s", name, dir);
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
         json_t *doc = json_load_file(path, 0, NULL);
         if (!CHECK(doc, "%s: base %s", name, path)) continue;
         const char *key;
@@ -279,11 +283,14 @@ static void check_tiny(void) {
 
 /* Streams every corpus string's ids through a real tokenizer one id at a time. */
 static void check_stream(const char *name, json_t *corpus) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizers/%s", shared_root(), name);
+    char dir[4096];
+    if (!tokenizer_dir(name, dir, sizeof dir)) {
+        SKIP_REQUIRED("%s", dir);
+        return;
+    }
     tokenizer *t;
     celer_error e;
-    if (!CHECK(tok_load(path, &t, &e) == CELER_OK, "load %s: %s", name, e.msg)) return;
+    if (!CHECK(tok_load(dir, &t, &e) == CELER_OK, "load %s: %s", name, e.msg)) return;
     int bad = 0, held = 0;
     for (size_t i = 0; i < json_array_size(corpus); i++) {
         json_t *s = json_array_get(corpus, i);
