@@ -508,10 +508,11 @@ bool request_parse(request_kind kind, const char *body, size_t len, const reques
     out->kind = kind;
     out->n = 1;
     out->top_logprobs = 0;
-    out->sampling = celer_sampler_default_params();
-    /* OpenAI's defaults, not the CLI's: temperature 1, nucleus and top-k off. */
-    out->sampling.temp = 1.0f, out->sampling.top_p = 1.0f, out->sampling.top_k = 0;
-    out->sampling.min_p = 0.0f, out->sampling.repeat_penalty = 1.0f;
+    /* OpenAI's defaults, not the CLI's: temperature 1, nucleus, top-k and min-p off; the
+     * repetition window is llama.cpp's 64, though the penalty is off (1). Set here rather
+     * than from celer_sampler_default_params so this file links alone (the fuzz target). */
+    out->sampling = (celer_sampler_params){.temp = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+                                           .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
     json_error_t jerr;
     json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
     if (!root) {
