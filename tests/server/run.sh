@@ -5,6 +5,7 @@
 # with SIGTERM at the end. Server logs: BUILD_DIR/server-tests/*.log.
 # Last line: "test_server: N passed, M failed[, K skipped]"; non-zero exit on any failure.
 set -u
+export PYTHONDONTWRITEBYTECODE=1
 build=${1:-build}
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/server/venv.sh

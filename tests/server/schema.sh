@@ -4,6 +4,7 @@
 # no 5xx and schema-conforming responses. Uses build/server-venv (created on first run).
 # Last line: "test_server_schema: N passed, M failed"; non-zero exit on any failure.
 set -u
+export PYTHONDONTWRITEBYTECODE=1
 build=${1:-build}
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/server/venv.sh
