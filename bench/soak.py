@@ -17,7 +17,8 @@ drop is an error. When the time is up no new request starts and the running ones
 (--grace seconds at most).
 
 Meanwhile it samples the server's VmRSS every --rss-interval seconds. After the warm-up
-(the first quarter of the run, 30 s at least) RSS must stay flat: last - first after
+(the first 40% of the load time, 30 s at least: the KV pool's pages are
+touched as blocks are first used) RSS must stay flat: last - first after
 warm-up <= --rss-growth-mib. At the end, once idle, /metrics must read
 celer_requests_running 0, celer_requests_waiting 0 and celer_kv_cache_usage_ratio 0 (every
 KV block back; blocks held only by the prefix cache count as free), the server must still
@@ -252,6 +253,7 @@ async def main_async(args):
 
         # Idle: every request ended on the client side; let the server notice the drops.
         end_metrics = {}
+        idle_s = 0.0
         if args.engine == "celer":
             t_idle = time.monotonic()
             while True:
@@ -291,15 +293,21 @@ async def main_async(args):
             failures.append(f"server exit status {rc} on SIGTERM")
 
     # RSS after warm-up
-    warm = max(30.0, args.seconds / 4)
+    warm = max(30.0, args.seconds * 0.4)
     after = [v for t, v in samples if warm <= t <= t_clients]
     rss_line = "no samples"
     if after:
         first, last, peak = after[0], after[-1], max(after)
+        ts = [t for t, _ in samples if warm <= t <= t_clients]
+        slope = 0.0
+        if len(after) > 2 and ts[-1] > ts[0]:
+            mt, mv = statistics.fmean(ts), statistics.fmean(after)
+            slope = 60 * sum((t - mt) * (v - mv) for t, v in zip(ts, after)) / \
+                sum((t - mt) ** 2 for t in ts)
         rss_line = (f"first {first:.1f} MiB, last {last:.1f} MiB, max {peak:.1f} MiB after "
                     f"{warm:.0f} s of warm-up ({len(after)} samples every {args.rss_interval:g} s;"
                     f" whole run min {min(v for _, v in samples):.1f}, "
-                    f"max {max(v for _, v in samples):.1f})")
+                    f"max {max(v for _, v in samples):.1f}); trend {slope:+.2f} MiB/min")
         if last - first > args.rss_growth_mib:
             failures.append(f"RSS grew {last - first:.1f} MiB after warm-up "
                             f"(limit {args.rss_growth_mib} MiB)")
@@ -324,6 +332,7 @@ async def main_async(args):
               f"p99 {serve.percentile(stats.ttft, 99) * 1e3:.0f} ms")
     print(f"  server RSS         {rss_line}")
     if end_metrics:
+        print(f"  idle after         {idle_s:.1f} s (the last client request had ended)")
         print(f"  /metrics at end    running {end_metrics.get('celer_requests_running')}, "
               f"waiting {end_metrics.get('celer_requests_waiting')}, kv usage "
               f"{end_metrics.get('celer_kv_cache_usage_ratio')}; during the soak: requests "
