@@ -23,7 +23,7 @@ prompt, max_tokens 64-128, temperature 0, seed fixed); the model stops where it 
 (no ignore_eos), and completion_tokens counts what each server really produced.
 
 Run (after bash bench/setup_serve.sh and make all):
-  build/serve-venv/bin/python bench/serve.py            # full: 2 rounds, ~15 min on 2 cores
+  build/serve-venv/bin/python bench/serve.py            # full: 2 rounds, ~18 min on 2 cores
   build/serve-venv/bin/python bench/serve.py --quick    # or SERVE_QUICK=1: ~5 min
 Writes build/bench-serve/report.md (also printed) and build/bench-serve/results.json.
 """
