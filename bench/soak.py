@@ -38,6 +38,7 @@ from pathlib import Path
 
 import aiohttp
 
+sys.dont_write_bytecode = True  # no bench/__pycache__ in the work tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serve  # noqa: E402  (the benchmark's server and client helpers)
 
