@@ -28,7 +28,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all run test asan fuzz format fixtures deps model clean check-tests bench
+.PHONY: all run test asan fuzz format fixtures deps model clean check-tests bench bench-serve soak
 
 all: $(BUILD)/celer
 
@@ -85,7 +85,7 @@ fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	    clang -O1 -g -std=c11 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	        $(shell pkg-config --cflags $(PKGS)) -o $(BUILD)/fuzz/$$t tests/fuzz/$$t.c \
-	        $(filter src/io/% src/base/% src/tokenizer/%,$(LIB_SRC)) $(LDLIBS); \
+	        $(filter src/io/% src/base/% src/tokenizer/% src/server/request.c,$(LIB_SRC)) $(LDLIBS); \
 	    mkdir -p $(BUILD)/fuzz/$$t-new; \
 	    $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	        -rss_limit_mb=2048 $(BUILD)/fuzz/$$t-new tests/fuzz/corpus/$$t; \
@@ -110,6 +110,16 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	build/bench-venv/bin/python bench/make_models.py
 	build/bench-venv/bin/python bench/run.py $(BENCH_ARGS)
+
+bench-serve: deps
+	bash bench/setup_serve.sh
+	@$(MAKE) --no-print-directory all
+	build/serve-venv/bin/python bench/serve.py $(SERVE_ARGS)
+
+soak: deps
+	SETUP_SERVE_NO_LLAMA=1 bash bench/setup_serve.sh
+	@$(MAKE) --no-print-directory all
+	build/serve-venv/bin/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf build/celer build/libceler.a build/src build/tests build/asan build/fuzz

@@ -23,5 +23,15 @@ for t in "$build"/tests/test_*; do
         echo "$name: exit status $rc"; fail=$((fail + 1))
     fi
 done
+# The end-to-end server suite (starts its own servers on loopback).
+out=$(bash tests/server/run.sh "$build" 2>&1); rc=$?
+printf '%s\n' "$out" | grep -E '^(FAIL|SKIP)' || true
+last=$(printf '%s\n' "$out" | tail -n 1)
+if [[ $last =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)? ]]; then
+    pass=$((pass + BASH_REMATCH[1])); fail=$((fail + BASH_REMATCH[2])); skip=$((skip + ${BASH_REMATCH[4]:-0})); echo "$last"
+else
+    echo "test_server: crashed or printed no summary (exit $rc)"; printf '%s\n' "$out" | tail -n 20; fail=$((fail + 1))
+fi
+if [ $rc -ne 0 ] && [[ ! $last =~ [1-9][0-9]*\ failed ]]; then echo "test_server: exit status $rc"; fail=$((fail + 1)); fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
