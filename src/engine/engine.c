@@ -398,42 +398,27 @@ celer_status celer_engine_cancel(celer_engine *eng, uint64_t id) {
 static void choice_admit(celer_engine *eng, choice *c, int32_t seq) {
     kv_cache *kv = eng->kv;
     const int64_t bs = kv->block_size, max_blocks = (c->n_tokens - 1) / bs;
-    int32_t blocks[256];
-    int64_t n = 0;
     c->seq = seq;
     c->order = eng->next_order++;
     eng->running[seq] = c;
     const choice *lead = &c->req->choices[0];
     if (c != lead && lead->seq >= 0 && !c->admitted_once) {
         /* The prompt's full blocks of the first choice (written, never written again). */
-        const int64_t shared = (c->req->p.n_prompt - 1) / bs;
-        const int32_t *table = kv_cache_table(kv, lead->seq);
-        while (n < shared) {
-            const int64_t k = shared - n < 256 ? shared - n : 256;
-            kv_cache_seq_attach(kv, seq, table + n, k);
-            n += k;
-        }
+        kv_cache_seq_attach(kv, seq, kv_cache_table(kv, lead->seq), (c->req->p.n_prompt - 1) / bs);
     } else if (eng->p.prefix_cache) {
         uint64_t h = 0;
-        bool hit = true;
-        for (int64_t b = 0; b < max_blocks && hit; b += 256) {
-            int64_t k = 0;
-            for (; b + k < max_blocks && k < 256; k++) {
-                h = kv_cache_hash(kv, h, c->tokens + (b + k) * bs);
-                const int32_t blk = kv_cache_lookup(kv, h, c->tokens + (b + k) * bs);
-                if (blk < 0) break;
-                blocks[k] = blk;
-            }
-            kv_cache_seq_attach(kv, seq, blocks, k);
-            n += k;
-            hit = k == 256;
+        for (int64_t b = 0; b < max_blocks; b++) {
+            h = kv_cache_hash(kv, h, c->tokens + b * bs);
+            const int32_t blk = kv_cache_lookup(kv, h, c->tokens + b * bs);
+            if (blk < 0) break;
+            kv_cache_seq_attach(kv, seq, &blk, 1);
         }
         if (!c->admitted_once) {
             eng->st.prefix_queries_total += max_blocks * bs;
-            eng->st.prefix_hits_total += n * bs;
+            eng->st.prefix_hits_total += kv->len[seq];
         }
     }
-    c->n_done = n * bs;
+    c->n_done = kv->len[seq];
     if (!c->admitted_once) c->cached = c->n_done;
     c->admitted_once = true;
 }
