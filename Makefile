@@ -10,7 +10,7 @@
 
 BUILD   ?= build
 CC      ?= cc
-PKGS    := jansson libpcre2-8 libutf8proc libmicrohttpd
+PKGS    := jansson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg
 OPT     ?= -O2 -g
 SAN     ?=
 CFLAGS  := $(OPT) $(SAN) -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \
