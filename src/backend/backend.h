@@ -61,6 +61,8 @@ typedef struct backend_ops {
     void (*add)(backend *be, float *y, const float *x, int64_t m);
     /* y[n, d] += bias[d] for every row */
     void (*add_bias)(backend *be, float *y, const float *bias, int64_t n, int64_t d);
+    /* y[m] *= s */
+    void (*scale)(backend *be, float *y, float s, int64_t m);
 } backend_ops;
 
 struct backend {
@@ -71,7 +73,7 @@ struct backend {
 /* Bytes of one cached K or V value. */
 static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }
 
-/* y[m] += x[m] and y[n, d] += bias[d] on host memory: plain loops that every CPU backend
+/* y[m] += x[m], y[n, d] += bias[d] and y[m] *= s on host memory: plain loops that every CPU backend
  * uses as its add and add_bias ops (memory-bound; nothing to gain from more). */
 static inline void backend_host_add(backend *be, float *y, const float *x, int64_t m) {
     (void)be;
@@ -82,6 +84,11 @@ static inline void backend_host_add_bias(backend *be, float *y, const float *bia
     (void)be;
     for (int64_t t = 0; t < n; t++)
         for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
+}
+
+static inline void backend_host_scale(backend *be, float *y, float s, int64_t m) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++) y[i] *= s;
 }
 
 static inline void backend_destroy(backend *be) {

@@ -415,6 +415,7 @@ static const backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
+    .scale = backend_host_scale,
 };
 
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16) {

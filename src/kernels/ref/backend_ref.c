@@ -185,6 +185,7 @@ static const backend_ops ref_ops = {
     .swiglu = ref_op_swiglu,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
+    .scale = backend_host_scale,
 };
 
 backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, bool kv_f16) {
