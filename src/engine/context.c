@@ -69,7 +69,7 @@ celer_status celer_model_convert(const celer_model *m, const char *dir, char *er
 
 celer_model_info celer_model_get_info(const celer_model *m) {
     celer_model_info info = {0};
-    m->family->count(m, &info.n_params, &info.weight_bytes);
+    model_count(m, &info.n_params, &info.weight_bytes);
     /* fp16 K and V (the default cache type) for every layer */
     info.packed_bytes = (int64_t)m->packed_mem.bytes;
     info.pack_ms = m->pack_ms;

@@ -28,8 +28,9 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
     pthread_mutex_init(&m->pack_mu, NULL);
     celer_status s = checkpoint_open(&m->ck, dir, e);
     if (s != CELER_OK) goto fail;
+    m->cfg = m->ck.config;
     const char *type;
-    if ((s = config_str(&m->ck, m->ck.config, "model_type", &type, e)) != CELER_OK) goto fail;
+    if ((s = config_str(&m->ck, m->cfg, "model_type", &type, e)) != CELER_OK) goto fail;
     if (!type) {
         s = error_set(e, CELER_STATUS_BAD_CONFIG, "%s: model_type: required field is missing",
                       m->ck.config_path);
@@ -53,11 +54,72 @@ fail:
 
 void model_close(celer_model *m) {
     if (!m) return;
+    model_close(m->text);
     arena_free(&m->mem);
     arena_free(&m->packed_mem);
     pthread_mutex_destroy(&m->pack_mu);
-    checkpoint_close(&m->ck);
+    if (!m->borrowed_ck) checkpoint_close(&m->ck);
     free(m);
+}
+
+/* ==== Weight tables: parameter count and matrix list ==== */
+
+/* Calls fn on every bound weight of m's tables and of its text model. */
+typedef void (*weight_fn)(void *arg, const weight_table *t, const weight_spec *sp, void *field);
+
+static void each_weight(const celer_model *m, weight_fn fn, void *arg) {
+    for (int k = 0; k < m->n_tables; k++) {
+        const weight_table *t = &m->tables[k];
+        for (int64_t i = 0; i < t->count; i++)
+            for (int64_t j = 0; j < t->n_spec; j++) {
+                void *field = (char *)t->base + (size_t)i * t->stride + t->spec[j].offset;
+                const bool bound = t->spec[j].kind == WEIGHT_MATRIX ? ((matview *)field)->data != NULL
+                                                                    : *(const float **)field != NULL;
+                if (bound) fn(arg, t, &t->spec[j], field);
+            }
+    }
+    if (m->text) each_weight(m->text, fn, arg);
+}
+
+typedef struct weight_sum {
+    int64_t params, bytes;
+} weight_sum;
+
+static void sum_weight(void *arg, const weight_table *t, const weight_spec *sp, void *field) {
+    weight_sum *s = arg;
+    if (sp->kind == WEIGHT_MATRIX) {
+        const matview *w = field;
+        s->params += w->rows * w->cols;
+        s->bytes += matview_bytes(w);
+    } else {
+        s->params += t->dims[sp->rows];
+        s->bytes += 4 * t->dims[sp->rows];
+    }
+}
+
+void model_count(const celer_model *m, int64_t *params, int64_t *bytes) {
+    weight_sum s = {0, 0};
+    each_weight(m, sum_weight, &s);
+    *params = s.params, *bytes = s.bytes;
+}
+
+typedef struct matrix_list {
+    matview **out;
+    int64_t n, cap;
+} matrix_list;
+
+static void list_matrix(void *arg, const weight_table *t, const weight_spec *sp, void *field) {
+    (void)t;
+    matrix_list *l = arg;
+    if (sp->kind != WEIGHT_MATRIX) return;
+    if (l->n < l->cap) l->out[l->n] = field;
+    l->n++;
+}
+
+static int64_t model_matrices(celer_model *m, matview **out, int64_t cap) {
+    matrix_list l = {out, 0, cap};
+    each_weight(m, list_matrix, &l);
+    return l.n;
 }
 
 /* Adds the id or ids of j (from file) to m->eos. */
@@ -107,17 +169,15 @@ celer_status model_pack(celer_model *m, celer_error *e) {
     if (m->packed) goto out;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    const int64_t n = m->family->matrices(m, NULL, 0);
+    const int64_t n = model_matrices(m, NULL, 0);
     matview **mats = malloc(sizeof *mats * (size_t)(n > 0 ? n : 1));
     if (!mats) {
         s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
         goto out;
     }
-    m->family->matrices(m, mats, n);
+    model_matrices(m, mats, n);
     for (int64_t i = 0; i < n && s == CELER_OK; i++) {
         if (!pack_supported(mats[i])) continue;
-        for (int64_t k = 0; k < i && !mats[i]->packed; k++) /* a tied head shares the table */
-            if (mats[k]->data == mats[i]->data && mats[k]->rows == mats[i]->rows) mats[i]->packed = mats[k]->packed;
         if (!mats[i]->packed && !(mats[i]->packed = pack_matrix(mats[i], &m->packed_mem))) {
             s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory repacking weights");
             break;
@@ -141,15 +201,24 @@ out:
     return s;
 }
 
+/* ==== The contract's entry points ==== */
+
 void model_hidden_states(const celer_model *m, backend *be, const model_step *step,
                          const model_kv *kv, float *scratch, float *hidden) {
     m->family->hidden_states(m, be, step, kv, scratch, hidden);
 }
 
+/* logits[n, v] = the family's LM head over hidden[n, d]: the one place the head runs. */
+static void model_head(const celer_model *m, backend *be, float *logits, const float *hidden, int64_t n) {
+    be->ops->matmul(be, logits, m->family->head(m), hidden, n);
+    const float scale = m->family->logit_scale ? m->family->logit_scale(m) : 0.0f;
+    if (scale != 0.0f) be->ops->scale(be, logits, scale, n * m->dims.v);
+}
+
 void model_forward(const celer_model *m, backend *be, const model_step *step, const model_kv *kv,
                    float *scratch, float *hidden, float *logits) {
     model_hidden_states(m, be, step, kv, scratch, hidden);
-    be->ops->matmul(be, logits, m->family->head(m), hidden, step->n);
+    model_head(m, be, logits, hidden, step->n);
 }
 
 void model_forward_last_logits(const celer_model *m, backend *be, const model_step *step,
@@ -158,7 +227,7 @@ void model_forward_last_logits(const celer_model *m, backend *be, const model_st
     model_hidden_states(m, be, step, kv, scratch, hidden);
     const float *row = celer_logits_at_position(hidden, step->n, m->dims.d, last_pos);
     CELER_ASSERT(row != NULL);
-    be->ops->matmul(be, logits, m->family->head(m), row, 1);
+    model_head(m, be, logits, row, 1);
 }
 
 int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *step,
@@ -173,12 +242,45 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
         if (k != r) memcpy(hidden + k * d, celer_logits_at_position(hidden, step->n, d, r), sizeof(float) * (size_t)d);
         k++;
     }
-    if (k) be->ops->matmul(be, logits, m->family->head(m), hidden, k);
+    if (k) model_head(m, be, logits, hidden, k);
     return k;
 }
 
 void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd) {
     be->ops->embed(be, embd, m->family->embedding(m), ids, n);
+}
+
+/* ==== Pieces shared by the families ==== */
+
+void model_embed_step(const celer_model *m, backend *be, const model_step *st, float *x) {
+    const int64_t d = m->dims.d;
+    if (!st->token) {
+        memcpy(x, st->embd, sizeof(float) * (size_t)(st->n * d));
+        return;
+    }
+    /* runs of token rows go through the embedding op in one call each */
+    for (int64_t r = 0; r < st->n;) {
+        int64_t e = r;
+        if (st->token[r] >= 0) {
+            while (e < st->n && st->token[e] >= 0) e++;
+            be->ops->embed(be, x + r * d, m->family->embedding(m), st->token + r, e - r);
+        } else {
+            while (e < st->n && st->token[e] < 0) e++;
+            memcpy(x + r * d, st->embd + r * d, sizeof(float) * (size_t)((e - r) * d));
+        }
+        r = e;
+    }
+}
+
+void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n) {
+    be->ops->matmul(be, y, w, x, n);
+    if (b) be->ops->add_bias(be, y, b, n, w->rows);
+}
+
+const char *model_quant_desc(const matview *w, char *out, size_t size) {
+    if (w->quant_bits) snprintf(out, size, "%d-bit g%lld", w->quant_bits, (long long)w->group);
+    else snprintf(out, size, "%s", dtype_name(w->type));
+    return out;
 }
 
 int64_t matview_bytes(const matview *w) {

@@ -26,8 +26,8 @@ typedef struct model_dims {
 /* One planned step of n rows (n <= the context's n_batch). */
 typedef struct model_step {
     int64_t n;
-    const int32_t *token; /* [n], or NULL when embd is set */
-    const float *embd;    /* [n, d] */
+    const int32_t *token; /* [n], or NULL: every row is an embedding row */
+    const float *embd;    /* [n, d]: row r is read when token is NULL or token[r] < 0 */
     const int32_t *pos;   /* [n] position of each row in its sequence */
     const int32_t *slot;  /* [n] cache slot each row's K/V goes to */
     const int32_t *const *blocks; /* [n] block table of each row's sequence */
@@ -42,17 +42,68 @@ typedef struct model_kv {
 
 typedef struct model_family model_family;
 
+/* ==== Weight tables (DESIGN.md: a family is a table) ====
+ *
+ * A family describes its weights once, as tables; the same tables drive binding at load,
+ * the parameter count and the list of matrices the fast kernels repack. Names are the
+ * canonical (transformers) ones; a model's name map rewrites them for other checkpoint
+ * layouts (mlx-vlm, newer transformers) before lookup. */
+
+typedef enum weight_kind {
+    WEIGHT_MATRIX, /* module.weight (+ .scales/.biases when affine) -> matview */
+    WEIGHT_VECTOR, /* one tensor -> const float * (fp32 copy) */
+} weight_kind;
+
+#define WEIGHT_ALWAYS (-1)   /* required */
+#define WEIGHT_OPTIONAL (-2) /* bound when the checkpoint has it */
+
+typedef struct weight_spec {
+    const char *name;  /* after the table's prefix: a module (matrix) or a tensor (vector) */
+    weight_kind kind;
+    int8_t rows, cols; /* indices into the table's dims; a vector has dims[rows] values */
+    int8_t when;       /* WEIGHT_ALWAYS, WEIGHT_OPTIONAL, or i: present iff flags[i] */
+    size_t offset;     /* of the matview or const float * in the struct it fills */
+} weight_spec;
+
+typedef struct weight_table {
+    const weight_spec *spec;
+    int64_t n_spec;
+    void *base;        /* the first struct the offsets point into */
+    int64_t count;     /* structs (1, or one per layer) stride bytes apart */
+    size_t stride;
+    const char *prefix; /* names are prefix + (count > 1 or indexed: "<i>.") + spec name */
+    bool indexed;
+    const int64_t *dims;
+    const bool *flags;
+} weight_table;
+
+#define MODEL_MAX_TABLES 8
+#define MODEL_MAX_RENAMES 4
+
+/* A checkpoint layout: the first rule whose from is a prefix of a canonical name
+ * replaces that prefix by to. */
+typedef struct name_rule {
+    const char *from, *to;
+} name_rule;
+
 #define CELER_MAX_EOS 8
 
 struct celer_model {
     const model_family *family;
     checkpoint ck;
+    bool borrowed_ck;   /* ck belongs to an outer model (a VLM's text model) */
+    const json_t *cfg;  /* the config object this model reads (config.json or a sub-block) */
+    name_rule rename[MODEL_MAX_RENAMES];
+    int n_rename;
     model_dims dims;
     int32_t eos[CELER_MAX_EOS]; /* end-of-sequence ids from config.json */
     int n_eos;
     char desc[256];
     arena mem;     /* fp32 copies of vectors, RoPE tables */
     void *weights; /* the family's weight struct */
+    weight_table tables[MODEL_MAX_TABLES];
+    int n_tables;
+    celer_model *text; /* a vision-language model's text model, or NULL */
     /* The fast kernels' layout of every affine matrix, made once by model_pack. */
     pthread_mutex_t pack_mu;
     bool packed;
@@ -62,6 +113,7 @@ struct celer_model {
 
 struct model_family {
     const char *const *model_types; /* NULL-terminated */
+    /* Reads m->cfg, fills m->dims, m->weights and m->tables, then calls model_bind. */
     celer_status (*load)(celer_model *m, celer_error *e);
     /* Floats of activation scratch hidden_states needs for n rows. */
     int64_t (*scratch_floats)(const celer_model *m, int64_t n);
@@ -69,13 +121,23 @@ struct model_family {
     void (*hidden_states)(const celer_model *m, backend *be, const model_step *step,
                           const model_kv *kv, float *scratch, float *hidden);
     const matview *(*embedding)(const celer_model *m);
+    /* The LM head matrix [v, d] (the embedding table when tied). */
     const matview *(*head)(const celer_model *m);
-    /* Writes pointers to the family's weight matrices into out (at most cap) and returns
-     * how many there are (a tied head is listed too; it shares the embedding's data). */
-    int64_t (*matrices)(celer_model *m, matview **out, int64_t cap);
-    /* Adds up the parameters and stored bytes of every weight the family binds. */
-    void (*count)(const celer_model *m, int64_t *params, int64_t *bytes);
+    /* Multiplies every logit (Cohere's logit_scale), or 0 for none. */
+    float (*logit_scale)(const celer_model *m);
 };
+
+/* Binds every weight of m->tables, checking names, dtypes and shapes. */
+celer_status model_bind(celer_model *m, celer_error *e);
+
+/* Adds a table to m (at most MODEL_MAX_TABLES). */
+void model_add_table(celer_model *m, const weight_table *t);
+
+/* The checkpoint name of canonical name (after m's layout rules) in out[size]. */
+const char *model_tensor_name(const celer_model *m, const char *canonical, char *out, size_t size);
+
+/* Parameters and stored bytes of every bound weight (a VLM's text model included). */
+void model_count(const celer_model *m, int64_t *params, int64_t *bytes);
 
 /* Stored bytes of one weight view (codes + scales + biases, or dense data). */
 int64_t matview_bytes(const matview *w);
@@ -108,9 +170,30 @@ void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t 
 /* Reads eos_token_id (an id or a list of ids) from config.json into m->eos. */
 celer_status model_read_eos(celer_model *m, celer_error *e);
 
+/* ==== Pieces shared by the text families ==== */
+
+/* m->dims from m->cfg: hidden_size, intermediate_size, num_attention_heads,
+ * num_hidden_layers, vocab_size (required); num_key_value_heads, head_dim,
+ * max_position_embeddings (defaults); checks that heads divide and head_dim is even. */
+celer_status model_read_dims(celer_model *m, celer_error *e);
+
+/* RoPE frequencies from m->cfg (rope_theta and rope_scaling, or transformers 5's
+ * rope_parameters), following transformers' modeling_rope_utils; tables in m->mem. */
+celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out, celer_error *e);
+
+/* x[n, d] = the step's input rows: token rows looked up in the embedding table,
+ * embedding rows copied (a row is an embedding row when token is NULL or token[r] < 0). */
+void model_embed_step(const celer_model *m, backend *be, const model_step *st, float *x);
+
+/* y[n, w.rows] = x[n, w.cols] @ W^T (+ b[w.rows] when b is set). */
+void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n);
+
+/* "<quant>" of a matrix for descriptions: "4-bit g64", "bf16". */
+const char *model_quant_desc(const matview *w, char *out, size_t size);
+
 /* ==== Weight binding shared by families (STYLE.md rule 10) ==== */
 
-/* Binds module.weight as W[rows, cols]: dense F32/F16/BF16, or MLX affine codes with
+/* Binds module.weight as W[rows, cols] (canonical names, renamed by m's layout): dense F32/F16/BF16, or MLX affine codes with
  * module.scales and module.biases. Quantization comes from config.json's block and the
  * per-module entries, bits and group size from the shapes where the config is silent. */
 celer_status bind_matrix(const celer_model *m, const char *module, int64_t rows, int64_t cols,

@@ -1,6 +1,8 @@
 /*
  * weights.c - binding checkpoint tensors to weight views, with every name, dtype and
- * shape checked against what the architecture expects (expected vs found in errors).
+ * shape checked against what the architecture expects (expected vs found in errors),
+ * driven by a family's weight tables. Names are canonical; a model's layout rules
+ * rename them to what the checkpoint holds. Nothing here knows an architecture.
  */
 #include "models/model.h"
 
@@ -11,6 +13,19 @@
 
 static const char *shp(char *buf, const st_tensor *t) { return shape_str(buf, 96, t->shape, t->ndim); }
 
+const char *model_tensor_name(const celer_model *m, const char *canonical, char *out, size_t size) {
+    for (int i = 0; i < m->n_rename; i++) {
+        const size_t n = strlen(m->rename[i].from);
+        if (strncmp(canonical, m->rename[i].from, n) == 0) {
+            snprintf(out, size, "%s%s", m->rename[i].to, canonical + n);
+            return out;
+        }
+    }
+    snprintf(out, size, "%s", canonical);
+    return out;
+}
+
+/* The tensor checkpoint name (already renamed), or an error naming it. */
 static celer_status find(const celer_model *m, const char *name, const st_tensor **t,
                          const char **file, celer_error *e) {
     *t = checkpoint_find(&m->ck, name, file);
@@ -78,9 +93,10 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
     return CELER_OK;
 }
 
-celer_status bind_matrix(const celer_model *m, const char *module, int64_t rows, int64_t cols,
+celer_status bind_matrix(const celer_model *m, const char *canonical, int64_t rows, int64_t cols,
                          matview *out, celer_error *e) {
-    char name[256], b1[96];
+    char module[240], name[256], b1[96];
+    model_tensor_name(m, canonical, module, sizeof module);
     const st_tensor *w;
     const char *file;
     quant_spec q;
@@ -112,10 +128,11 @@ celer_status bind_matrix(const celer_model *m, const char *module, int64_t rows,
     return CELER_OK;
 }
 
-celer_status bind_vector(celer_model *m, const char *name, int64_t d, bool required,
+celer_status bind_vector(celer_model *m, const char *canonical, int64_t d, bool required,
                          const float **out, celer_error *e) {
-    char b1[96];
+    char name[256], b1[96];
     const char *file;
+    model_tensor_name(m, canonical, name, sizeof name);
     *out = NULL;
     const st_tensor *t = checkpoint_find(&m->ck, name, &file);
     if (!t && !required) return CELER_OK;
@@ -143,11 +160,57 @@ celer_status bind_vector(celer_model *m, const char *name, int64_t d, bool requi
     return CELER_OK;
 }
 
-celer_status reject_tensor(const celer_model *m, const char *name, const char *why,
+celer_status reject_tensor(const celer_model *m, const char *canonical, const char *why,
                            celer_error *e) {
+    char name[256];
     const char *file;
+    model_tensor_name(m, canonical, name, sizeof name);
     if (checkpoint_find(&m->ck, name, &file))
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: unexpected tensor %s (%s)", file, name,
                          why);
+    return CELER_OK;
+}
+
+/* ==== Tables ==== */
+
+void model_add_table(celer_model *m, const weight_table *t) {
+    CELER_ASSERT(m->n_tables < MODEL_MAX_TABLES);
+    m->tables[m->n_tables++] = *t;
+}
+
+/* Binds one entry of t into the struct at base, struct index i. */
+static celer_status bind_spec(celer_model *m, const weight_table *t, const weight_spec *sp, char *base,
+                              int64_t i, celer_error *e) {
+    char name[200];
+    if (t->count > 1 || t->indexed) snprintf(name, sizeof name, "%s%lld.%s", t->prefix, (long long)i, sp->name);
+    else snprintf(name, sizeof name, "%s%s", t->prefix, sp->name);
+    const bool present = sp->when == WEIGHT_ALWAYS || (sp->when >= 0 && t->flags[sp->when]);
+    if (sp->when >= 0 && !present) {
+        char tensor[220];
+        snprintf(tensor, sizeof tensor, "%s%s", name, sp->kind == WEIGHT_MATRIX ? ".weight" : "");
+        return reject_tensor(m, tensor, "config.json rules it out", e);
+    }
+    if (sp->kind == WEIGHT_VECTOR)
+        return bind_vector(m, name, t->dims[sp->rows], present, (const float **)(base + sp->offset), e);
+    matview *w = (matview *)(base + sp->offset);
+    if (!present) {
+        char tensor[220], real[240];
+        snprintf(tensor, sizeof tensor, "%s.weight", name);
+        if (!checkpoint_find(&m->ck, model_tensor_name(m, tensor, real, sizeof real), NULL)) return CELER_OK;
+    }
+    return bind_matrix(m, name, t->dims[sp->rows], t->dims[sp->cols], w, e);
+}
+
+celer_status model_bind(celer_model *m, celer_error *e) {
+    for (int k = 0; k < m->n_tables; k++) {
+        const weight_table *t = &m->tables[k];
+        for (int64_t i = 0; i < t->count; i++) {
+            char *base = (char *)t->base + (size_t)i * t->stride;
+            for (int64_t j = 0; j < t->n_spec; j++) {
+                celer_status s = bind_spec(m, t, &t->spec[j], base, i, e);
+                if (s != CELER_OK) return s;
+            }
+        }
+    }
     return CELER_OK;
 }
