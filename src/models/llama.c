@@ -15,13 +15,10 @@
 #include <string.h>
 
 typedef struct llama_layer {
-    const float *attn_norm;           /* [d] */
-    matview wq, wk, wv, wo;           /* [h*hd, d], [hk*hd, d], [hk*hd, d], [d, h*hd] */
-    const float *bq, *bk, *bv, *bo;   /* [h*hd], [hk*hd], [hk*hd], [d] or NULL */
-    const float *mlp_norm;            /* [d] */
-    matview w_gate, w_up, w_down;     /* [f, d], [f, d], [d, f] */
-    const float *b_gate, *b_up, *b_down; /* [f], [f], [d] or NULL */
-    int64_t window;                   /* sliding window, 0 = full causal */
+    const float *attn_norm; /* [d] */
+    attn_block attn;
+    const float *mlp_norm;  /* [d] */
+    mlp_block mlp;
 } llama_layer;
 
 typedef struct llama_weights {
@@ -45,21 +42,21 @@ enum llama_flag { HAS_QKV_BIAS, HAS_O_BIAS, HAS_MLP_BIAS, UNTIED };
 #define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(llama_layer, field)}
 static const weight_spec llama_layer_spec[] = {
     VEC("input_layernorm.weight", attn_norm, DIM_D, WEIGHT_ALWAYS),
-    MAT("self_attn.q_proj", wq, DIM_QD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.q_proj.bias", bq, DIM_QD, HAS_QKV_BIAS),
-    MAT("self_attn.k_proj", wk, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.k_proj.bias", bk, DIM_KVD, HAS_QKV_BIAS),
-    MAT("self_attn.v_proj", wv, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.v_proj.bias", bv, DIM_KVD, HAS_QKV_BIAS),
-    MAT("self_attn.o_proj", wo, DIM_D, DIM_QD, WEIGHT_ALWAYS),
-    VEC("self_attn.o_proj.bias", bo, DIM_D, HAS_O_BIAS),
+    MAT("self_attn.q_proj", attn.wq, DIM_QD, DIM_D, WEIGHT_ALWAYS),
+    VEC("self_attn.q_proj.bias", attn.bq, DIM_QD, HAS_QKV_BIAS),
+    MAT("self_attn.k_proj", attn.wk, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
+    VEC("self_attn.k_proj.bias", attn.bk, DIM_KVD, HAS_QKV_BIAS),
+    MAT("self_attn.v_proj", attn.wv, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
+    VEC("self_attn.v_proj.bias", attn.bv, DIM_KVD, HAS_QKV_BIAS),
+    MAT("self_attn.o_proj", attn.wo, DIM_D, DIM_QD, WEIGHT_ALWAYS),
+    VEC("self_attn.o_proj.bias", attn.bo, DIM_D, HAS_O_BIAS),
     VEC("post_attention_layernorm.weight", mlp_norm, DIM_D, WEIGHT_ALWAYS),
-    MAT("mlp.gate_proj", w_gate, DIM_F, DIM_D, WEIGHT_ALWAYS),
-    VEC("mlp.gate_proj.bias", b_gate, DIM_F, HAS_MLP_BIAS),
-    MAT("mlp.up_proj", w_up, DIM_F, DIM_D, WEIGHT_ALWAYS),
-    VEC("mlp.up_proj.bias", b_up, DIM_F, HAS_MLP_BIAS),
-    MAT("mlp.down_proj", w_down, DIM_D, DIM_F, WEIGHT_ALWAYS),
-    VEC("mlp.down_proj.bias", b_down, DIM_D, HAS_MLP_BIAS),
+    MAT("mlp.gate_proj", mlp.gate, DIM_F, DIM_D, WEIGHT_ALWAYS),
+    VEC("mlp.gate_proj.bias", mlp.b_gate, DIM_F, HAS_MLP_BIAS),
+    MAT("mlp.up_proj", mlp.up, DIM_F, DIM_D, WEIGHT_ALWAYS),
+    VEC("mlp.up_proj.bias", mlp.b_up, DIM_F, HAS_MLP_BIAS),
+    MAT("mlp.down_proj", mlp.down, DIM_D, DIM_F, WEIGHT_ALWAYS),
+    VEC("mlp.down_proj.bias", mlp.b_down, DIM_D, HAS_MLP_BIAS),
 };
 #undef MAT
 #undef VEC
@@ -142,59 +139,42 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     /* Mistral windows every layer; Qwen2 windows layers from max_window_layers on when
      * use_sliding_window is set; Llama has no window. */
     for (int64_t l = 0; l < dm->n_layer; l++)
-        if (is_mistral || (is_qwen2 && use_sw && l >= max_window_layers)) w->layers[l].window = window;
+        if (is_mistral || (is_qwen2 && use_sw && l >= max_window_layers)) w->layers[l].attn.window = window;
 #undef TRY
     char quant[64];
     snprintf(m->desc, sizeof m->desc,
              "%s, %lld layers, d=%lld, heads %lld/%lld x %lld, ffn %lld, vocab %lld, %s%s", type,
              (long long)dm->n_layer, (long long)dm->d, (long long)dm->h, (long long)dm->hk,
              (long long)dm->hd, (long long)dm->f, (long long)dm->v,
-             model_quant_desc(&w->layers[0].wq, quant, sizeof quant), tie ? ", tied head" : "");
+             model_quant_desc(&w->layers[0].attn.wq, quant, sizeof quant), tie ? ", tied head" : "");
     return CELER_OK;
 }
 
 /* ==== Forward ==== */
 
 static int64_t llama_scratch_floats(const celer_model *m, int64_t n) {
-    const model_dims *dm = &m->dims;
-    const int64_t qd = dm->h * dm->hd, kvd = dm->hk * dm->hd;
-    /* x, xb, xo [d]; q, att [qd]; k, v [kvd]; gate, up [f] */
-    return n * (3 * dm->d + 2 * qd + 2 * kvd + 2 * dm->f);
+    /* x, xb, xo [d]; then the attention's or the MLP's own scratch */
+    const int64_t a = model_attention_scratch(m, n), f = model_mlp_scratch(m, n);
+    return n * 3 * m->dims.d + (a > f ? a : f);
 }
 
 static void llama_hidden_states(const celer_model *m, backend *be, const model_step *st,
                                 const model_kv *kv, float *scratch, float *hidden) {
     const llama_weights *w = m->weights;
-    const model_dims *dm = &m->dims;
     const backend_ops *op = be->ops;
-    const int64_t n = st->n, d = dm->d, qd = dm->h * dm->hd, kvd = dm->hk * dm->hd, f = dm->f;
-    float *x = scratch, *xb = x + n * d, *xo = xb + n * d, *q = xo + n * d, *att = q + n * qd;
-    float *k = att + n * qd, *v = k + n * kvd, *gate = v + n * kvd, *up = gate + n * f;
+    const int64_t n = st->n, d = m->dims.d;
+    float *x = scratch, *xb = x + n * d, *xo = xb + n * d, *tmp = xo + n * d;
 
     model_embed_step(m, be, st, x);
-
-    attn_rows ar = {.n = n, .pos = st->pos, .blocks = st->blocks, .block_size = st->block_size,
-                    .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = w->attn_scale};
-    for (int64_t l = 0; l < dm->n_layer; l++) {
+    for (int64_t l = 0; l < m->dims.n_layer; l++) {
         const llama_layer *L = &w->layers[l];
-        /* attention block: x += o_proj(attn(rope(q), rope(k), v)) */
+        /* x += o_proj(attn(rope(q), rope(k), v)) of rmsnorm(x) */
         op->rmsnorm(be, xb, x, L->attn_norm, n, d, w->eps);
-        model_linear(be, q, &L->wq, L->bq, xb, n);
-        model_linear(be, k, &L->wk, L->bk, xb, n);
-        model_linear(be, v, &L->wv, L->bv, xb, n);
-        op->rope(be, q, st->pos, n, dm->h, dm->hd, &w->rope);
-        op->rope(be, k, st->pos, n, dm->hk, dm->hd, &w->rope);
-        op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
-        ar.window = L->window;
-        op->attention(be, att, q, kv->k[l], kv->v[l], &ar);
-        model_linear(be, xo, &L->wo, L->bo, att, n);
+        model_attention(m, be, st, kv, l, &L->attn, &w->rope, w->attn_scale, xb, tmp, xo);
         op->add(be, x, xo, n * d);
-        /* MLP block: x += down(silu(gate(x)) * up(x)) */
+        /* x += down(silu(gate) * up) of rmsnorm(x) */
         op->rmsnorm(be, xb, x, L->mlp_norm, n, d, w->eps);
-        model_linear(be, gate, &L->w_gate, L->b_gate, xb, n);
-        model_linear(be, up, &L->w_up, L->b_up, xb, n);
-        op->swiglu(be, gate, gate, up, n * f);
-        model_linear(be, xo, &L->w_down, L->b_down, gate, n);
+        model_mlp(m, be, &L->mlp, xb, n, tmp, xo);
         op->add(be, x, xo, n * d);
     }
     op->rmsnorm(be, hidden, x, w->norm, n, d, w->eps);

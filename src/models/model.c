@@ -277,6 +277,44 @@ void model_linear(backend *be, float *y, const matview *w, const float *b, const
     if (b) be->ops->add_bias(be, y, b, n, w->rows);
 }
 
+int64_t model_attention_scratch(const celer_model *m, int64_t n) {
+    const model_dims *dm = &m->dims;
+    return n * (2 * dm->h * dm->hd + 2 * dm->hk * dm->hd); /* q, att; k, v */
+}
+
+int64_t model_mlp_scratch(const celer_model *m, int64_t n) { return n * 2 * m->dims.f; }
+
+void model_attention(const celer_model *m, backend *be, const model_step *st, const model_kv *kv,
+                     int64_t l, const attn_block *a, const rope_params *rope, float scale,
+                     const float *xb, float *scratch, float *out) {
+    const backend_ops *op = be->ops;
+    const model_dims *dm = &m->dims;
+    const int64_t n = st->n, qd = dm->h * dm->hd, kvd = dm->hk * dm->hd;
+    float *q = scratch, *att = q + n * qd, *k = att + n * qd, *v = k + n * kvd;
+    model_linear(be, q, &a->wq, a->bq, xb, n);
+    model_linear(be, k, &a->wk, a->bk, xb, n);
+    model_linear(be, v, &a->wv, a->bv, xb, n);
+    if (!a->no_rope) {
+        op->rope(be, q, st->pos, n, dm->h, dm->hd, rope);
+        op->rope(be, k, st->pos, n, dm->hk, dm->hd, rope);
+    }
+    op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
+    const attn_rows ar = {.n = n, .pos = st->pos, .blocks = st->blocks, .block_size = st->block_size,
+                          .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale};
+    op->attention(be, att, q, kv->k[l], kv->v[l], &ar);
+    model_linear(be, out, &a->wo, a->bo, att, n);
+}
+
+void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const float *xb, int64_t n,
+               float *scratch, float *out) {
+    const int64_t f = m->dims.f;
+    float *gate = scratch, *up = gate + n * f;
+    model_linear(be, gate, &p->gate, p->b_gate, xb, n);
+    model_linear(be, up, &p->up, p->b_up, xb, n);
+    be->ops->swiglu(be, gate, gate, up, n * f);
+    model_linear(be, out, &p->down, p->b_down, gate, n);
+}
+
 const char *model_quant_desc(const matview *w, char *out, size_t size) {
     if (w->quant_bits) snprintf(out, size, "%d-bit g%lld", w->quant_bits, (long long)w->group);
     else snprintf(out, size, "%s", dtype_name(w->type));

@@ -188,6 +188,34 @@ void model_embed_step(const celer_model *m, backend *be, const model_step *st, f
 /* y[n, w.rows] = x[n, w.cols] @ W^T (+ b[w.rows] when b is set). */
 void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n);
 
+/* The attention block of one layer (the weights a family's table binds). */
+typedef struct attn_block {
+    matview wq, wk, wv, wo;         /* [h*hd, d], [hk*hd, d], [hk*hd, d], [d, h*hd] */
+    const float *bq, *bk, *bv, *bo; /* [h*hd], [hk*hd], [hk*hd], [d] or NULL */
+    int64_t window;                 /* sliding window in positions, 0 = full causal */
+    bool no_rope;                   /* positions come from the mask alone (Cohere2 global layers) */
+} attn_block;
+
+/* A gated MLP: down(silu(gate(x)) * up(x)). */
+typedef struct mlp_block {
+    matview gate, up, down;               /* [f, d], [f, d], [d, f] */
+    const float *b_gate, *b_up, *b_down;  /* [f], [f], [d] or NULL */
+} mlp_block;
+
+/* Floats of scratch model_attention and model_mlp need for n rows. */
+int64_t model_attention_scratch(const celer_model *m, int64_t n);
+int64_t model_mlp_scratch(const celer_model *m, int64_t n);
+
+/* out[n, d] = o_proj(attention(rope(q), rope(k), v)) over the normed rows xb[n, d] of
+ * layer l: K and V of the step go to the cache first, then every row attends over its
+ * sequence's cache. */
+void model_attention(const celer_model *m, backend *be, const model_step *st, const model_kv *kv,
+                     int64_t l, const attn_block *a, const rope_params *rope, float scale,
+                     const float *xb, float *scratch, float *out);
+/* out[n, d] = the gated MLP of xb[n, d]. */
+void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const float *xb, int64_t n,
+               float *scratch, float *out);
+
 /* "<quant>" of a matrix for descriptions: "4-bit g64", "bf16". */
 const char *model_quant_desc(const matview *w, char *out, size_t size);
 
