@@ -168,8 +168,13 @@ int fixture_names(char **names, int cap) {
         char path[4200];
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", fixture_root(), de->d_name);
-        if (de->d_name[0] != '.' && de->d_name[0] != '_' && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            names[k++] = strdup(de->d_name);
+        if (de->d_name[0] == '.' || de->d_name[0] == '_' || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            continue;
+        /* a checkpoint: config.json or model.gguf (vision/ and the like hold other goldens) */
+        char ck[4300], gg[4300];
+        snprintf(ck, sizeof ck, "%s/config.json", path);
+        snprintf(gg, sizeof gg, "%s/model.gguf", path);
+        if (stat(ck, &sb) == 0 || stat(gg, &sb) == 0) names[k++] = strdup(de->d_name);
     }
     closedir(d);
     qsort(names, (size_t)k, sizeof *names, cmp_name);

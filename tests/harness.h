@@ -35,9 +35,10 @@ const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */
 const char *fixture_path(const char *name);
 
-/* Names of every fixture directory under fixture_root() (each subdirectory not starting
- * with '.' or '_'), sorted, into names[cap] (each malloc'd; free them); returns how many.
- * A fixture without its goldens is listed too: the tests must fail on it. */
+/* Names of every checkpoint fixture under fixture_root() (each subdirectory not starting
+ * with '.' or '_' that holds config.json or model.gguf), sorted, into names[cap] (each
+ * malloc'd; free them); returns how many. A fixture without its goldens is listed too:
+ * the tests must fail on it. */
 int fixture_names(char **names, int cap);
 /* A fixture's model: dir/model.gguf when it exists, else dir (a checkpoint directory).
  * Static buffer. */
