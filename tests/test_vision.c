@@ -1,7 +1,7 @@
 /*
  * test_vision.c - image decoding and LLaVA-NeXT preprocessing against transformers.
  *
- * Goldens (tests/fixtures/_vision, made by tools/make_vision_goldens.py): the RGB pixels
+ * Goldens (tests/fixtures/vision, made by tools/make_vision_goldens.py): the RGB pixels
  * Pillow + transformers' convert_to_rgb give for each test image, the pixel_values of
  * transformers' LlavaNextImageProcessor for each (config, image) case, and the processor's
  * <image> token counts with the model's grid and unpadded sizes. The .xz goldens are
@@ -22,7 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define GOLDEN_DIR "_vision"
+#define GOLDEN_DIR "vision"
 #define OUT_DIR    "build/vision"
 #define TOL        1e-4
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate the image-decoding and LLaVA-NeXT preprocessing goldens in tests/fixtures/_vision.
+"""Generate the image-decoding and LLaVA-NeXT preprocessing goldens in tests/fixtures/vision.
 
 Usage:
     bash tools/setup_venv.sh
-    build/venv/bin/python tools/make_vision_goldens.py --out tests/fixtures/_vision
+    build/venv/bin/python tools/make_vision_goldens.py --out tests/fixtures/vision
 
 Deterministic (fixed seeds; Pillow's encoders and this file's PNG writer are deterministic).
 
@@ -351,11 +351,11 @@ def write_goldens_xz(path, arrays):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="tests/fixtures/_vision")
+    ap.add_argument("--out", default="tests/fixtures/vision")
     args = ap.parse_args()
     dst = args.out
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
+    for part in ["images", "configs"]:  # README.md stays
+        shutil.rmtree(os.path.join(dst, part), ignore_errors=True)
     os.makedirs(os.path.join(dst, "images"))
     files = make_images(os.path.join(dst, "images"))
     decoded, digests = {}, {}
