@@ -405,6 +405,25 @@ static void check_configs(void) {
     CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-none", &e) == CELER_STATUS_IO &&
               strstr(e.msg, "preprocessor_config.json"),
           "no processor files: %s", e.msg);
+    /* transformers 5 nests the image processor in processor_config.json; it wins over
+     * preprocessor_config.json, and the processor's own keys sit beside it. */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/cfg-nested", OUT_DIR);
+    CHECK(system(cmd) == 0, "mkdir");
+    write_file(OUT_DIR "/cfg-nested/processor_config.json",
+               "{\"image_processor\": {\"crop_size\": {\"height\": 42, \"width\": 40}, "
+               "\"size\": {\"height\": 44, \"width\": 46}, \"resample\": 2, "
+               "\"image_grid_pinpoints\": [[84, 42]]}, \"patch_size\": 7, "
+               "\"num_additional_image_tokens\": 1, \"vision_feature_select_strategy\": \"full\"}");
+    write_file(OUT_DIR "/cfg-nested/preprocessor_config.json", "{\"crop_size\": 99}");
+    write_file(OUT_DIR "/cfg-nested/config.json",
+               "{\"vision_config\": {\"patch_size\": 3}, "
+               "\"vision_feature_select_strategy\": \"default\"}");
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-nested", &e) == CELER_OK && cfg.crop_h == 42 &&
+              cfg.crop_w == 40 && cfg.size_shortest_edge == 0 && cfg.size_h == 44 &&
+              cfg.size_w == 46 && cfg.resample == VISION_RESAMPLE_BILINEAR &&
+              cfg.n_pinpoints == 1 && cfg.pinpoints[0][0] == 84 && cfg.patch_size == 7 &&
+              cfg.num_additional_image_tokens == 1 && cfg.strategy == VISION_FEATURES_FULL,
+          "nested processor config: %s", e.msg);
     /* The llava-v1.6 defaults: best resolution and token counts by hand. A 336x672 pinpoint
      * for a 2:1 picture; 24x24 patches per tile, 1x2 tiles, no padding rows to cut. */
     vision_config_default(&cfg);
