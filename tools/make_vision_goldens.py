@@ -239,6 +239,27 @@ def make_images(dst):
     save("rgba16.png", png_write(np.dstack([rgb16, a16]), 16, 6))
     save("gray_alpha16.png", png_write(np.dstack([g16 * 3, a16]), 16, 4))
     save("rgb_interlaced.png", png_write(base.astype(np.int64), 8, 2, interlace=True))
+    # Small random PNGs over every colour type, bit depth, tRNS form and interlacing,
+    # including palette indices past the PLTE entries and 16-bit colour keys.
+    rng = np.random.RandomState(5)
+    for t in range(40):
+        ct = [0, 2, 3, 4, 6][t % 5]
+        depths = {0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16]}[ct]
+        d = depths[(t // 5) % len(depths)]
+        ch = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[ct]
+        h, w = rng.randint(1, 12), rng.randint(1, 12)
+        smp = rng.randint(0, (1 << d), (h, w, ch))
+        plte = trns = None
+        if ct == 3:
+            n = rng.randint(1, min(1 << d, 20) + 1)
+            plte = list(rng.randint(0, 256, 3 * n))
+            if t % 2:
+                trns = bytes(rng.randint(0, 256, rng.randint(1, n + 1)).astype(np.uint8))
+        elif ct in (0, 2) and t % 3:
+            key = smp[rng.randint(h), rng.randint(w)] if t % 2 else rng.randint(0, 256, ch)
+            trns = struct.pack(">" + "H" * ch, *[int(v) for v in key])
+        save(f"rnd{t:02d}_ct{ct}_d{d}.png",
+             png_write(smp, d, ct, interlace=bool(t % 4 == 1), plte=plte, trns=trns))
     # JPEG variants.
     im = Image.fromarray(scene(45, 77, 21), "RGB")
     save("progressive.jpg", pil_bytes(im, "JPEG", quality=85, progressive=True))
