@@ -403,6 +403,7 @@ def main():
     for img in ["wide.png", "tall.png", "pad.jpg", "tiny.png", "gray_alpha.png"]:
         plan.append(("c32b", img))
     plan.append(("llava16", "llava.jpg"))
+    plan.append(("llava16", "large.jpg"))
     cases, pixels = [], {}
     for cfg_name, img in plan:
         case, pv = run_case(dst, cfg_dirs[cfg_name], cfg_name, img, tokenizer)
