@@ -383,6 +383,8 @@ static void check_configs(void) {
     expect_bad_config("{\"image_grid_pinpoints\": [[336, 672], [672]]}", "image_grid_pinpoints");
     expect_bad_config("{\"image_grid_pinpoints\": []}", "image_grid_pinpoints");
     expect_bad_config("{\"do_resize\": \"yes\"}", "do_resize");
+    expect_bad_config("{\"crop_size\": 8000, \"image_grid_pinpoints\": [[8000, 8000]]}",
+                      "more than");
     expect_bad_config("{\"crop_size\": 336,", "line 1");
     vision_config cfg;
     celer_error e;
@@ -445,6 +447,15 @@ static void check_configs(void) {
     CHECK(vision_feature_count(&f, &cfg, 336, 672, &e) == CELER_OK &&
               f.n_tokens == 577 + 24 * 48 + 24,
           "full: %lld", (long long)f.n_tokens);
+    vision_layout lay;
+    vision_config big = cfg;
+    big.size_shortest_edge = 4000;
+    big.crop_h = big.crop_w = 4000;
+    big.pinpoints[0][0] = big.pinpoints[0][1] = 4000;
+    big.n_pinpoints = 1;
+    CHECK(vision_layout_compute(&lay, &big, 100, 100, &e) == CELER_STATUS_BAD_CONFIG &&
+              strstr(e.msg, "exceed"),
+          "a layout above the pixel limit: %s", e.msg);
     cfg.patch_size = 0;
     CHECK(vision_feature_count(&f, &cfg, 336, 672, &e) == CELER_STATUS_BAD_CONFIG &&
               strstr(e.msg, "patch_size"),

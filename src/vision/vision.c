@@ -18,8 +18,10 @@
 
 /* No intermediate image may be larger than this per side (a config asking for more is
  * refused rather than allocated). */
-#define VISION_MAX_SIDE  IMAGE_MAX_SIDE
-#define VISION_MAX_TILES 1024
+#define VISION_MAX_SIDE IMAGE_MAX_SIDE
+/* ... nor hold more pixels than this (16 Mpixel; llava-v1.6 needs 5 x 336 x 336 in all). */
+#define VISION_MAX_PIXELS ((int64_t)16 * 1024 * 1024)
+#define VISION_MAX_TILES  1024
 
 /* ==== Resampling (torch's uint8 antialiased kernel) ==== */
 
@@ -246,6 +248,10 @@ celer_status vision_config_check(const vision_config *cfg, const char *label, ce
                              "%s: image_grid_pinpoints[%d] = [%lld, %lld]: expected "
                              "a height and width in 1..%lld",
                              label, i, (long long)h, (long long)w, (long long)m);
+        if (h * w > VISION_MAX_PIXELS)
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: image_grid_pinpoints[%d] = [%lld, %lld]: more than %lld pixels",
+                             label, i, (long long)h, (long long)w, (long long)VISION_MAX_PIXELS);
         int64_t tiles =
             ((h + cfg->crop_h - 1) / cfg->crop_h) * ((w + cfg->crop_h - 1) / cfg->crop_h);
         if (tiles > VISION_MAX_TILES)
@@ -366,12 +372,13 @@ celer_status vision_layout_compute(vision_layout *lay, const vision_config *cfg,
         int64_t rh = th, rw = tw, oh, ow;
         if (cfg->do_resize) resize_target(&rh, &rw, cfg, th, tw);
         piece_output_size(&oh, &ow, cfg, th, tw);
-        if (rh <= 0 || rw <= 0 || rh > VISION_MAX_SIDE || rw > VISION_MAX_SIDE)
+        if (rh <= 0 || rw <= 0 || rh > VISION_MAX_SIDE || rw > VISION_MAX_SIDE ||
+            rh * rw > VISION_MAX_PIXELS)
             return error_set(e, CELER_STATUS_BAD_CONFIG,
                              "image processor: a %lldx%lld tile resizes to %lldx%lld, outside "
-                             "1..%d",
+                             "1..%d per side or above %lld pixels",
                              (long long)tw, (long long)th, (long long)rw, (long long)rh,
-                             VISION_MAX_SIDE);
+                             VISION_MAX_SIDE, (long long)VISION_MAX_PIXELS);
         if (oh != lay->out_h || ow != lay->out_w)
             return error_set(e, CELER_STATUS_BAD_CONFIG,
                              "image processor: tiles come out %lldx%lld but the base image "
@@ -379,6 +386,13 @@ celer_status vision_layout_compute(vision_layout *lay, const vision_config *cfg,
                              (long long)ow, (long long)oh, (long long)lay->out_w,
                              (long long)lay->out_h);
     }
+    if (bh * bw > VISION_MAX_PIXELS || lay->n_tiles * lay->out_h * lay->out_w > VISION_MAX_PIXELS)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "image processor: a %lldx%lld base image and %lld pieces of %lldx%lld "
+                         "exceed %lld pixels",
+                         (long long)bw, (long long)bh, (long long)lay->n_tiles,
+                         (long long)lay->out_w, (long long)lay->out_h,
+                         (long long)VISION_MAX_PIXELS);
     return CELER_OK;
 }
 
