@@ -2,8 +2,10 @@
  * test_cpu_kernels.c - every fast CPU kernel table (generic C, AVX2, AVX-512 VNNI, AMX;
  * each ISA the machine has, the rest reported as skipped) against the scalar reference
  * kernels on random inputs of awkward sizes: the packed quantized product, activation
- * quantization, dense products, attention pieces, and the whole backend ops (matmul,
- * attention with GQA, windows and paged blocks, RoPE, SwiGLU). Prints each max difference.
+ * quantization, dense products, attention pieces, LayerNorm and the GELU activations, and
+ * the whole backend ops (matmul, attention with GQA, windows and paged blocks, RoPE,
+ * SwiGLU, LayerNorm, activations, full attention over segments). Prints each max
+ * difference.
  *
  * Tolerances: kernels fed the same int8 activations agree to float rounding (1e-5
  * relative); a single int8 pass against exact fp32 arithmetic agrees to about 1/127 of
@@ -276,6 +278,65 @@ static void test_pieces(const cpu_kernels *k) {
     free(q), free(kv), free(p);
 }
 
+/* ==== LayerNorm and activations ==== */
+
+static void test_layernorm_entry(const cpu_kernels *k, int64_t d, bool bias) {
+    float *x = rand_vec(d, 2.0f), *w = rand_vec(d, 1.5f), *b = bias ? rand_vec(d, 0.5f) : NULL;
+    for (int64_t i = 0; i < d; i++) x[i] += 3.0f;
+    float *y = malloc(sizeof(float) * (size_t)d), *yr = malloc(sizeof(float) * (size_t)d);
+    k->layernorm(y, x, w, b, d, 1e-5f);
+    ref_layernorm(yr, x, w, b, d, 1e-5f);
+    char what[96];
+    snprintf(what, sizeof what, "layernorm d=%lld %s (relative)", (long long)d,
+             bias ? "with bias" : "no bias");
+    report(what, max_abs_diff(y, yr, d) / max_abs(yr, d), 1e-5);
+    k->layernorm(x, x, w, b, d, 1e-5f);
+    CHECK(!memcmp(x, y, sizeof(float) * (size_t)d), "layernorm entry in place equals out of place");
+    free(x), free(w), free(b), free(y), free(yr);
+}
+
+/* The table's activation on a grid over [-12, 12], random points and |x| up to 1e4,
+ * against ref_act: the max abs difference on |x| <= 10, and |diff| / max(1, |y|) over all. */
+static void test_act_entry(const cpu_kernels *k, backend_act kind, const char *name) {
+    enum { N = 2400 + 403 + 14 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N),
+          *yr = malloc(sizeof(float) * N);
+    int64_t m = 0;
+    for (int i = 0; i < 2400; i++) x[m++] = -12.0f + 24.0f * (float)i / 2399.0f;
+    for (int i = 0; i < 403; i++) x[m++] = rand_uniform(&rng) * 6.0f;
+    const float big[14] = {-1e4f, -3e3f, -100.0f, -30.0f, -15.0f, -0.0f,  1e-30f,
+                           15.0f, 30.0f, 100.0f,  3e3f,   1e4f,   -1e-7f, 0.5f};
+    for (int i = 0; i < 14; i++) x[m++] = big[i];
+    k->act(y, x, m, kind);
+    ref_act(yr, x, m, kind);
+    double abs10 = 0, rel = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < m; i++) {
+        const double d = fabs((double)y[i] - yr[i]);
+        if (fabsf(x[i]) <= 10.0f) abs10 = fmax(abs10, d);
+        rel = fmax(rel, d / fmax(1.0, fabs(yr[i])));
+        finite = finite && isfinite(y[i]);
+    }
+    CHECK(finite, "%s %s: non-finite output for a finite input", cpu_isa_name(k->isa), name);
+    char what[96];
+    snprintf(what, sizeof what, "%s n=%lld, |x| <= 10 (absolute)", name, (long long)m);
+    report(what, abs10, 1e-6);
+    snprintf(what, sizeof what, "%s n=%lld, |x| <= 1e4 (relative)", name, (long long)m);
+    report(what, rel, 1e-6);
+    k->act(x, x, m, kind);
+    CHECK(!memcmp(x, y, sizeof(float) * (size_t)m), "%s entry in place equals out of place", name);
+    free(x), free(y), free(yr);
+}
+
+static void test_norm_act(const cpu_kernels *k) {
+    test_layernorm_entry(k, 77, false);
+    test_layernorm_entry(k, 77, true);
+    test_layernorm_entry(k, 1030, true);
+    test_act_entry(k, BACKEND_ACT_GELU_ERF, "gelu erf");
+    test_act_entry(k, BACKEND_ACT_GELU_TANH, "gelu tanh");
+    test_act_entry(k, BACKEND_ACT_QUICK_GELU, "quick gelu");
+}
+
 /* ==== whole backend ops against the reference backend ==== */
 
 /* kv_f16: both backends keep the KV pools in fp16 (each reads back the same rounded
@@ -357,6 +418,94 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     backend_destroy(ref);
 }
 
+/* attention_full of n rows in segments of seg, fast against reference backend; returns
+ * the max difference. */
+static double full_diff(backend *fast, backend *ref, int64_t n, int64_t seg, int64_t h, int64_t hk,
+                        int64_t hd) {
+    const int64_t qd = h * hd, kvd = hk * hd;
+    float *q = rand_vec(n * qd, 2.0f), *k = rand_vec(n * kvd, 1.0f), *v = rand_vec(n * kvd, 1.0f);
+    float *of = malloc(sizeof(float) * (size_t)(n * qd)),
+          *orf = malloc(sizeof(float) * (size_t)(n * qd));
+    const float scale = 1.0f / sqrtf((float)hd);
+    fast->ops->attention_full(fast, of, q, k, v, n, seg, h, hk, hd, scale);
+    ref->ops->attention_full(ref, orf, q, k, v, n, seg, h, hk, hd, scale);
+    const double d = max_abs_diff(of, orf, n * qd);
+    /* the reference with every segment starting one row later (the last one earlier) must
+     * be far off: the test sees a segment boundary */
+    if (n / seg > 1) {
+        float scores[1024];
+        double shifted = 0;
+        CHECK(seg <= 1024, "score row");
+        for (int64_t t = 0; t < n; t++) {
+            const int64_t first = t / seg * seg, lo = first + seg < n ? first + 1 : first - 1;
+            ref_attention_full(orf + t * qd, q + t * qd, k + lo * kvd, v + lo * kvd, seg, h, hk, hd,
+                               scale, scores);
+        }
+        shifted = max_abs_diff(of, orf, n * qd);
+        CHECK(shifted > 1e-2, "attention_full: segments moved by one row give max diff %g",
+              shifted);
+    }
+    free(q), free(k), free(v), free(of), free(orf);
+    return d;
+}
+
+/* LayerNorm, activations and full attention through the ops, pool-sized and inline-sized,
+ * against the reference backend. The backends' n_ctx (64) is below the 577-row segment of
+ * a CLIP ViT-L/14-336 tile, which both must still take. */
+static void test_vision_ops(cpu_isa isa) {
+    const backend_cpu_sizes sz = {.max_rows = 1154, .max_cols = 1024, .max_keys = 64, .hd = 128};
+    backend *fast = backend_cpu_create(isa, 3, &sz, false),
+            *ref = backend_ref_create(3, 1024, 64, false);
+    const char *name = cpu_isa_name(isa);
+    char what[128];
+    for (int bias = 0; bias < 2; bias++) {
+        const int64_t n = 37, d = 1030;
+        float *x = rand_vec(n * d, 2.0f), *w = rand_vec(d, 1.5f), *b = rand_vec(d, 0.5f);
+        float *yf = malloc(sizeof(float) * (size_t)(n * d)),
+              *yr = malloc(sizeof(float) * (size_t)(n * d));
+        fast->ops->layernorm(fast, yf, x, w, bias ? b : NULL, n, d, 1e-6f);
+        ref->ops->layernorm(ref, yr, x, w, bias ? b : NULL, n, d, 1e-6f);
+        snprintf(what, sizeof what, "%s layernorm op [37 x 1030] %s (relative)", name,
+                 bias ? "bias" : "no bias");
+        report(what, max_abs_diff(yf, yr, n * d) / max_abs(yr, n * d), 1e-5);
+        free(x), free(w), free(b), free(yf), free(yr);
+    }
+    const backend_act kinds[] = {BACKEND_ACT_GELU_ERF, BACKEND_ACT_GELU_TANH,
+                                 BACKEND_ACT_QUICK_GELU};
+    const char *const kind_names[] = {"gelu erf", "gelu tanh", "quick gelu"};
+    const int64_t ms[] = {13, 37 * 1031};
+    for (int a = 0; a < 3; a++)
+        for (int mi = 0; mi < 2; mi++) {
+            const int64_t m = ms[mi];
+            float *x = rand_vec(m, 8.0f), *yf = malloc(sizeof(float) * (size_t)m);
+            float *yr = malloc(sizeof(float) * (size_t)m);
+            fast->ops->act(fast, yf, x, m, kinds[a]);
+            ref->ops->act(ref, yr, x, m, kinds[a]);
+            double rel = 0;
+            for (int64_t i = 0; i < m; i++)
+                rel = fmax(rel, fabs((double)yf[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
+            snprintf(what, sizeof what, "%s act op %s m=%lld (relative)", name, kind_names[a],
+                     (long long)m);
+            report(what, rel, 1e-5);
+            free(x), free(yf), free(yr);
+        }
+    /* segments: GQA, not multiples of 16, exact multiples, tiny (inline), one long */
+    const struct { int64_t n, seg, h, hk, hd; } cases[] = {
+        {3 * 37, 37, 6, 2, 64}, {2 * 50, 50, 4, 4, 80},    {4 * 32, 32, 8, 1, 64},
+        {3 * 5, 5, 2, 1, 16},   {2 * 17, 17, 16, 16, 128}, {2 * 577, 577, 4, 4, 64},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const double d =
+            full_diff(fast, ref, cases[c].n, cases[c].seg, cases[c].h, cases[c].hk, cases[c].hd);
+        snprintf(what, sizeof what, "%s attention_full %lld x %lld rows, heads %lld/%lld, hd %lld",
+                 name, (long long)(cases[c].n / cases[c].seg), (long long)cases[c].seg,
+                 (long long)cases[c].h, (long long)cases[c].hk, (long long)cases[c].hd);
+        report(what, d, 1e-5);
+    }
+    backend_destroy(fast);
+    backend_destroy(ref);
+}
+
 int main(void) {
     test_pack_rows();
     const cpu_isa isas[] = {CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX};
@@ -378,8 +527,10 @@ int main(void) {
         test_dense(k, DTYPE_F16, 16, 64, 3);
         test_dense(k, DTYPE_BF16, 9, 130, 1);
         test_pieces(k);
+        test_norm_act(k);
         test_backend_ops(isas[i], false);
         test_backend_ops(isas[i], true);
+        test_vision_ops(isas[i]);
     }
     return harness_done("test_cpu_kernels");
 }

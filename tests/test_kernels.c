@@ -1,7 +1,9 @@
 /*
  * test_kernels.c - every reference kernel against a plain double-precision computation
- * on random inputs, with sizes that are not multiples of 8 or 16; also the fp16/bf16
- * conversions and the thread pool. Prints the max difference of each comparison.
+ * on random inputs, with sizes that are not multiples of 8 or 16 (matmul, RMSNorm,
+ * LayerNorm, RoPE, softmax, SwiGLU, the GELU activations, paged and full attention); also
+ * the fp16/bf16 conversions and the thread pool. Prints the max difference of each
+ * comparison.
  */
 #include "harness.h"
 
@@ -158,6 +160,81 @@ static void test_softmax_silu(void) {
     free(x), free(y), free(g), free(u);
 }
 
+/* Two-pass LayerNorm in double; bias optional. Also checks that y may alias x. */
+static void test_layernorm(int64_t d, bool bias) {
+    float *x = rand_vec(d, 2.0f), *w = rand_vec(d, 1.5f), *b = bias ? rand_vec(d, 0.5f) : NULL;
+    /* an offset mean: a one-pass variance would lose it */
+    for (int64_t i = 0; i < d; i++) x[i] += 3.0f;
+    float *y = malloc(sizeof(float) * (size_t)d);
+    ref_layernorm(y, x, w, b, d, 1e-5f);
+    double mean = 0, var = 0, diff = 0, mx = 0;
+    for (int64_t i = 0; i < d; i++) mean += x[i];
+    mean /= (double)d;
+    for (int64_t i = 0; i < d; i++) var += (x[i] - mean) * (x[i] - mean);
+    const double inv = 1.0 / sqrt(var / (double)d + 1e-5);
+    for (int64_t i = 0; i < d; i++) {
+        const double e = (x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0);
+        diff = fmax(diff, fabs(e - y[i]));
+        mx = fmax(mx, fabs(e));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "layernorm d=%lld %s (relative)", (long long)d,
+             bias ? "with bias" : "no bias");
+    report(what, diff / mx, 1e-6);
+    ref_layernorm(x, x, w, b, d, 1e-5f);
+    CHECK(!memcmp(x, y, sizeof(float) * (size_t)d), "layernorm in place equals out of place");
+    /* the bias is added: without it every row would differ by b */
+    if (bias) {
+        float *y0 = malloc(sizeof(float) * (size_t)d);
+        ref_layernorm(y0, y, w, NULL, d, 1e-5f);
+        CHECK(max_abs_diff(y, y0, d) > 0.1, "layernorm bias changes the output");
+        free(y0);
+    }
+    free(x), free(w), free(b), free(y);
+}
+
+static double act_double(double x, backend_act kind) {
+    switch (kind) {
+    case BACKEND_ACT_GELU_ERF:
+        return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case BACKEND_ACT_GELU_TANH:
+        return 0.5 * x *
+               (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+    case BACKEND_ACT_QUICK_GELU:
+        return x / (1.0 + exp(-1.702 * x));
+    }
+    return x;
+}
+
+/* Each activation on a grid over [-12, 12], random points and large |x| up to 1e4, against
+ * double precision: |diff| / max(1, |y|). */
+static void test_act(backend_act kind, const char *name) {
+    enum { N = 2400 + 400 + 12 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    int64_t m = 0;
+    for (int i = 0; i < 2400; i++) x[m++] = -12.0f + 24.0f * (float)i / 2399.0f;
+    for (int i = 0; i < 400; i++) x[m++] = rand_uniform(&rng) * 6.0f;
+    const float big[12] = {-1e4f,  -3e3f, -100.0f, -30.0f, -15.0f, -0.0f,
+                           1e-30f, 15.0f, 30.0f,   100.0f, 3e3f,   1e4f};
+    for (int i = 0; i < 12; i++) x[m++] = big[i];
+    ref_act(y, x, m, kind);
+    double diff = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < m; i++) {
+        const double e = act_double(x[i], kind);
+        diff = fmax(diff, fabs(e - y[i]) / fmax(1.0, fabs(e)));
+        finite = finite && isfinite(y[i]);
+    }
+    CHECK(finite, "%s: non-finite output for a finite input", name);
+    char what[96];
+    snprintf(what, sizeof what, "%s n=%lld, |x| <= 1e4 (relative)", name, (long long)m);
+    report(what, diff, 1e-6);
+    /* in place */
+    ref_act(x, x, m, kind);
+    CHECK(!memcmp(x, y, sizeof(float) * (size_t)m), "%s in place equals out of place", name);
+    free(x), free(y);
+}
+
 /* ==== attention over a shuffled paged cache ==== */
 
 static void test_attention(int64_t window) {
@@ -197,6 +274,70 @@ static void test_attention(int64_t window) {
     snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=44 window=%lld", (long long)window);
     report(what, diff, 1e-5);
     free(k), free(v), free(kc), free(vc), free(q), free(out);
+}
+
+/* ==== full attention over segments ==== */
+
+/* Row t of every segment against a double-precision softmax over the keys [lo, lo + nk)
+ * of k and v [*, hk*hd]; max |diff| over out[t, h*hd]. */
+static double full_row_diff(const float *out, const float *q, const float *k, const float *v,
+                            int64_t lo, int64_t nk, int64_t h, int64_t hk, int64_t hd,
+                            float scale) {
+    const int64_t kvd = hk * hd;
+    double diff = 0, *s = malloc(sizeof(double) * (size_t)nk);
+    for (int64_t i = 0; i < h; i++) {
+        const int64_t off = i / (h / hk) * hd;
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < nk; j++) {
+            double dot = 0;
+            for (int64_t c = 0; c < hd; c++)
+                dot += (double)q[i * hd + c] * k[(lo + j) * kvd + off + c];
+            s[j] = dot * scale;
+            mx = fmax(mx, s[j]);
+        }
+        for (int64_t j = 0; j < nk; j++) sum += exp(s[j] - mx);
+        for (int64_t c = 0; c < hd; c++) {
+            double o = 0;
+            for (int64_t j = 0; j < nk; j++)
+                o += exp(s[j] - mx) / sum * v[(lo + j) * kvd + off + c];
+            diff = fmax(diff, fabs(o - out[i * hd + c]));
+        }
+    }
+    free(s);
+    return diff;
+}
+
+/* Three segments of 37 rows (not a multiple of 16), GQA 6/2: each row's output from
+ * ref_attention_full over its own segment, against double precision; the same check with
+ * the segment boundary moved by one row must fail. */
+static void test_attention_full(int64_t hd) {
+    const int64_t seg = 37, n = 3 * seg, h = 6, hk = 2, qd = h * hd, kvd = hk * hd;
+    float *q = rand_vec(n * qd, 2.0f), *k = rand_vec(n * kvd, 1.0f), *v = rand_vec(n * kvd, 1.0f);
+    float *out = malloc(sizeof(float) * (size_t)(n * qd)), scores[37];
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t first = t / seg * seg;
+        ref_attention_full(out + t * qd, q + t * qd, k + first * kvd, v + first * kvd, seg, h, hk,
+                           hd, scale, scores);
+    }
+    double diff = 0, shifted = 1e300;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t first = t / seg * seg;
+        diff =
+            fmax(diff, full_row_diff(out + t * qd, q + t * qd, k, v, first, seg, h, hk, hd, scale));
+        /* a segment one row later (the next segment's first row in, this one's out), or one
+         * row earlier for the last segment */
+        const int64_t lo = first + seg < n ? first + 1 : first - 1;
+        shifted =
+            fmin(shifted, full_row_diff(out + t * qd, q + t * qd, k, v, lo, seg, h, hk, hd, scale));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attention_full 3 x 37 rows GQA 6/2 hd=%lld", (long long)hd);
+    report(what, diff, 1e-6);
+    printf("  %-44s min diff %.3g\n", "  ... against segments moved by one row", shifted);
+    CHECK(shifted > 1e-4, "attention_full: a segment boundary moved by one row goes unnoticed (%g)",
+          shifted);
+    free(q), free(k), free(v), free(out);
 }
 
 /* ==== conversions and threads ==== */
@@ -262,8 +403,16 @@ int main(void) {
     test_rope(false);
     test_rope(true);
     test_softmax_silu();
+    test_layernorm(77, false);
+    test_layernorm(77, true);
+    test_layernorm(1030, true);
+    test_act(BACKEND_ACT_GELU_ERF, "gelu erf");
+    test_act(BACKEND_ACT_GELU_TANH, "gelu tanh");
+    test_act(BACKEND_ACT_QUICK_GELU, "quick gelu");
     test_attention(0);
     test_attention(9);
+    test_attention_full(64);
+    test_attention_full(80);
     test_half();
     test_threadpool();
     return harness_done("test_kernels");

@@ -4,6 +4,11 @@
  * A backend runs each op over whole batches of rows on buffers it can address (host
  * memory for the CPU backends). Model files call only these ops, so one forward body
  * serves every backend. A backend never sees a model, a config or a tokenizer.
+ *
+ * attention reads the paged KV cache causally (text models); attention_full has no cache
+ * and no mask (a vision encoder): its n rows form n / seg independent segments of seg
+ * consecutive rows (n % seg == 0, one image tile each), and every row attends to every
+ * row of its own segment. Query head i reads KV head i / (h / hk) in both.
  */
 #ifndef CELER_BACKEND_H
 #define CELER_BACKEND_H
@@ -32,6 +37,13 @@ typedef struct attn_rows {
     float scale;
 } attn_rows;
 
+/* Elementwise activations of the act op, each as Hugging Face names it. */
+typedef enum backend_act {
+    BACKEND_ACT_GELU_ERF,   /* "gelu": 0.5 x (1 + erf(x / sqrt 2)) */
+    BACKEND_ACT_GELU_TANH,  /* "gelu_pytorch_tanh": 0.5 x (1 + tanh(0.79788 (x + 0.044715 x^3))) */
+    BACKEND_ACT_QUICK_GELU, /* "quick_gelu" (CLIP): x sigmoid(1.702 x) */
+} backend_act;
+
 typedef struct backend backend;
 
 typedef struct backend_ops {
@@ -44,6 +56,9 @@ typedef struct backend_ops {
     /* y[n, d] = rmsnorm(x[n, d]) * w[d] */
     void (*rmsnorm)(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
                     float eps);
+    /* y[n, d] = (x[n, d] - mean) / sqrt(var + eps) * w[d] + b[d], per row; b may be NULL */
+    void (*layernorm)(backend *be, float *y, const float *x, const float *w, const float *b,
+                      int64_t n, int64_t d, float eps);
     /* x[n, h, hd] rotated in place, row r at position pos[r] */
     void (*rope)(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                  const rope_params *rp);
@@ -55,8 +70,13 @@ typedef struct backend_ops {
     /* out[n, h*hd] = attention of q[n, h*hd] over the pools */
     void (*attention)(backend *be, float *out, const float *q, const void *kpool,
                       const void *vpool, const attn_rows *rows);
+    /* out[n, h*hd] = attention of q[n, h*hd] over k, v[n, hk*hd] within segments of seg rows */
+    void (*attention_full)(backend *be, float *out, const float *q, const float *k, const float *v,
+                           int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
     /* y[m] = silu(gate[m]) * up[m] */
     void (*swiglu)(backend *be, float *y, const float *gate, const float *up, int64_t m);
+    /* y[m] = act(x[m]) */
+    void (*act)(backend *be, float *y, const float *x, int64_t m, backend_act kind);
     /* y[m] += x[m] */
     void (*add)(backend *be, float *y, const float *x, int64_t m);
     /* y[n, d] += bias[d] for every row */

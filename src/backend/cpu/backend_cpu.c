@@ -7,9 +7,11 @@
  * counter and run the table's product over every input row, so a weight tile is read
  * once per call while it sits in L1/L2. Attention is tiled: up to ATT_TILE consecutive
  * rows of one sequence and one KV head read each cache block once (keys stored
- * transposed per block), with an online softmax (no [n, n] score matrix). Work too
- * small to wake the pool runs on the calling thread. Every buffer is sized at creation;
- * no op allocates.
+ * transposed per block), with an online softmax (no [n, n] score matrix). Full
+ * (unmasked, uncached) attention is tiled the same way over plain K and V rows, a block
+ * of 16 keys transposed into scratch at a time, so its scratch does not grow with the
+ * segment. Work too small to wake the pool runs on the calling thread. Every buffer is
+ * sized at creation; no op allocates.
  */
 #include "backend/cpu/backend_cpu.h"
 
@@ -22,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATT_TILE 16 /* query rows of one sequence sharing each K/V block read */
+#define ATT_TILE  16 /* query rows of one sequence sharing each K/V block read */
+#define FULL_TILE 32 /* query vectors (rows x heads of one KV head) of one full-attention item */
 
 typedef struct cpu_backend {
     backend base;
@@ -157,10 +160,11 @@ static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *id
 typedef struct row_job {
     cpu_backend *cb;
     float *y;
-    const float *x, *x2, *w;
+    const float *x, *x2, *w, *b;
     const int32_t *pos;
     int64_t n, d, h, hd;
     float eps;
+    backend_act act;
 } row_job;
 
 static void rmsnorm_task(void *p, int ith, int nth) {
@@ -181,6 +185,21 @@ static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, i
                         float eps) {
     row_job j = {.cb = (cpu_backend *)be, .y = y, .x = x, .w = w, .n = n, .d = d, .eps = eps};
     run(j.cb, rmsnorm_task, &j, n * d);
+}
+
+static void layernorm_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        j->cb->k->layernorm(j->y + t * j->d, j->x + t * j->d, j->w, j->b, j->d, j->eps);
+}
+
+static void cpu_layernorm(backend *be, float *y, const float *x, const float *w, const float *b,
+                          int64_t n, int64_t d, float eps) {
+    row_job j = {
+        .cb = (cpu_backend *)be, .y = y, .x = x, .w = w, .b = b, .n = n, .d = d, .eps = eps};
+    run(j.cb, layernorm_task, &j, n * d);
 }
 
 /* cos and sin of every (position, pair) for rp, formed exactly as the reference forms
@@ -374,6 +393,102 @@ static void cpu_attention(backend *be, float *out, const float *q, const void *k
     threadpool_run(cb->pool, attention_task, &j);
 }
 
+/* ==== full attention ==== */
+
+typedef struct full_job {
+    cpu_backend *cb;
+    float *out;
+    const float *q, *k, *v;
+    int64_t seg, h, hk, hd;
+    int64_t tiles; /* query tiles per (segment, KV head) */
+    float scale;
+    int64_t n_items; /* segments x KV heads x tiles */
+} full_job;
+
+/* Query vectors [v0, v1) of segment s that read KV head g, vector i being head
+ * g * group + i % group of the segment's row i / group: every key block of the segment is
+ * transposed once into scratch, scored against all of them in one kernel call, folded
+ * into each one's online softmax, and its values added in one more call. The last block
+ * may be partial: its missing keys are zero columns whose probabilities are set to 0, and
+ * its values are copied out so no row past the segment is read. */
+static void full_tile(full_job *j, float *st, int64_t s, int64_t g, int64_t v0, int64_t v1) {
+    const cpu_kernels *k = j->cb->k;
+    const int64_t hd = j->hd, group = j->h / j->hk, kvd = j->hk * hd, bs = ATT_BLOCK;
+    const int64_t nq = v1 - v0, stride = 2 * hd, seg = j->seg;
+    /* per query vector: scaled q [hd], then the output [hd]; then running max, sum and the
+     * block's correction; then the block's scores; then one block of keys (transposed)
+     * and of values */
+    float *mx = st + nq * stride, *sum = mx + nq, *corr = sum + nq, *scores = corr + nq;
+    float *kt = scores + nq * bs, *vbuf = kt + hd * bs;
+    const float *ks = j->k + s * seg * kvd + g * hd, *vs = j->v + s * seg * kvd + g * hd;
+    for (int64_t i = 0; i < nq; i++) {
+        const int64_t r = s * seg + (v0 + i) / group, head = g * group + (v0 + i) % group;
+        const float *q = j->q + r * j->h * hd + head * hd;
+        for (int64_t c = 0; c < hd; c++) st[i * stride + c] = q[c] * j->scale;
+        memset(st + i * stride + hd, 0, sizeof(float) * (size_t)hd);
+        mx[i] = -INFINITY;
+        sum[i] = 0.0f;
+    }
+    for (int64_t base = 0; base < seg; base += bs) {
+        const int64_t nk = seg - base < bs ? seg - base : bs;
+        for (int64_t c = 0; c < hd; c++)
+            for (int64_t jj = 0; jj < bs; jj++)
+                kt[c * bs + jj] = jj < nk ? ks[(base + jj) * kvd + c] : 0.0f;
+        const float *vp = vs + base * kvd;
+        int64_t ldv = kvd;
+        if (nk < bs) {
+            for (int64_t jj = 0; jj < bs; jj++) {
+                if (jj < nk)
+                    memcpy(vbuf + jj * hd, vp + jj * kvd, sizeof(float) * (size_t)hd);
+                else
+                    memset(vbuf + jj * hd, 0, sizeof(float) * (size_t)hd);
+            }
+            vp = vbuf, ldv = hd;
+        }
+        k->attn_scores(scores, st, stride, nq, kt, hd);
+        for (int64_t i = 0; i < nq; i++) {
+            float *sc = scores + i * bs, m = mx[i];
+            for (int64_t c = 0; c < nk; c++) m = sc[c] > m ? sc[c] : m;
+            corr[i] = mx[i] == -INFINITY ? 0.0f : expf(mx[i] - m);
+            sum[i] = sum[i] * corr[i] + k->exp_sum(sc, nk, m);
+            for (int64_t c = nk; c < bs; c++) sc[c] = 0.0f;
+            mx[i] = m;
+        }
+        k->attn_pv(st + hd, stride, corr, scores, nq, vp, ldv, hd);
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        const int64_t r = s * seg + (v0 + i) / group, head = g * group + (v0 + i) % group;
+        const float inv = 1.0f / sum[i];
+        float *o = j->out + r * j->h * hd + head * hd;
+        for (int64_t c = 0; c < hd; c++) o[c] = st[i * stride + hd + c] * inv;
+    }
+}
+
+static void attention_full_task(void *p, int ith, int nth) {
+    full_job *j = p;
+    const int64_t per_seg = j->hk * j->tiles, nv = j->seg * (j->h / j->hk);
+    float *st = j->cb->att + (size_t)ith * j->cb->att_floats;
+    int64_t lo, hi;
+    (void)nth;
+    while (threadpool_chunk(&j->cb->counter, j->n_items, 1, &lo, &hi)) {
+        const int64_t s = lo / per_seg, g = lo % per_seg / j->tiles, tile = lo % j->tiles;
+        const int64_t v0 = tile * FULL_TILE, v1 = v0 + FULL_TILE < nv ? v0 + FULL_TILE : nv;
+        full_tile(j, st, s, g, v0, v1);
+    }
+}
+
+static void cpu_attention_full(backend *be, float *out, const float *q, const float *k,
+                               const float *v, int64_t n, int64_t seg, int64_t h, int64_t hk,
+                               int64_t hd, float scale) {
+    cpu_backend *cb = (cpu_backend *)be;
+    CELER_ASSERT(seg > 0 && n % seg == 0 && hk > 0 && h % hk == 0);
+    CELER_ASSERT(hd > 0 && hd % 2 == 0 && hd <= cb->sz.hd);
+    const int64_t tiles = (seg * (h / hk) + FULL_TILE - 1) / FULL_TILE;
+    full_job j = {cb, out, q, k, v, seg, h, hk, hd, tiles, scale, n / seg * hk * tiles};
+    atomic_store(&cb->counter.next, 0);
+    run(cb, attention_full_task, &j, n * seg * h * hd);
+}
+
 /* ==== elementwise ==== */
 
 static void swiglu_task(void *p, int ith, int nth) {
@@ -388,6 +503,20 @@ static void swiglu_task(void *p, int ith, int nth) {
 static void cpu_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
     row_job j = {.cb = (cpu_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
     run(j.cb, swiglu_task, &j, m);
+}
+
+static void act_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n / 8, ith, nth, &lo, &hi);
+    lo *= 8;
+    hi = ith == nth - 1 ? j->n : hi * 8;
+    j->cb->k->act(j->y + lo, j->x + lo, hi - lo, j->act);
+}
+
+static void cpu_act(backend *be, float *y, const float *x, int64_t m, backend_act kind) {
+    row_job j = {.cb = (cpu_backend *)be, .y = y, .x = x, .n = m, .act = kind};
+    run(j.cb, act_task, &j, m);
 }
 
 static void cpu_destroy(backend *be) {
@@ -409,10 +538,13 @@ static const backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
+    .layernorm = cpu_layernorm,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
+    .attention_full = cpu_attention_full,
     .swiglu = cpu_swiglu,
+    .act = cpu_act,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
@@ -440,9 +572,12 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->xq.s = malloc(sizeof(float) * 2 * rows * blocks);
     cb->wrow = malloc(sizeof(float) * cols * (size_t)cb->nth);
     /* per thread: ATT_TILE rows x heads per KV head (at most max_cols / hd) query vectors,
-     * outputs, three scalars and a block of scores each */
-    cb->att_floats = (size_t)(ATT_TILE * (2 * sz->hd + 3 + ATT_BLOCK) * (sz->max_cols / sz->hd) +
-                              2 * sz->hd * ATT_BLOCK);
+     * outputs, three scalars and a block of scores each, then a block of keys and values;
+     * full attention needs the same for FULL_TILE query vectors of any head dim up to hd */
+    const int64_t per_q = 2 * sz->hd + 3 + ATT_BLOCK, kv_block = 2 * sz->hd * ATT_BLOCK;
+    const int64_t causal = ATT_TILE * per_q * (sz->max_cols / sz->hd) + kv_block;
+    const int64_t full = FULL_TILE * per_q + kv_block;
+    cb->att_floats = (size_t)(causal > full ? causal : full);
     cb->att = malloc(sizeof(float) * cb->att_floats * (size_t)cb->nth);
     cb->tile_row = malloc(sizeof(int32_t) * (rows + 1));
     cb->rope_cs = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);

@@ -12,6 +12,7 @@
 /* Positions per KV cache block the CPU attention reads (the engine's block size). */
 #define ATT_BLOCK 16
 
+#include "backend/backend.h"
 #include "backend/cpu/cpuid.h"
 #include "backend/cpu/pack.h"
 
@@ -38,6 +39,12 @@ typedef struct cpu_kernels {
     void (*f16_to_f32)(float *y, const uint16_t *x, int64_t n);
     /* y[m] = silu(gate[m]) * up[m] (y may alias gate) */
     void (*swiglu)(float *y, const float *gate, const float *up, int64_t m);
+    /* y[d] = (x[d] - mean) / sqrt(var + eps) * w[d] + b[d], two passes in fp32 as
+     * ref_layernorm; b may be NULL; y may alias x */
+    void (*layernorm)(float *y, const float *x, const float *w, const float *b, int64_t d,
+                      float eps);
+    /* y[m] = act(x[m]) (y may alias x) */
+    void (*act)(float *y, const float *x, int64_t m, backend_act kind);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_generic;
@@ -55,6 +62,8 @@ void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int6
                   int64_t ldv, int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);
 void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m);
+void avx2_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps);
+void avx2_act(float *y, const float *x, int64_t m, backend_act kind);
 void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n);
 
 /* The AVX-512 VNNI product, which the AMX table uses for short inputs and odd tiles. */

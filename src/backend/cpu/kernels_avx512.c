@@ -102,5 +102,7 @@ const cpu_kernels cpu_kernels_avx512 = {
     .attn_pv = avx2_attn_pv,
     .exp_sum = avx2_exp_sum,
     .swiglu = avx2_swiglu,
+    .layernorm = avx2_layernorm,
+    .act = avx2_act,
     .f16_to_f32 = avx2_f16_to_f32,
 };

@@ -1,7 +1,8 @@
 /*
- * attention.c - reference causal attention of one query row over a paged KV cache,
- * with grouped-query heads and an optional sliding window. Materializes the score row
- * (pos + 1 floats); the tiled online-softmax kernel belongs to the CPU backend.
+ * attention.c - reference attention of one query row: causal over a paged KV cache, with
+ * grouped-query heads and an optional sliding window; or unmasked over plain K and V rows
+ * (a vision encoder's segment). Materializes the score row (one float per key); the tiled
+ * online-softmax kernels belong to the CPU backend.
  */
 #include "kernels/ref/ref.h"
 
@@ -32,5 +33,24 @@ void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, i
             const int64_t v = kv_span_slot(kv, lo + j) * kvd + off;
             for (int64_t c = 0; c < hd; c++) o[c] += scores[j] * kv_at(kv->v, kv->f16, v + c);
         }
+    }
+}
+
+void ref_attention_full(float *out, const float *q, const float *k, const float *v, int64_t seg,
+                        int64_t h, int64_t hk, int64_t hd, float scale, float *scores) {
+    const int64_t group = h / hk, kvd = hk * hd;
+    for (int64_t i = 0; i < h; i++) {
+        const float *qi = q + i * hd;
+        const int64_t off = (i / group) * hd;
+        for (int64_t j = 0; j < seg; j++) {
+            float dot = 0.0f;
+            for (int64_t c = 0; c < hd; c++) dot += qi[c] * k[j * kvd + off + c];
+            scores[j] = dot * scale;
+        }
+        ref_softmax(scores, seg);
+        float *o = out + i * hd;
+        for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;
+        for (int64_t j = 0; j < seg; j++)
+            for (int64_t c = 0; c < hd; c++) o[c] += scores[j] * v[j * kvd + off + c];
     }
 }

@@ -3,7 +3,9 @@
  *
  * Rows are split across the pool: matmul by output rows in chunks from an atomic
  * counter, everything else by batch rows. Scratch (one dequantized weight row and one
- * score row per thread) is allocated once at creation, never in a forward.
+ * score row per thread) is allocated once at creation, never in a forward. attention_full
+ * takes the thread's whole scratch (max_cols + max_keys floats) as its score row, since a
+ * vision segment (577 rows for a CLIP ViT-L/14-336 tile) can be longer than n_ctx.
  */
 #include "kernels/ref/backend_ref.h"
 
@@ -23,8 +25,12 @@ typedef struct ref_backend {
     threadpool_counter counter;
 } ref_backend;
 
+static int64_t scratch_floats(const ref_backend *rb) {
+    return rb->max_cols + rb->max_keys;
+}
+
 static float *thread_scratch(ref_backend *rb, int ith) {
-    return rb->scratch + (size_t)ith * (size_t)(rb->max_cols + rb->max_keys);
+    return rb->scratch + (size_t)ith * (size_t)scratch_floats(rb);
 }
 
 /* Static split of [0, n) for thread ith of nth. */
@@ -79,11 +85,12 @@ static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t 
 typedef struct row_job {
     ref_backend *rb;
     float *y;
-    const float *x, *x2, *w;
+    const float *x, *x2, *w, *b;
     const void *kpool, *vpool;
     const int32_t *idx;
     int64_t n, d, h, hd;
     float eps;
+    backend_act act;
     const rope_params *rp;
     const attn_rows *ar;
 } row_job;
@@ -99,6 +106,21 @@ static void ref_op_rmsnorm(backend *be, float *y, const float *x, const float *w
                            int64_t d, float eps) {
     row_job j = {.rb = (ref_backend *)be, .y = y, .x = x, .w = w, .n = n, .d = d, .eps = eps};
     threadpool_run(j.rb->pool, rmsnorm_task, &j);
+}
+
+static void layernorm_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        ref_layernorm(j->y + t * j->d, j->x + t * j->d, j->w, j->b, j->d, j->eps);
+}
+
+static void ref_op_layernorm(backend *be, float *y, const float *x, const float *w, const float *b,
+                             int64_t n, int64_t d, float eps) {
+    row_job j = {
+        .rb = (ref_backend *)be, .y = y, .x = x, .w = w, .b = b, .n = n, .d = d, .eps = eps};
+    threadpool_run(j.rb->pool, layernorm_task, &j);
 }
 
 static void rope_task(void *p, int ith, int nth) {
@@ -154,6 +176,37 @@ static void ref_op_attention(backend *be, float *out, const float *q, const void
     threadpool_run(rb->pool, attention_task, &j);
 }
 
+typedef struct full_job {
+    ref_backend *rb;
+    float *out;
+    const float *q, *k, *v;
+    int64_t n, seg, h, hk, hd;
+    float scale;
+} full_job;
+
+static void attention_full_task(void *p, int ith, int nth) {
+    full_job *j = p;
+    float *scores = thread_scratch(j->rb, ith);
+    const int64_t qd = j->h * j->hd, kvd = j->hk * j->hd;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t first = t / j->seg * j->seg; /* the first row of t's segment */
+        ref_attention_full(j->out + t * qd, j->q + t * qd, j->k + first * kvd, j->v + first * kvd,
+                           j->seg, j->h, j->hk, j->hd, j->scale, scores);
+    }
+}
+
+static void ref_op_attention_full(backend *be, float *out, const float *q, const float *k,
+                                  const float *v, int64_t n, int64_t seg, int64_t h, int64_t hk,
+                                  int64_t hd, float scale) {
+    ref_backend *rb = (ref_backend *)be;
+    CELER_ASSERT(seg > 0 && n % seg == 0 && seg <= scratch_floats(rb));
+    CELER_ASSERT(hk > 0 && h % hk == 0);
+    full_job j = {rb, out, q, k, v, n, seg, h, hk, hd, scale};
+    threadpool_run(rb->pool, attention_full_task, &j);
+}
+
 static void swiglu_task(void *p, int ith, int nth) {
     row_job *j = p;
     int64_t lo, hi;
@@ -164,6 +217,18 @@ static void swiglu_task(void *p, int ith, int nth) {
 static void ref_op_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
     row_job j = {.rb = (ref_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
     threadpool_run(j.rb->pool, swiglu_task, &j);
+}
+
+static void act_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    ref_act(j->y + lo, j->x + lo, hi - lo, j->act);
+}
+
+static void ref_op_act(backend *be, float *y, const float *x, int64_t m, backend_act kind) {
+    row_job j = {.rb = (ref_backend *)be, .y = y, .x = x, .n = m, .act = kind};
+    threadpool_run(j.rb->pool, act_task, &j);
 }
 
 static void ref_destroy(backend *be) {
@@ -179,10 +244,13 @@ static const backend_ops ref_ops = {
     .matmul = ref_op_matmul,
     .embed = ref_op_embed,
     .rmsnorm = ref_op_rmsnorm,
+    .layernorm = ref_op_layernorm,
     .rope = ref_op_rope,
     .kv_store = ref_op_kv_store,
     .attention = ref_op_attention,
+    .attention_full = ref_op_attention_full,
     .swiglu = ref_op_swiglu,
+    .act = ref_op_act,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
@@ -196,8 +264,8 @@ backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, b
     rb->max_cols = max_cols;
     rb->max_keys = max_keys;
     rb->pool = threadpool_create(n_threads);
-    rb->scratch = calloc((size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)(max_cols + max_keys),
-                         sizeof(float));
+    rb->scratch =
+        calloc((size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)scratch_floats(rb), sizeof(float));
     if (!rb->pool || !rb->scratch) {
         ref_destroy(&rb->base);
         return NULL;

@@ -9,7 +9,8 @@
 #include "backend/backend.h"
 
 /* max_cols: the widest matrix any matmul will see; max_keys: the most positions any
- * attention row reads. Returns NULL when out of memory. */
+ * attention row reads. attention_full takes segments of up to max_cols + max_keys rows.
+ * Returns NULL when out of memory. */
 backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, bool kv_f16);
 
 #endif

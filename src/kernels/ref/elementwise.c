@@ -1,5 +1,6 @@
 /*
- * elementwise.c - reference RMSNorm, RoPE, softmax and SiLU/SwiGLU.
+ * elementwise.c - reference RMSNorm, LayerNorm, RoPE, softmax, SiLU/SwiGLU and the GELU
+ * family of activations.
  */
 #include "kernels/ref/ref.h"
 
@@ -10,6 +11,16 @@ void ref_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps)
     for (int64_t i = 0; i < d; i++) ss += x[i] * x[i];
     const float inv = 1.0f / sqrtf(ss / (float)d + eps);
     for (int64_t i = 0; i < d; i++) y[i] = w[i] * (x[i] * inv);
+}
+
+void ref_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < d; i++) sum += x[i];
+    const float mean = sum / (float)d;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < d; i++) ss += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
 void ref_rope(float *x, int64_t h, int64_t hd, int64_t pos, const float *inv_freq, float mscale,
@@ -45,4 +56,20 @@ float ref_silu(float x) { return x / (1.0f + expf(-x)); }
 
 void ref_swiglu(float *y, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = ref_silu(gate[i]) * up[i];
+}
+
+static float act_one(float x, backend_act kind) {
+    switch (kind) {
+    case BACKEND_ACT_GELU_ERF:
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case BACKEND_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case BACKEND_ACT_QUICK_GELU:
+        return x / (1.0f + expf(-1.702f * x));
+    }
+    return x;
+}
+
+void ref_act(float *y, const float *x, int64_t n, backend_act kind) {
+    for (int64_t i = 0; i < n; i++) y[i] = act_one(x[i], kind);
 }

@@ -8,6 +8,7 @@
 #ifndef CELER_KERNELS_REF_H
 #define CELER_KERNELS_REF_H
 
+#include "backend/backend.h"
 #include "base/tensor.h"
 
 #include <stdbool.h>
@@ -24,6 +25,11 @@ void ref_matmul(float *y, const matview *w, const float *x, int64_t n, int64_t r
 /* y[d] = x[d] / sqrt(mean(x^2) + eps) * w[d] (y may alias x). */
 void ref_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps);
 
+/* y[d] = (x[d] - mean) / sqrt(var + eps) * w[d] + b[d] with the population variance, both
+ * moments in fp32 over two passes (mean, then the mean of (x - mean)^2) as torch computes
+ * an fp32 LayerNorm; b may be NULL (no bias); y may alias x. */
+void ref_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps);
+
 /* In-place rotary embedding of x[h, hd] at position pos. Pair i < hd/2 rotates by
  * pos * inv_freq[i], cos and sin scaled by mscale. traditional: pairs (2i, 2i+1);
  * otherwise (i, i + hd/2) as Hugging Face's rotate_half. */
@@ -38,10 +44,19 @@ float ref_silu(float x);
 /* y[n] = silu(gate[n]) * up[n] (y may alias gate). */
 void ref_swiglu(float *y, const float *gate, const float *up, int64_t n);
 
+/* y[n] = act(x[n]) by libm's erff, tanhf and expf in the formulas of backend_act (y may
+ * alias x). */
+void ref_act(float *y, const float *x, int64_t n, backend_act kind);
+
 /* out[h, hd] = causal attention of q[h, hd] at position pos over the keys of kv at
  * positions [max(0, pos - window + 1), pos] (window <= 0: all of [0, pos]). Query head i
  * reads kv head i / (h / hk) (GQA). scores: scratch of pos + 1 floats. */
 void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
                    int64_t h, int64_t hk, int64_t hd, float scale, float *scores);
+
+/* out[h, hd] = attention of q[h, hd] over every row of k, v[seg, hk*hd] (no mask). Query
+ * head i reads kv head i / (h / hk). scores: scratch of seg floats. */
+void ref_attention_full(float *out, const float *q, const float *k, const float *v, int64_t seg,
+                        int64_t h, int64_t hk, int64_t hd, float scale, float *scores);
 
 #endif
