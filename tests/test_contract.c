@@ -1,7 +1,7 @@
 /*
  * test_contract.c - the model contract (DESIGN.md section 2) and the KV cache.
  *
- * For prompt lengths 1, 7 and 13 (longer than the mistral fixture's window of 8), the
+ * For prompt lengths 1, 7 and 13 (longer than the mistral and cohere2 windows of 8), the
  * three forward_last_logits entry points must equal the full forward's row last_pos,
  * and must NOT equal row last_pos - 1, so a slice shifted by one row is caught. Then:
  * prefill + one decode step equals the full forward of n + 1 tokens; two sequences in
@@ -158,8 +158,9 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
 }
 
 int main(void) {
-    const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32"};
-    for (int f = 0; f < 3; f++) {
+    /* cohere2: parallel blocks, global layers without RoPE, a window of 8, logit_scale */
+    const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32", "cohere2-q4g64"};
+    for (int f = 0; f < 4; f++) {
         char err[512];
         if (!CHECK(celer_model_open(fixture_path(names[f]), NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
             continue;

@@ -160,6 +160,7 @@ int main(void) {
     kv_type = "f32";
     check_same_weights("llama-tied-gguf-f32", "llama-tied-bf16");
     check_same_weights("qwen2-gguf-f32", "qwen2-bf16");
+    check_same_weights("cohere2-gguf-f32", "cohere2-bf16");
     for (int i = 0; i < k; i++) free(names[i]);
     return harness_done("test_parity");
 }

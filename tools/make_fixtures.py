@@ -52,6 +52,14 @@ but its llama/mistral model only applies it to layers that config
 every layer as sliding after loading (the checkpoint has no layer_types).
 
 rope_traditional (llama-trad-bf16) is explained at permute_for_traditional().
+
+Cohere2 (cohere2-*): five layers with sliding_window_pattern 4 (layers 0, 1, 2
+and 4 sliding with window 8, layer 3 global), a window shorter than the
+prompt, logit_scale 0.5 and tied embeddings.  cohere2-hf-f32 is the same
+model written by transformers' save_pretrained (its own config.json, with
+layer_types instead of the pattern), the layout of transformers checkpoints.
+
+Regenerate a subset with --only MODEL[,MODEL...] (the others stay as they are).
 """
 
 import argparse
@@ -205,6 +213,35 @@ MODELS = {
         "seed": 7001,
         "config": llama_base(rope_traditional=True),
     },
+    "cohere2": {
+        "seed": 8001,
+        "config": {
+            "architectures": ["Cohere2ForCausalLM"],
+            "model_type": "cohere2",
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "head_dim": 16,
+            "intermediate_size": 128,
+            "num_hidden_layers": 5,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "hidden_act": "silu",
+            "layer_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "logit_scale": 0.5,
+            "sliding_window": 8,
+            "sliding_window_pattern": 4,
+            "max_position_embeddings": 2048,
+            "attention_bias": False,
+            "tie_word_embeddings": True,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+            "initializer_range": 0.02,
+            "use_cache": True,
+            "torch_dtype": "bfloat16",
+        },
+    },
 }
 
 # (directory, model, format).  Formats: a dense dtype, "qBgG" (uniform MLX
@@ -228,6 +265,10 @@ FIXTURES = [
     ("llama-yarn-f32", "llama-yarn", "f32"),
     ("llama-yarn-q4g128", "llama-yarn", "q4g128"),
     ("llama-trad-bf16", "llama-trad", "bf16"),
+    ("cohere2-bf16", "cohere2", "bf16"),
+    ("cohere2-q4g64", "cohere2", "q4g64"),
+    ("cohere2-q8g32", "cohere2", "q8g32"),
+    ("cohere2-hf-f32", "cohere2", "hf"),
 ]
 
 DTYPE_NAMES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
@@ -260,6 +301,7 @@ def init_weights(cfg, seed):
     def norm_w():
         return (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32)
 
+    cohere = cfg["model_type"] == "cohere2"
     w = {"model.embed_tokens.weight": normal((VOCAB, H), EMBED_STD)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -271,7 +313,8 @@ def init_weights(cfg, seed):
         w[p + "self_attn.o_proj.weight"] = normal((H, nq), PROJ_STD)
         if attn_bias:
             w[p + "self_attn.o_proj.bias"] = normal(H, BIAS_STD)
-        w[p + "post_attention_layernorm.weight"] = norm_w()
+        if not cohere:  # Cohere2's one norm feeds attention and the MLP
+            w[p + "post_attention_layernorm.weight"] = norm_w()
         w[p + "mlp.gate_proj.weight"] = normal((I, H), PROJ_STD)
         w[p + "mlp.up_proj.weight"] = normal((I, H), PROJ_STD)
         w[p + "mlp.down_proj.weight"] = normal((H, I), PROJ_STD)
@@ -342,6 +385,21 @@ def convert(src, dst, fmt, dtype_name):
 
     save_model(dst, model)
     save_config(config, dst / "config.json")
+
+
+def write_hf(src, dst):
+    """The source weights in float32 through transformers' save_pretrained."""
+    import torch
+
+    with open(src / "config.json") as f:
+        cfg = json.load(f)
+    model = build_hf_model(cfg)
+    tensors = read_tensors(src)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    sd, _ = hf_state_dict(cfg, tensors, shapes)
+    load_into(model, sd, cfg["tie_word_embeddings"])
+    model.config.dtype = torch.float32
+    model.save_pretrained(dst, safe_serialization=True)
 
 
 def write_sharded(bf16_dir, dst):
@@ -654,6 +712,8 @@ def build_model_group(model_name, fixtures, scratch, ids, log):
             dst = work / dirname
             if fmt == "sharded":
                 write_sharded(work / f"{model_name}-bf16", dst)
+            elif fmt == "hf":
+                write_hf(src, dst)
             else:
                 dtype_name = DTYPE_NAMES.get(fmt, "bfloat16")
                 convert(src, dst, fmt, dtype_name)
@@ -701,6 +761,13 @@ def verify_semantics(model_name, results, ids, log):
         diff = variant_differs(cfg, sd, ids, logits, use_sliding_window=False, sliding_window=None)
         log(f"  disabled sliding_window vs none: max logit diff {diff:.2e}")
         assert diff == 0.0
+    if model_name == "cohere2":
+        diff = variant_differs(cfg, sd, ids, logits, sliding_window=4096)
+        log(f"  sliding_window {cfg['sliding_window']} vs 4096: max logit diff {diff:.4f}")
+        assert diff > 1e-2, "sliding window has no effect"
+        diff = variant_differs(cfg, sd, ids, logits, sliding_window_pattern=2)
+        log(f"  sliding_window_pattern 4 vs 2: max logit diff {diff:.4f}")
+        assert diff > 1e-2, "the global layer makes no difference"
     if model_name == "llama-trad":
         # Ignoring the flag (no permutation) must give different logits.
         c = {k: v for k, v in cfg.items() if k != "rope_traditional"}
@@ -721,7 +788,9 @@ def dir_size(d):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     args = ap.parse_args()
+    only = [m for m in args.only.split(",") if m]
 
     import torch
 
@@ -738,6 +807,8 @@ def main():
     with tempfile.TemporaryDirectory() as td:
         scratch = Path(td)
         for model_name in MODELS:
+            if only and model_name not in only:
+                continue
             group = [f for f in FIXTURES if f[1] == model_name]
             log(f"{model_name}:")
             seed, results = build_model_group(model_name, group, scratch, ids, log)

@@ -2,7 +2,10 @@
 """GGUF test fixtures written by the `gguf` package from the safetensors fixtures.
 
 For each source fixture (llama-tied-bf16: arch llama; qwen2-bf16: arch qwen2 with q/k/v
-biases) and each tensor type F32, Q8_0, Q4_0, Q4_1, writes
+biases; cohere2-bf16: arch cohere2, F32 and Q4_1 only, its metadata as llama.cpp's
+converter writes it: logit_scale, sliding_window, layer_norm_epsilon, and no
+sliding_window_pattern key, so a reader must take llama.cpp's default of 4) and each
+tensor type F32, Q8_0, Q4_0, Q4_1, writes
 tests/fixtures/<source>-gguf-<type>/model.gguf the way llama.cpp's converter lays it
 out: GGUF tensor names, metadata under `<arch>.*`, and for arch llama the q/k rows
 permuted for llama.cpp's interleaved RoPE (rows of head h reordered (h, j, i) -> (h, i, j)
@@ -10,7 +13,7 @@ with j the half of the head and i the pair index). Norms stay F32, every matrix 
 the chosen type. Goldens (golden.json, golden_logits.npy) come from transformers in
 float32 on the values gguf's own dequantize() returns, q/k un-permuted.
 
-Run: build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures
+Run: build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures [--only SOURCE]
 """
 import argparse
 import json
@@ -26,8 +29,9 @@ import make_fixtures as mf  # noqa: E402
 import gguf  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
-SOURCES = ("llama-tied-bf16", "qwen2-bf16")
 TYPES = {"f32": Q.F32, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1}
+SOURCES = {"llama-tied-bf16": TYPES, "qwen2-bf16": TYPES,
+           "cohere2-bf16": {"f32": Q.F32, "q4_1": Q.Q4_1}}
 
 LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -87,7 +91,13 @@ def write_one(src_dir, dst_dir, qtype, ids):
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    if arch == "cohere2":
+        w.add_layer_norm_eps(cfg["layer_norm_eps"])
+        w.add_logit_scale(cfg["logit_scale"])
+        w.add_sliding_window(cfg["sliding_window"])
+        assert cfg.get("sliding_window_pattern", 4) == 4
+    else:
+        w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_vocab_size(cfg["vocab_size"])
     w.add_bos_token_id(cfg["bos_token_id"])
@@ -134,11 +144,15 @@ def write_one(src_dir, dst_dir, qtype, ids):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fixtures", default="tests/fixtures")
+    ap.add_argument("--only", default="", help="comma-separated source fixtures (default: all)")
     args = ap.parse_args()
+    only = [x for x in args.only.split(",") if x]
     root = Path(args.fixtures)
-    ids = json.loads((root / SOURCES[0] / "golden.json").read_text())["input_ids"]
-    for src in SOURCES:
-        for tname, qtype in TYPES.items():
+    ids = json.loads((root / "llama-tied-bf16" / "golden.json").read_text())["input_ids"]
+    for src, types in SOURCES.items():
+        if only and src not in only:
+            continue
+        for tname, qtype in types.items():
             dst = root / f"{src.rsplit('-', 1)[0]}-gguf-{tname}"
             shutil.rmtree(dst, ignore_errors=True)
             dst.mkdir(parents=True)

@@ -3,7 +3,7 @@
  *
  * gguf_parse reads the header, metadata and tensor table of an untrusted buffer with
  * every length and offset checked. gguf_open_checkpoint then presents a GGUF file of
- * architecture llama or qwen2 as a checkpoint in the MLX layout: config.json fields are
+ * architecture llama, qwen2 or cohere2 as a checkpoint in the MLX layout: config.json fields are
  * synthesized from the metadata, tensors get their Hugging Face names, Q4_0/Q4_1/Q8_0
  * blocks are repacked losslessly into MLX affine codes with fp16 scales and biases
  * (group 32), and the q/k rows llama.cpp's converter permuted for its interleaved RoPE

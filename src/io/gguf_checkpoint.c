@@ -72,6 +72,24 @@ static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char 
         if (t && t->ndim == 2) json_object_set_new(cfg, "vocab_size", json_integer(t->ne[1]));
     }
     json_object_set_new(cfg, "tie_word_embeddings", json_boolean(!gguf_find_tensor(g, "output.weight")));
+    if (!strcmp(arch, "cohere2")) {
+        map_field(g, cfg, arch, "logit_scale", "logit_scale", true);
+        map_field(g, cfg, arch, "attention.sliding_window", "sliding_window", false);
+        map_field(g, cfg, arch, "attention.layer_norm_epsilon", "layer_norm_eps", true);
+        /* llama.cpp: an integer pattern (every n-th layer global, default 4) or one
+         * flag per layer (true: sliding) */
+        char key[128];
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        const gguf_kv *p = gguf_find_kv(g, key);
+        if (p && p->val.type == GGUF_TYPE_ARRAY && p->val.arr_type == GGUF_TYPE_BOOL) {
+            json_t *types = json_array();
+            for (uint64_t i = 0; i < p->val.arr_len; i++)
+                json_array_append_new(types, json_string(p->val.arr_data[i] ? "sliding_attention" : "full_attention"));
+            json_object_set_new(cfg, "layer_types", types);
+        } else {
+            map_field(g, cfg, arch, "attention.sliding_window_pattern", "sliding_window_pattern", false);
+        }
+    }
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     const gguf_kv *st = gguf_find_kv(g, key);
@@ -262,8 +280,8 @@ celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error 
     const gguf_kv *a = gguf_find_kv(ck->gguf, "general.architecture");
     char arch[32] = "";
     if (a && a->val.type == GGUF_TYPE_STRING && a->val.str_len < sizeof arch) memcpy(arch, a->val.str, a->val.str_len);
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2")) {
-        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: general.architecture: expected llama or qwen2, found %s", path,
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "cohere2")) {
+        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: general.architecture: expected llama, qwen2 or cohere2, found %s", path,
                       a ? (arch[0] ? arch : "a non-string or over-long value") : "nothing");
         goto fail;
     }

@@ -12,10 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-static const model_family *const families[] = {&llama_family};
+static const model_family *const families[] = {&llama_family, &cohere2_family};
 
-static const model_family *family_for(const char *type) {
-    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+const model_family *model_family_for(const char *type) {
+    for (size_t i = 0; type && i < sizeof families / sizeof *families; i++)
         for (const char *const *t = families[i]->model_types; *t; t++)
             if (strcmp(*t, type) == 0) return families[i];
     return NULL;
@@ -36,9 +36,9 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
                       m->ck.config_path);
         goto fail;
     }
-    if (!(m->family = family_for(type))) {
+    if (!(m->family = model_family_for(type))) {
         s = error_set(e, CELER_STATUS_UNSUPPORTED,
-                      "%s: model_type: expected llama, mistral or qwen2, found %s",
+                      "%s: model_type: expected llama, mistral, qwen2, cohere2 or llava_next, found %s",
                       m->ck.config_path, type);
         goto fail;
     }
@@ -55,6 +55,8 @@ fail:
 void model_close(celer_model *m) {
     if (!m) return;
     model_close(m->text);
+    json_decref(m->owned_json);
+    free(m->vision_pre);
     arena_free(&m->mem);
     arena_free(&m->packed_mem);
     pthread_mutex_destroy(&m->pack_mu);
@@ -73,8 +75,8 @@ static void each_weight(const celer_model *m, weight_fn fn, void *arg) {
         for (int64_t i = 0; i < t->count; i++)
             for (int64_t j = 0; j < t->n_spec; j++) {
                 void *field = (char *)t->base + (size_t)i * t->stride + t->spec[j].offset;
-                const bool bound = t->spec[j].kind == WEIGHT_MATRIX ? ((matview *)field)->data != NULL
-                                                                    : *(const float **)field != NULL;
+                const bool bound = t->spec[j].kind == WEIGHT_VECTOR ? *(const float **)field != NULL
+                                                                    : ((matview *)field)->data != NULL;
                 if (bound) fn(arg, t, &t->spec[j], field);
             }
     }
@@ -87,7 +89,7 @@ typedef struct weight_sum {
 
 static void sum_weight(void *arg, const weight_table *t, const weight_spec *sp, void *field) {
     weight_sum *s = arg;
-    if (sp->kind == WEIGHT_MATRIX) {
+    if (sp->kind != WEIGHT_VECTOR) {
         const matview *w = field;
         s->params += w->rows * w->cols;
         s->bytes += matview_bytes(w);
@@ -203,36 +205,52 @@ out:
 
 /* ==== The contract's entry points ==== */
 
+/* A vision-language wrapper forwards every entry point to its text model, so the text
+ * family's own body and last-row head run unchanged; image rows arrive as embedding rows
+ * of the step. */
+#define TEXT_MODEL(m) ((m)->text ? (m)->text : (m))
+
+int64_t model_scratch_floats(const celer_model *m, int64_t n) {
+    m = TEXT_MODEL(m);
+    return m->family->scratch_floats(m, n);
+}
+
 void model_hidden_states(const celer_model *m, backend *be, const model_step *step,
                          const model_kv *kv, float *scratch, float *hidden) {
+    m = TEXT_MODEL(m);
     m->family->hidden_states(m, be, step, kv, scratch, hidden);
 }
 
-/* logits[n, v] = the family's LM head over hidden[n, d]: the one place the head runs. */
-static void model_head(const celer_model *m, backend *be, float *logits, const float *hidden, int64_t n) {
+/* logits[n, v] = the family's LM head over hidden[n, d]: the one place the head runs.
+ * Returns n, the rows it ran on. */
+static int64_t model_head(const celer_model *m, backend *be, float *logits, const float *hidden, int64_t n) {
     be->ops->matmul(be, logits, m->family->head(m), hidden, n);
     const float scale = m->family->logit_scale ? m->family->logit_scale(m) : 0.0f;
     if (scale != 0.0f) be->ops->scale(be, logits, scale, n * m->dims.v);
+    return n;
 }
 
-void model_forward(const celer_model *m, backend *be, const model_step *step, const model_kv *kv,
-                   float *scratch, float *hidden, float *logits) {
+int64_t model_forward(const celer_model *m, backend *be, const model_step *step, const model_kv *kv,
+                      float *scratch, float *hidden, float *logits) {
+    m = TEXT_MODEL(m);
     model_hidden_states(m, be, step, kv, scratch, hidden);
-    model_head(m, be, logits, hidden, step->n);
+    return model_head(m, be, logits, hidden, step->n);
 }
 
-void model_forward_last_logits(const celer_model *m, backend *be, const model_step *step,
-                               const model_kv *kv, float *scratch, float *hidden,
-                               int64_t last_pos, float *logits) {
+int64_t model_forward_last_logits(const celer_model *m, backend *be, const model_step *step,
+                                  const model_kv *kv, float *scratch, float *hidden,
+                                  int64_t last_pos, float *logits) {
+    m = TEXT_MODEL(m);
     model_hidden_states(m, be, step, kv, scratch, hidden);
     const float *row = celer_logits_at_position(hidden, step->n, m->dims.d, last_pos);
     CELER_ASSERT(row != NULL);
-    model_head(m, be, logits, row, 1);
+    return model_head(m, be, logits, row, 1);
 }
 
 int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *step,
                            const model_kv *kv, float *scratch, float *hidden, const int8_t *want,
                            float *logits) {
+    m = TEXT_MODEL(m);
     model_hidden_states(m, be, step, kv, scratch, hidden);
     const int64_t d = m->dims.d;
     int64_t k = 0;
@@ -242,11 +260,11 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
         if (k != r) memcpy(hidden + k * d, celer_logits_at_position(hidden, step->n, d, r), sizeof(float) * (size_t)d);
         k++;
     }
-    if (k) model_head(m, be, logits, hidden, k);
-    return k;
+    return k ? model_head(m, be, logits, hidden, k) : 0;
 }
 
 void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd) {
+    m = TEXT_MODEL(m);
     be->ops->embed(be, embd, m->family->embedding(m), ids, n);
 }
 

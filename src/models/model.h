@@ -52,6 +52,7 @@ typedef struct model_family model_family;
 typedef enum weight_kind {
     WEIGHT_MATRIX, /* module.weight (+ .scales/.biases when affine) -> matview */
     WEIGHT_VECTOR, /* one tensor -> const float * (fp32 copy) */
+    WEIGHT_KERNEL, /* module.weight, a dense convolution kernel [rows, ...] -> matview [rows, prod(...)] */
 } weight_kind;
 
 #define WEIGHT_ALWAYS (-1)   /* required */
@@ -104,12 +105,31 @@ struct celer_model {
     weight_table tables[MODEL_MAX_TABLES];
     int n_tables;
     celer_model *text; /* a vision-language model's text model, or NULL */
+    json_t *owned_json; /* config built at load (a text_config with defaults), or NULL */
+    void *vision_pre;   /* image preprocessing settings, filled and read by the engine layer */
     /* The fast kernels' layout of every affine matrix, made once by model_pack. */
     pthread_mutex_t pack_mu;
     bool packed;
     arena packed_mem;
     double pack_ms;
 };
+
+/* The tiles of one image and where their features go (see vision.h for how an image
+ * becomes tiles): the base image, then grid_rows x grid_cols tiles row-major, whose
+ * feature map keeps unpadded_h x unpadded_w positions. */
+typedef struct model_image_grid {
+    int64_t n_tiles;
+    int64_t grid_rows, grid_cols;
+    int64_t unpadded_h, unpadded_w;
+} model_image_grid;
+
+/* What a backend running a vision tower must hold, for a number of tiles per call. */
+typedef struct model_vision_sizes {
+    int64_t rows, cols, hd, keys; /* rows per op, widest row, head dim, attention span */
+    int64_t scratch_floats;
+    int64_t tile_rows;            /* encoder positions per tile */
+    int64_t image_size;           /* tile side in pixels */
+} model_vision_sizes;
 
 struct model_family {
     const char *const *model_types; /* NULL-terminated */
@@ -125,7 +145,23 @@ struct model_family {
     const matview *(*head)(const celer_model *m);
     /* Multiplies every logit (Cohere's logit_scale), or 0 for none. */
     float (*logit_scale)(const celer_model *m);
+
+    /* Vision-language families (NULL otherwise); the text entry points go to m->text. */
+    int32_t (*image_token)(const celer_model *m);
+    /* Prompt positions of an image laid out as g. */
+    int64_t (*image_positions)(const celer_model *m, const model_image_grid *g);
+    /* Positions each tile contributes before the layout (tiles buffer rows per tile). */
+    int64_t (*tile_positions)(const celer_model *m);
+    void (*vision_sizes)(const celer_model *m, int64_t tiles_per_call, model_vision_sizes *out);
+    /* out[positions, d] = the rows that replace an image's placeholder tokens, from
+     * pixels[n_tiles, 3, s, s], tiles_per_call at a time; tiles[n_tiles * tile_positions, d]
+     * and scratch (vision_sizes) are work space. */
+    void (*encode_image)(const celer_model *m, backend *be, const float *pixels, const model_image_grid *g,
+                         int64_t tiles_per_call, float *scratch, float *tiles, float *out);
 };
+
+/* The family that runs model_type, or NULL. */
+const model_family *model_family_for(const char *type);
 
 /* Binds every weight of m->tables, checking names, dtypes and shapes. */
 celer_status model_bind(celer_model *m, celer_error *e);
@@ -150,16 +186,21 @@ void model_close(celer_model *m);
  * and safe to call from several threads; matrices the packer cannot take stay NULL. */
 celer_status model_pack(celer_model *m, celer_error *e);
 
+/* Floats of activation scratch the entry points need for n rows. */
+int64_t model_scratch_floats(const celer_model *m, int64_t n);
+
 /* hidden[n, d] for every row (no head). */
 void model_hidden_states(const celer_model *m, backend *be, const model_step *step,
                          const model_kv *kv, float *scratch, float *hidden);
+/* The entry points below return the rows the LM head ran on. */
+
 /* logits[n, v] for every row. hidden is [n, d] scratch. */
-void model_forward(const celer_model *m, backend *be, const model_step *step, const model_kv *kv,
-                   float *scratch, float *hidden, float *logits);
+int64_t model_forward(const celer_model *m, backend *be, const model_step *step, const model_kv *kv,
+                      float *scratch, float *hidden, float *logits);
 /* logits[v] of row last_pos only: the head sees one row. */
-void model_forward_last_logits(const celer_model *m, backend *be, const model_step *step,
-                               const model_kv *kv, float *scratch, float *hidden,
-                               int64_t last_pos, float *logits);
+int64_t model_forward_last_logits(const celer_model *m, backend *be, const model_step *step,
+                                  const model_kv *kv, float *scratch, float *hidden,
+                                  int64_t last_pos, float *logits);
 /* logits[k, v] for the k rows with want[r] != 0, in order; returns k. */
 int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *step,
                            const model_kv *kv, float *scratch, float *hidden, const int8_t *want,
@@ -235,5 +276,7 @@ celer_status reject_tensor(const celer_model *m, const char *name, const char *w
                            celer_error *e);
 
 extern const model_family llama_family;
+extern const model_family cohere2_family;
+extern const model_family llava_next_family;
 
 #endif

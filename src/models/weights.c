@@ -171,6 +171,29 @@ celer_status reject_tensor(const celer_model *m, const char *canonical, const ch
     return CELER_OK;
 }
 
+/* module.weight, a dense tensor [rows, ...] whose trailing dimensions hold cols values
+ * (a convolution kernel in any channel order), as a matrix [rows, cols]. */
+static celer_status bind_kernel(const celer_model *m, const char *canonical, int64_t rows, int64_t cols,
+                                matview *out, celer_error *e) {
+    char module[240], name[256], b1[96];
+    const st_tensor *w;
+    const char *file;
+    snprintf(name, sizeof name, "%s.weight", model_tensor_name(m, canonical, module, sizeof module));
+    celer_status s = find(m, name, &w, &file, e);
+    if (s != CELER_OK) return s;
+    int64_t n = 1;
+    for (int i = 1; i < w->ndim; i++) n *= w->shape[i];
+    if (!is_float(w->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: expected F32, F16 or BF16, found %s", file,
+                         name, dtype_name(w->type));
+    if (w->ndim < 2 || w->shape[0] != rows || n != cols)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: tensor %s: expected [%lld, ...] holding %lld values per row (config.json), found %s",
+                         file, name, (long long)rows, (long long)cols, shp(b1, w));
+    *out = (matview){.rows = rows, .cols = cols, .type = w->type, .data = w->data};
+    return CELER_OK;
+}
+
 /* ==== Tables ==== */
 
 void model_add_table(celer_model *m, const weight_table *t) {
@@ -187,11 +210,13 @@ static celer_status bind_spec(celer_model *m, const weight_table *t, const weigh
     const bool present = sp->when == WEIGHT_ALWAYS || (sp->when >= 0 && t->flags[sp->when]);
     if (sp->when >= 0 && !present) {
         char tensor[220];
-        snprintf(tensor, sizeof tensor, "%s%s", name, sp->kind == WEIGHT_MATRIX ? ".weight" : "");
+        snprintf(tensor, sizeof tensor, "%s%s", name, sp->kind != WEIGHT_VECTOR ? ".weight" : "");
         return reject_tensor(m, tensor, "config.json rules it out", e);
     }
     if (sp->kind == WEIGHT_VECTOR)
         return bind_vector(m, name, t->dims[sp->rows], present, (const float **)(base + sp->offset), e);
+    if (sp->kind == WEIGHT_KERNEL)
+        return bind_kernel(m, name, t->dims[sp->rows], t->dims[sp->cols], (matview *)(base + sp->offset), e);
     matview *w = (matview *)(base + sp->offset);
     if (!present) {
         char tensor[220], real[240];

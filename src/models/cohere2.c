@@ -1,0 +1,229 @@
+/*
+ * cohere2.c - the Cohere2 family (Command R7B): model_type cohere2.
+ *
+ * One LayerNorm (no bias) per layer feeds attention and the MLP in parallel:
+ * x += attn(ln(x)) + mlp(ln(x)). Layers are sliding-window or global, from layer_types
+ * or the older sliding_window_pattern (every pattern-th layer global); only sliding
+ * layers rotate q and k, in the interleaved form (pairs 2i, 2i+1); global layers get no
+ * positions but the causal mask. The head is the tied embedding table, its logits
+ * multiplied by logit_scale. Names and options as transformers and mlx-lm write them.
+ */
+#include "models/model.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct cohere2_layer {
+    const float *norm_w, *norm_b; /* [d], [d] or NULL */
+    attn_block attn;
+    mlp_block mlp;
+} cohere2_layer;
+
+typedef struct cohere2_weights {
+    matview embed;           /* [v, d] */
+    matview head;            /* [v, d]; unbound when tied (the head is embed) */
+    const float *norm_w, *norm_b; /* [d], [d] or NULL */
+    cohere2_layer *layers;   /* [n_layer] */
+    float eps, attn_scale, logit_scale;
+    rope_params rope;
+    int64_t dims[5];
+    bool flags[3];
+} cohere2_weights;
+
+/* ==== Weight tables ==== */
+
+enum cohere2_dim { DIM_D, DIM_QD, DIM_KVD, DIM_F, DIM_V };
+enum cohere2_flag { HAS_ATTN_BIAS, HAS_NORM_BIAS, UNTIED };
+
+#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(cohere2_layer, field)}
+#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(cohere2_layer, field)}
+static const weight_spec cohere2_layer_spec[] = {
+    VEC("input_layernorm.weight", norm_w, DIM_D, WEIGHT_ALWAYS),
+    VEC("input_layernorm.bias", norm_b, DIM_D, HAS_NORM_BIAS),
+    MAT("self_attn.q_proj", attn.wq, DIM_QD, DIM_D, WEIGHT_ALWAYS),
+    VEC("self_attn.q_proj.bias", attn.bq, DIM_QD, HAS_ATTN_BIAS),
+    MAT("self_attn.k_proj", attn.wk, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
+    VEC("self_attn.k_proj.bias", attn.bk, DIM_KVD, HAS_ATTN_BIAS),
+    MAT("self_attn.v_proj", attn.wv, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
+    VEC("self_attn.v_proj.bias", attn.bv, DIM_KVD, HAS_ATTN_BIAS),
+    MAT("self_attn.o_proj", attn.wo, DIM_D, DIM_QD, WEIGHT_ALWAYS),
+    VEC("self_attn.o_proj.bias", attn.bo, DIM_D, HAS_ATTN_BIAS),
+    MAT("mlp.gate_proj", mlp.gate, DIM_F, DIM_D, WEIGHT_ALWAYS),
+    MAT("mlp.up_proj", mlp.up, DIM_F, DIM_D, WEIGHT_ALWAYS),
+    MAT("mlp.down_proj", mlp.down, DIM_D, DIM_F, WEIGHT_ALWAYS),
+};
+#undef MAT
+#undef VEC
+static const weight_spec cohere2_global_spec[] = {
+    {"model.embed_tokens", WEIGHT_MATRIX, DIM_V, DIM_D, WEIGHT_ALWAYS, offsetof(cohere2_weights, embed)},
+    {"model.norm.weight", WEIGHT_VECTOR, DIM_D, 0, WEIGHT_ALWAYS, offsetof(cohere2_weights, norm_w)},
+    {"model.norm.bias", WEIGHT_VECTOR, DIM_D, 0, HAS_NORM_BIAS, offsetof(cohere2_weights, norm_b)},
+    {"lm_head", WEIGHT_MATRIX, DIM_V, DIM_D, UNTIED, offsetof(cohere2_weights, head)},
+};
+
+/* ==== Loading ==== */
+
+/* Marks the sliding layers: layer_types when given, else every pattern-th layer global. */
+static celer_status cohere2_layer_kinds(celer_model *m, cohere2_weights *w, int64_t window,
+                                        celer_error *e) {
+    const checkpoint *ck = &m->ck;
+    const json_t *types = json_object_get(m->cfg, "layer_types");
+    const int64_t n_layer = m->dims.n_layer;
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != n_layer)
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: layer_types: expected a list of %lld layer types", ck->config_path,
+                             (long long)n_layer);
+        for (int64_t l = 0; l < n_layer; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            const bool sliding = t && !strcmp(t, "sliding_attention");
+            if (!sliding && !(t && !strcmp(t, "full_attention")))
+                return error_set(e, CELER_STATUS_BAD_CONFIG,
+                                 "%s: layer_types[%lld]: expected \"sliding_attention\" or "
+                                 "\"full_attention\", found %s",
+                                 ck->config_path, (long long)l, t ? t : "a non-string");
+            w->layers[l].attn.window = sliding ? window : 0;
+            w->layers[l].attn.no_rope = !sliding;
+        }
+        return CELER_OK;
+    }
+    int64_t pattern;
+    celer_status s = config_int(ck, m->cfg, "sliding_window_pattern", 4, &pattern, e);
+    if (s != CELER_OK) return s;
+    if (pattern <= 0)
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window_pattern: expected > 0, found %lld",
+                         ck->config_path, (long long)pattern);
+    for (int64_t l = 0; l < n_layer; l++) {
+        const bool sliding = (l + 1) % pattern != 0;
+        w->layers[l].attn.window = sliding ? window : 0;
+        w->layers[l].attn.no_rope = !sliding;
+    }
+    return CELER_OK;
+}
+
+static celer_status cohere2_load(celer_model *m, celer_error *e) {
+    const checkpoint *ck = &m->ck;
+    const json_t *cfg = m->cfg;
+    model_dims *dm = &m->dims;
+    celer_status s;
+    double eps, logit_scale;
+    int64_t window, head_dim;
+    bool tie, attn_bias, norm_bias;
+    const char *act;
+#define TRY(x) do { if ((s = (x)) != CELER_OK) return s; } while (0)
+    TRY(model_read_dims(m, e));
+    /* transformers derives head_dim from the shapes and ignores the key; mlx-lm reads it */
+    TRY(config_int(ck, cfg, "head_dim", dm->d / dm->h, &head_dim, e));
+    if (head_dim * dm->h != dm->d)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: head_dim: expected hidden_size / num_attention_heads = %lld, found %lld",
+                         ck->config_path, (long long)(dm->d / dm->h), (long long)head_dim);
+    TRY(config_num(ck, cfg, "layer_norm_eps", 1e-5, &eps, e));
+    TRY(config_num(ck, cfg, "logit_scale", 0.0625, &logit_scale, e));
+    TRY(config_int(ck, cfg, "sliding_window", 4096, &window, e));
+    TRY(config_bool(ck, cfg, "attention_bias", false, &attn_bias, e));
+    TRY(config_bool(ck, cfg, "layer_norm_bias", false, &norm_bias, e));
+    TRY(config_bool(ck, cfg, "tie_word_embeddings", true, &tie, e));
+    TRY(config_str(ck, cfg, "hidden_act", &act, e));
+    if (act && strcmp(act, "silu") != 0)
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: hidden_act: expected silu, found %s",
+                         ck->config_path, act);
+    if (window <= 0)
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window: expected > 0, found %lld",
+                         ck->config_path, (long long)window);
+    TRY(model_read_eos(m, e));
+
+    cohere2_weights *w = arena_alloc(&m->mem, sizeof *w);
+    if (!w) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    memset(w, 0, sizeof *w);
+    m->weights = w;
+    w->layers = arena_alloc(&m->mem, sizeof *w->layers * (size_t)dm->n_layer);
+    if (!w->layers) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    memset(w->layers, 0, sizeof *w->layers * (size_t)dm->n_layer);
+    w->eps = (float)eps;
+    w->logit_scale = (float)logit_scale;
+    w->attn_scale = (float)(1.0 / sqrt((double)dm->hd));
+    TRY(model_read_rope(m, true, &w->rope, e));
+    TRY(cohere2_layer_kinds(m, w, window, e));
+
+    w->dims[DIM_D] = dm->d, w->dims[DIM_QD] = dm->h * dm->hd, w->dims[DIM_KVD] = dm->hk * dm->hd;
+    w->dims[DIM_F] = dm->f, w->dims[DIM_V] = dm->v;
+    w->flags[HAS_ATTN_BIAS] = attn_bias;
+    w->flags[HAS_NORM_BIAS] = norm_bias;
+    w->flags[UNTIED] = !tie;
+    model_add_table(m, &(weight_table){.spec = cohere2_global_spec,
+                                       .n_spec = sizeof cohere2_global_spec / sizeof *cohere2_global_spec,
+                                       .base = w, .count = 1, .prefix = "", .dims = w->dims, .flags = w->flags});
+    model_add_table(m, &(weight_table){.spec = cohere2_layer_spec,
+                                       .n_spec = sizeof cohere2_layer_spec / sizeof *cohere2_layer_spec,
+                                       .base = w->layers, .count = dm->n_layer, .stride = sizeof *w->layers,
+                                       .prefix = "model.layers.", .indexed = true, .dims = w->dims,
+                                       .flags = w->flags});
+    TRY(model_bind(m, e));
+#undef TRY
+    int64_t n_global = 0;
+    for (int64_t l = 0; l < dm->n_layer; l++) n_global += w->layers[l].attn.window == 0;
+    char quant[64];
+    snprintf(m->desc, sizeof m->desc,
+             "cohere2, %lld layers (%lld global, window %lld), d=%lld, heads %lld/%lld x %lld, ffn %lld, "
+             "vocab %lld, %s%s",
+             (long long)dm->n_layer, (long long)n_global, (long long)window, (long long)dm->d,
+             (long long)dm->h, (long long)dm->hk, (long long)dm->hd, (long long)dm->f, (long long)dm->v,
+             model_quant_desc(&w->layers[0].attn.wq, quant, sizeof quant), tie ? ", tied head" : "");
+    return CELER_OK;
+}
+
+/* ==== Forward ==== */
+
+static int64_t cohere2_scratch_floats(const celer_model *m, int64_t n) {
+    /* x, xb, xo [d]; then the attention's or the MLP's own scratch */
+    const int64_t a = model_attention_scratch(m, n), f = model_mlp_scratch(m, n);
+    return n * 3 * m->dims.d + (a > f ? a : f);
+}
+
+static void cohere2_hidden_states(const celer_model *m, backend *be, const model_step *st,
+                                  const model_kv *kv, float *scratch, float *hidden) {
+    const cohere2_weights *w = m->weights;
+    const backend_ops *op = be->ops;
+    const int64_t n = st->n, d = m->dims.d;
+    float *x = scratch, *xb = x + n * d, *xo = xb + n * d, *tmp = xo + n * d;
+
+    model_embed_step(m, be, st, x);
+    for (int64_t l = 0; l < m->dims.n_layer; l++) {
+        const cohere2_layer *L = &w->layers[l];
+        /* x += attn(ln(x)) + mlp(ln(x)), both from the same normed rows */
+        op->layernorm(be, xb, x, L->norm_w, L->norm_b, n, d, w->eps);
+        model_attention(m, be, st, kv, l, &L->attn, &w->rope, w->attn_scale, xb, tmp, xo);
+        op->add(be, x, xo, n * d);
+        model_mlp(m, be, &L->mlp, xb, n, tmp, xo);
+        op->add(be, x, xo, n * d);
+    }
+    op->layernorm(be, hidden, x, w->norm_w, w->norm_b, n, d, w->eps);
+}
+
+static const matview *cohere2_embedding(const celer_model *m) {
+    return &((const cohere2_weights *)m->weights)->embed;
+}
+
+static const matview *cohere2_head(const celer_model *m) {
+    const cohere2_weights *w = m->weights;
+    return w->flags[UNTIED] ? &w->head : &w->embed;
+}
+
+static float cohere2_logit_scale(const celer_model *m) {
+    return ((const cohere2_weights *)m->weights)->logit_scale;
+}
+
+static const char *const cohere2_types[] = {"cohere2", NULL};
+
+const model_family cohere2_family = {
+    .model_types = cohere2_types,
+    .load = cohere2_load,
+    .scratch_floats = cohere2_scratch_floats,
+    .hidden_states = cohere2_hidden_states,
+    .embedding = cohere2_embedding,
+    .head = cohere2_head,
+    .logit_scale = cohere2_logit_scale,
+};
