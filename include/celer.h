@@ -141,12 +141,15 @@ int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
 
 /* ==== Batches and the model contract (DESIGN.md section 2) ==== */
 
-/* n rows; each row is appended to its sequence at the next position. Exactly one of
- * token and embd is set. seq_id NULL means every row belongs to sequence 0. */
+/* n rows; each row is appended to its sequence at the next position. A row is a token
+ * id, or an input embedding: every row when token is NULL, else the rows whose token is
+ * negative (a prompt with an image: its feature rows replace the placeholder ids). embd
+ * is required exactly when some row is an embedding row. seq_id NULL means every row
+ * belongs to sequence 0. */
 typedef struct celer_batch {
     int64_t n;
-    const int32_t *token;  /* [n] token ids */
-    const float *embd;     /* [n, d] input embeddings, d = celer_model_n_embd */
+    const int32_t *token;  /* [n] token ids, or -1 for an embedding row; or NULL */
+    const float *embd;     /* [n, d] input embeddings (rows of token rows unread), d = celer_model_n_embd */
     const int32_t *seq_id; /* [n] or NULL */
     const int8_t *logits;  /* [n] nonzero where a row wants logits (celer_batch_decode) */
 } celer_batch;
@@ -189,6 +192,52 @@ const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d,
 
 /* The model's input embeddings of ids: embd[n, d] (dequantized rows of embed_tokens). */
 celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t n, float *embd);
+
+/* ==== Images (vision-language models) ====
+ *
+ * A prompt holds one image token (celer_model_image_token) per image; each expands to
+ * celer_model_image_positions rows, and celer_image_encode gives the rows that replace
+ * them (vision tower, projector, the anyres tile layout with image_newline), to run as
+ * embedding rows of a batch:
+ *
+ *     celer_image *img;
+ *     celer_image_load("cat.jpg", &img, err, sizeof err);
+ *     int64_t n;
+ *     celer_model_image_positions(model, img, &n, err, sizeof err);
+ *     float *rows = malloc(sizeof(float) * n * celer_model_n_embd(model));
+ *     celer_image_encode(ctx, img, rows);
+ *     celer_image_free(img);
+ */
+typedef struct celer_image celer_image;
+
+/* A PNG or JPEG file, decoded to RGB as transformers' image processors see it (alpha
+ * composited on white, no EXIF rotation). Bad images (truncated, not an image, zero or
+ * huge sizes) are an error naming the file. *out has one reference. */
+celer_status celer_image_load(const char *path, celer_image **out, char *err, size_t err_size);
+/* The same from bytes in memory; label names them in errors. */
+celer_status celer_image_decode(const void *data, size_t len, const char *label, celer_image **out,
+                                char *err, size_t err_size);
+/* One more reference (celer_image_free drops one; the last frees the image). */
+celer_image *celer_image_ref(celer_image *img);
+void celer_image_free(celer_image *img);
+int64_t celer_image_width(const celer_image *img);
+int64_t celer_image_height(const celer_image *img);
+/* A 64-bit digest of the size and pixels: the prefix cache keys image rows by it. */
+uint64_t celer_image_digest(const celer_image *img);
+
+/* Whether model reads images; its image placeholder id, or -1. */
+bool celer_model_has_vision(const celer_model *model);
+int32_t celer_model_image_token(const celer_model *model);
+/* *n = the prompt rows img takes in model's prompts (the image token's expansion). */
+celer_status celer_model_image_positions(const celer_model *model, const celer_image *img, int64_t *n,
+                                         char *err, size_t err_size);
+/* embd[n, d] = the input rows of img (n = celer_model_image_positions). Runs the vision
+ * tower on ctx's threads. */
+celer_status celer_image_encode(celer_context *ctx, const celer_image *img, float *embd);
+
+/* Rows the LM head ran on in ctx's last successful call (the contract: 1 for the
+ * forward_last_logits entry points, however long the batch). */
+int64_t celer_context_head_rows(const celer_context *ctx);
 
 /* ==== Greedy generation from token ids ==== */
 
@@ -376,6 +425,13 @@ typedef struct celer_request_params {
     int32_t n_stop;
     int32_t top_logprobs;    /* -1 = no log-probabilities; else the chosen token's and this
                                 many alternatives (at most CELER_MAX_TOP_LOGPROBS) */
+    celer_image *const *images; /* [n_images] for a vision-language model: the prompt holds
+                                   one image token per image, in order; each expands to the
+                                   image's rows (prompt_tokens counts them). The engine keeps
+                                   a reference to each until the request ends, encodes an
+                                   image when its rows are first computed, and keys cached
+                                   blocks by the image's digest. */
+    int32_t n_images;
 } celer_request_params;
 
 /* n 1, max_tokens 16, default sampler, no stops beyond EOS, no logprobs. */

@@ -54,6 +54,7 @@ typedef struct cli_prompt_opts {
     const char *prompt;
     const char *system;
     bool no_template;
+    int n_images; /* image parts placed before the text of the user turn */
 } cli_prompt_opts;
 
 bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i);
@@ -61,9 +62,26 @@ bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i);
 bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i);
 
 /* The prompt's token ids (malloc'd): the chat template applied to one user turn (and the
- * system text) unless o->no_template, then tokenized. Dies on error. */
+ * system text; o->n_images image parts before the text) unless o->no_template, then
+ * tokenized. Dies on error. */
 int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const char *model_path,
                         const cli_prompt_opts *o, int64_t *n);
+
+/* --image FILE, repeatable: the images of a vision-language prompt, in prompt order. */
+#define CLI_MAX_IMAGES 8
+typedef struct cli_images {
+    const char *path[CLI_MAX_IMAGES];
+    celer_image *img[CLI_MAX_IMAGES];
+    int n;
+} cli_images;
+
+bool cli_image_flag(cli_images *im, int argc, char **argv, int *i);
+/* Decodes every --image for m; dies when m reads no images or a file is bad. */
+void cli_images_load(cli_images *im, const celer_model *m);
+void cli_images_free(cli_images *im);
+/* The prompt's length once each image token of ids[n] expands to its image's rows; dies
+ * when the image tokens and the images do not pair up. */
+int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids, int64_t n);
 
 /* Writes data[rows, cols] as a float32 little-endian C-order .npy file (version 1.0). */
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols);

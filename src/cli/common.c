@@ -203,3 +203,41 @@ int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t col
     int ok = fwrite(data, sizeof(float), count, f) == count; /* x86-64 is little-endian */
     return (fclose(f) == 0 && ok) ? 0 : -1;
 }
+
+/* ==== Images ==== */
+
+bool cli_image_flag(cli_images *im, int argc, char **argv, int *i) {
+    if (strcmp(argv[*i], "--image") != 0 || *i + 1 >= argc) return false;
+    if (im->n == CLI_MAX_IMAGES) cli_die("--image: at most %d images", CLI_MAX_IMAGES);
+    im->path[im->n++] = argv[++*i];
+    return true;
+}
+
+void cli_images_load(cli_images *im, const celer_model *m) {
+    char err[512];
+    if (im->n && !celer_model_has_vision(m)) cli_die("--image: %s reads no images", celer_model_desc(m));
+    for (int i = 0; i < im->n; i++)
+        if (celer_image_load(im->path[i], &im->img[i], err, sizeof err) != CELER_OK) cli_die("%s", err);
+}
+
+void cli_images_free(cli_images *im) {
+    for (int i = 0; i < im->n; i++) celer_image_free(im->img[i]);
+    im->n = 0;
+}
+
+int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids, int64_t n) {
+    char err[512];
+    const int32_t tok = celer_model_image_token(m);
+    int64_t total = n, k = 0;
+    for (int64_t i = 0; tok >= 0 && i < n; i++) {
+        if (ids[i] != tok) continue;
+        if (k == im->n) cli_die("the prompt has more image tokens (id %d) than --image files (%d)", tok, im->n);
+        int64_t rows;
+        if (celer_model_image_positions(m, im->img[k++], &rows, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        total += rows - 1;
+    }
+    if (k != im->n)
+        cli_die("%d --image files but %lld image tokens (id %d) in the prompt%s", im->n, (long long)k, tok,
+                k ? "" : " (with --text, write <image> where the image goes)");
+    return total;
+}

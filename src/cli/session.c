@@ -40,7 +40,18 @@ int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const 
         if (celer_tokenize(tok, o->prompt, strlen(o->prompt), true, &ids, n, err, sizeof err) != CELER_OK)
             cli_die("%s", err);
     } else {
-        json_t *msgs = json_array(), *sys = NULL, *user = json_pack("{s:s, s:s}", "role", "user", "content", o->prompt);
+        json_t *msgs = json_array(), *sys = NULL, *user;
+        if (o->n_images) {
+            /* OpenAI-style parts: the images, then the text */
+            json_t *parts = json_array();
+            for (int i = 0; i < o->n_images; i++) json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+            json_t *text = json_pack("{s:s, s:s}", "type", "text", "text", o->prompt);
+            if (!text) cli_die("-p: the prompt is not valid UTF-8");
+            json_array_append_new(parts, text);
+            user = json_pack("{s:s, s:o}", "role", "user", "content", parts);
+        } else {
+            user = json_pack("{s:s, s:s}", "role", "user", "content", o->prompt);
+        }
         if (o->system && !(sys = json_pack("{s:s, s:s}", "role", "system", "content", o->system)))
             cli_die("--system: the text is not valid UTF-8");
         if (!user) cli_die("-p: the prompt is not valid UTF-8");
@@ -110,12 +121,20 @@ static void on_event(void *user, const celer_event *ev) {
 
 int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int64_t n_predict, bool print_ids,
                           bool ignore_eos, int32_t *out, cli_stats *st) {
+    return cli_session_reply_images(s, prompt, n, NULL, n_predict, print_ids, ignore_eos, out, st);
+}
+
+int64_t cli_session_reply_images(cli_session *s, const int32_t *prompt, int64_t n, const cli_images *im,
+                                 int64_t n_predict, bool print_ids, bool ignore_eos, int32_t *out, cli_stats *st) {
     char err[512];
-    if (n > s->n_ctx - 1)
-        cli_die("the prompt of %lld tokens does not fit a context of %lld (pass a larger -c)", (long long)n, (long long)s->n_ctx);
+    const int64_t n_full = im ? cli_images_expanded(im, s->m, prompt, n) : n;
+    if (n_full > s->n_ctx - 1)
+        cli_die("the prompt of %lld positions does not fit a context of %lld (pass a larger -c)", (long long)n_full,
+                (long long)s->n_ctx);
     celer_request_params rp = celer_request_default_params();
     rp.prompt = prompt;
     rp.n_prompt = n;
+    if (im) rp.images = im->img, rp.n_images = im->n;
     rp.max_tokens = n_predict;
     rp.sampling = s->sp;
     rp.ignore_eos = ignore_eos;
@@ -128,7 +147,7 @@ int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int6
     while (celer_engine_pending(s->eng))
         if (celer_engine_step(s->eng, on_event, &r) != CELER_OK) cli_die("%s", celer_engine_last_error(s->eng));
     const double t1 = cli_now();
-    st->n_prompt = n - r.cached;
+    st->n_prompt = n_full - r.cached;
     st->t_prefill = r.t_first > 0 ? r.t_first - t0 : t1 - t0;
     st->n_gen = r.produced;
     st->t_decode = r.t_first > 0 ? t1 - r.t_first : 0;

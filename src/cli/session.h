@@ -41,6 +41,10 @@ void cli_session_close(cli_session *s);
 int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int64_t n_predict, bool print_ids,
                           bool ignore_eos, int32_t *out, cli_stats *st);
 
+/* The same with the images of the prompt's image tokens (im may be NULL). */
+int64_t cli_session_reply_images(cli_session *s, const int32_t *prompt, int64_t n, const cli_images *im,
+                                 int64_t n_predict, bool print_ids, bool ignore_eos, int32_t *out, cli_stats *st);
+
 void cli_stats_print(const cli_stats *st, double t_load);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "engine/context.h"
+#include "engine/image.h"
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/cpuid.h"
 #include "kernels/ref/backend_ref.h"
@@ -24,6 +25,11 @@
 struct celer_context {
     celer_model *model;
     backend *be;
+    backend *vbe;             /* the vision tower's backend (vision-language models), or NULL */
+    model_vision_sizes vsz;
+    int64_t tiles_per_call;
+    float *vscratch;          /* [vsz.scratch_floats] */
+    int64_t head_rows;        /* rows the LM head ran on in the last call */
     cpu_isa isa;
     int32_t n_threads;
     kv_cache kv;
@@ -49,6 +55,10 @@ celer_status celer_model_open(const char *path, const celer_model_params *params
         return CELER_STATUS_INVALID_ARGUMENT;
     }
     celer_status s = model_open(path, out, &e);
+    if (s == CELER_OK && (s = image_model_init(*out, &e)) != CELER_OK) {
+        model_close(*out);
+        *out = NULL;
+    }
     error_copy(&e, err, err_size);
     return s;
 }
@@ -86,6 +96,8 @@ celer_context_params celer_context_default_params(void) {
 void celer_context_destroy(celer_context *ctx) {
     if (!ctx) return;
     backend_destroy(ctx->be);
+    backend_destroy(ctx->vbe);
+    free(ctx->vscratch);
     kv_cache_destroy(&ctx->kv);
     free(ctx->scratch);
     free(ctx->hidden);
@@ -96,6 +108,28 @@ void celer_context_destroy(celer_context *ctx) {
     free(ctx->add);
     free(ctx->next);
     free(ctx);
+}
+
+/* A vision tower runs on a backend of its own, sized for its rows and head size, with
+ * its scratch made here: several tiles per call while they fit about 1024 rows. */
+static celer_status vision_backend(celer_context *ctx, cpu_isa isa, int n_threads, celer_error *e) {
+    const celer_model *m = ctx->model;
+    if (!m->family->encode_image) return CELER_OK;
+    m->family->vision_sizes(m, 1, &ctx->vsz);
+    ctx->tiles_per_call = 1024 / ctx->vsz.tile_rows;
+    if (ctx->tiles_per_call < 1) ctx->tiles_per_call = 1;
+    if (ctx->tiles_per_call > 8) ctx->tiles_per_call = 8;
+    m->family->vision_sizes(m, ctx->tiles_per_call, &ctx->vsz);
+    const model_vision_sizes *v = &ctx->vsz;
+    if (isa == CPU_ISA_REF) {
+        ctx->vbe = backend_ref_create(n_threads, v->cols, v->keys, false);
+    } else {
+        const backend_cpu_sizes sz = {.max_rows = v->rows, .max_cols = v->cols, .max_keys = v->keys, .hd = v->hd};
+        ctx->vbe = backend_cpu_create(isa, n_threads, &sz, false);
+    }
+    ctx->vscratch = malloc(sizeof(float) * (size_t)v->scratch_floats);
+    if (!ctx->vbe || !ctx->vscratch) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory (vision)");
+    return CELER_OK;
 }
 
 celer_status celer_context_create(celer_model *model, const celer_context_params *params,
@@ -157,7 +191,8 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
                                       .hd = dm->hd};
         ctx->be = backend_cpu_create(isa, p.n_threads, &sz, kv_f16);
     }
-    ctx->scratch = malloc(sizeof(float) * (size_t)model->family->scratch_floats(model, p.n_batch));
+    if ((s = vision_backend(ctx, isa, p.n_threads, &e)) != CELER_OK) goto fail;
+    ctx->scratch = malloc(sizeof(float) * (size_t)model_scratch_floats(model, p.n_batch));
     ctx->hidden = malloc(sizeof(float) * (size_t)(p.n_batch * dm->d));
     ctx->logits = malloc(sizeof(float) * (size_t)dm->v);
     ctx->pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
@@ -179,6 +214,7 @@ fail:
 }
 
 const char *celer_context_last_error(const celer_context *ctx) { return ctx->err.msg; }
+int64_t celer_context_head_rows(const celer_context *ctx) { return ctx->head_rows; }
 kv_cache *context_kv(celer_context *ctx) { return &ctx->kv; }
 const char *celer_context_kernels(const celer_context *ctx) { return cpu_isa_name(ctx->isa); }
 int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
@@ -222,9 +258,8 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
     celer_error *e = &ctx->err;
     if (!b || b->n <= 0)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "batch: expected at least one row");
-    if (!b->token == !b->embd)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                         "batch: expected exactly one of token ids and embeddings");
+    if (!b->token && !b->embd)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "batch: expected token ids, embeddings or both");
     if (kind == RUN_ROW && (last_pos < 0 || last_pos >= b->n))
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "last_pos %lld outside the batch of %lld rows", (long long)last_pos,
@@ -238,10 +273,14 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
             return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                              "batch row %lld: sequence id %d outside [0, %d)", (long long)r, s,
                              ctx->kv.n_seq);
-        if (b->token && (b->token[r] < 0 || b->token[r] >= m->dims.v))
+        if (b->token && b->token[r] >= m->dims.v)
             return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                              "batch row %lld: token id %d outside the vocabulary [0, %lld)",
                              (long long)r, b->token[r], (long long)m->dims.v);
+        if (b->token && b->token[r] < 0 && !b->embd)
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "batch row %lld: an embedding row (token %d) but the batch has no embeddings",
+                             (long long)r, b->token[r]);
         ctx->add[s]++;
     }
     return CELER_OK;
@@ -256,6 +295,7 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
     if (s != CELER_OK) return s;
     memcpy(ctx->next, ctx->kv.len, sizeof(int64_t) * (size_t)ctx->kv.n_seq);
     const model_kv kv = {ctx->kv.k, ctx->kv.v};
+    int64_t head_rows = 0;
     for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
         const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
         for (int64_t r = 0; r < n; r++) {
@@ -274,20 +314,23 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
                                .block_size = ctx->kv.block_size};
         switch (kind) {
         case RUN_HIDDEN: model_hidden_states(m, ctx->be, &st, &kv, ctx->scratch, out + off * d); break;
-        case RUN_ALL: model_forward(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden, out + off * v); break;
+        case RUN_ALL: head_rows += model_forward(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden, out + off * v); break;
         case RUN_ROW:
             if (last_pos >= off && last_pos < off + n)
-                model_forward_last_logits(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden,
-                                          last_pos - off, out);
+                head_rows += model_forward_last_logits(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden,
+                                                       last_pos - off, out);
             else
                 model_hidden_states(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden);
             break;
-        case RUN_WANTED:
-            out += v * model_forward_rows(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden,
-                                          b->logits + off, out);
+        case RUN_WANTED: {
+            const int64_t k = model_forward_rows(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden, b->logits + off, out);
+            head_rows += k;
+            out += v * k;
             break;
         }
+        }
     }
+    ctx->head_rows = head_rows;
     kv_cache_commit(&ctx->kv, ctx->add);
     ctx->err.msg[0] = '\0';
     return CELER_OK;
@@ -334,6 +377,14 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
                              "token id %d outside the vocabulary [0, %lld)", ids[r], (long long)v);
     model_embed(ctx->model, ctx->be, ids, n, embd);
     return CELER_OK;
+}
+
+celer_status celer_image_encode(celer_context *ctx, const celer_image *img, float *embd) {
+    if (!ctx->vbe)
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "%s reads no images", ctx->model->desc);
+    celer_status s = image_encode(ctx->model, ctx->vbe, ctx->tiles_per_call, ctx->vscratch, img, embd, &ctx->err);
+    if (s == CELER_OK) ctx->err.msg[0] = '\0';
+    return s;
 }
 
 /* ==== Greedy generation ==== */

@@ -50,10 +50,18 @@ typedef struct choice {
     struct choice *next;  /* in the wait queue */
 } choice;
 
+/* The rows of one image inside a prompt. */
+typedef struct image_span {
+    int64_t start, n;  /* prompt positions [start, start + n) */
+    celer_image *img;  /* a reference held until the request ends */
+    float *rows;       /* [n, d] once encoded, else NULL */
+} image_span;
+
 struct request {
     uint64_t id;
-    celer_request_params p; /* arrays below are the engine's copies */
+    celer_request_params p; /* arrays below are the engine's copies; the prompt expanded */
     int32_t *prompt, *bias_ids, *stop_ids;
+    image_span *spans;      /* [p.n_images] in prompt order */
     float *bias;
     char **stop;
     choice *choices;        /* [p.n] */
@@ -76,6 +84,8 @@ struct celer_engine {
     /* step buffers, sized at creation */
     int32_t *b_token, *b_seq;
     int8_t *b_logits;
+    float *b_embd;          /* [batch_tokens, d] image rows of the step, or NULL (text models) */
+    bool b_has_embd;
     choice **b_owner;       /* [batch_tokens] the choice of each row */
     int64_t *take;          /* [n_seq_max] rows each sequence has in the step */
     float *logits;          /* [n_seq_max, v] */
@@ -147,6 +157,9 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
     eng->logits = malloc(ns * (size_t)eng->v * sizeof *eng->logits);
     eng->top_ids = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_ids);
     eng->top_lp = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_lp);
+    if (celer_model_has_vision(model) &&
+        !(eng->b_embd = malloc(nb * (size_t)celer_model_n_embd(model) * sizeof *eng->b_embd)))
+        goto oom;
     if (!eng->running || !eng->b_token || !eng->b_seq || !eng->b_logits || !eng->b_owner ||
         !eng->take || !eng->logits || !eng->top_ids || !eng->top_lp)
         goto oom;
@@ -174,6 +187,11 @@ static void choice_free(choice *c) {
 static void request_free(request *r) {
     for (int32_t i = 0; r->choices && i < r->p.n; i++) choice_free(&r->choices[i]);
     for (int32_t i = 0; r->stop && i < r->p.n_stop; i++) free(r->stop[i]);
+    for (int32_t i = 0; r->spans && i < r->p.n_images; i++) {
+        celer_image_free(r->spans[i].img);
+        free(r->spans[i].rows);
+    }
+    free(r->spans);
     free(r->choices);
     free(r->prompt);
     free(r->bias_ids);
@@ -200,6 +218,7 @@ void celer_engine_destroy(celer_engine *eng) {
     free(eng->logits);
     free(eng->top_ids);
     free(eng->top_lp);
+    free(eng->b_embd);
     free(eng);
 }
 
@@ -329,25 +348,87 @@ static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
     return CELER_OK;
 }
 
+/* The prompt with each image token expanded to its image's rows (*out malloc'd), and
+ * where each image's rows sit. */
+static celer_status expand_images(celer_engine *eng, const celer_request_params *p, int32_t **out, int64_t *n_out,
+                                  image_span **spans) {
+    celer_error *e = &eng->err;
+    *out = NULL, *spans = NULL;
+    if (!p->prompt || p->n_prompt <= 0)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "prompt: expected at least one token");
+    if (p->n_images < 0 || (p->n_images && !p->images))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images: expected an array of n_images images");
+    const bool vision = celer_model_has_vision(eng->model);
+    if (p->n_images && !vision)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images: %s reads no images", celer_model_desc(eng->model));
+    const int32_t tok = celer_model_image_token(eng->model);
+    int64_t found = 0;
+    for (int64_t i = 0; vision && i < p->n_prompt; i++) found += p->prompt[i] == tok;
+    if (found != p->n_images)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "prompt: %lld image tokens (id %d) for %d images: expected one per image",
+                         (long long)found, tok, p->n_images);
+    if (!(*spans = calloc((size_t)p->n_images + 1, sizeof **spans)))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+    int64_t n = p->n_prompt;
+    for (int32_t k = 0; k < p->n_images; k++) {
+        char msg[CELER_ERROR_LEN];
+        if (!p->images[k]) return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: NULL", k);
+        if (celer_model_image_positions(eng->model, p->images[k], &(*spans)[k].n, msg, sizeof msg) != CELER_OK)
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: %s", k, msg);
+        n += (*spans)[k].n - 1;
+    }
+    if (!(*out = malloc(sizeof **out * (size_t)n))) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+    int64_t at = 0;
+    int32_t k = 0;
+    for (int64_t i = 0; i < p->n_prompt; i++) {
+        if (k < p->n_images && p->prompt[i] == tok) {
+            image_span *sp = &(*spans)[k];
+            sp->start = at;
+            sp->img = celer_image_ref(p->images[k++]);
+            for (int64_t j = 0; j < sp->n; j++) (*out)[at++] = tok;
+        } else {
+            (*out)[at++] = p->prompt[i];
+        }
+    }
+    *n_out = n;
+    return CELER_OK;
+}
+
 celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *params,
                                  uint64_t *id, char *err, size_t err_size) {
-    celer_status s = check_request(eng, params);
+    int32_t *prompt;
+    int64_t n_prompt = 0;
+    image_span *spans;
+    celer_status s = expand_images(eng, params, &prompt, &n_prompt, &spans);
+    celer_request_params q = *params;
+    q.prompt = prompt, q.n_prompt = n_prompt;
+    if (s == CELER_OK) s = check_request(eng, &q);
     if (s != CELER_OK) {
+        for (int32_t i = 0; spans && i < params->n_images; i++) celer_image_free(spans[i].img);
+        free(spans);
+        free(prompt);
         error_copy(&eng->err, err, err_size);
         return s;
     }
     request *r = calloc(1, sizeof *r);
-    if (!r) goto oom;
-    const celer_request_params *p = params;
+    if (!r) {
+        for (int32_t i = 0; i < params->n_images; i++) celer_image_free(spans[i].img);
+        free(spans);
+        free(prompt);
+        goto oom;
+    }
+    const celer_request_params *p = &q;
     bool ok = true;
     r->p = *p;
-    r->prompt = dup_array(p->prompt, sizeof *p->prompt * (size_t)p->n_prompt, &ok);
+    r->spans = spans;
+    r->prompt = prompt;
     r->bias_ids = dup_array(p->bias_ids, sizeof *p->bias_ids * (size_t)p->n_bias, &ok);
     r->bias = dup_array(p->bias, sizeof *p->bias * (size_t)p->n_bias, &ok);
     r->stop_ids = dup_array(p->stop_ids, sizeof *p->stop_ids * (size_t)p->n_stop_ids, &ok);
     if (p->n_stop && !(r->stop = calloc((size_t)p->n_stop, sizeof *r->stop))) ok = false;
     for (int32_t i = 0; ok && i < p->n_stop; i++) ok = (r->stop[i] = strdup(p->stop[i])) != NULL;
-    r->p.prompt = r->prompt, r->p.bias_ids = r->bias_ids, r->p.bias = r->bias;
+    r->p.prompt = r->prompt, r->p.bias_ids = r->bias_ids, r->p.bias = r->bias, r->p.images = NULL;
     r->p.stop_ids = r->stop_ids, r->p.stop = (const char *const *)r->stop;
     if (!ok || !(r->choices = calloc((size_t)p->n, sizeof *r->choices))) goto oom;
     for (int32_t i = 0; i < p->n; i++)
@@ -392,6 +473,19 @@ celer_status celer_engine_cancel(celer_engine *eng, uint64_t id) {
     return CELER_OK;
 }
 
+/* What block b of r's prompt depends on besides its ids: the digests of the images whose
+ * rows it holds, each with its offset (0 for text). */
+static uint64_t block_extra(const request *r, int64_t b, int64_t bs) {
+    uint64_t x = 0;
+    for (int32_t i = 0; i < r->p.n_images; i++) {
+        const image_span *sp = &r->spans[i];
+        if (sp->start >= (b + 1) * bs || sp->start + sp->n <= b * bs) continue;
+        const uint64_t d = celer_image_digest(sp->img) + (uint64_t)(sp->start - b * bs) * 0x9e3779b97f4a7c15ull;
+        x = (x ^ d) * 0x100000001b3ull + 1;
+    }
+    return x;
+}
+
 /* Gives c a free sequence and attaches whatever prefix of its tokens the cache (or its
  * request's first choice, for sibling choices) already holds. Leaves at least one token
  * to compute, since its row gives the logits to sample from. */
@@ -408,8 +502,9 @@ static void choice_admit(celer_engine *eng, choice *c, int32_t seq) {
     } else if (eng->p.prefix_cache) {
         uint64_t h = 0;
         for (int64_t b = 0; b < max_blocks; b++) {
-            h = kv_cache_hash(kv, h, c->tokens + b * bs);
-            const int32_t blk = kv_cache_lookup(kv, h, c->tokens + b * bs);
+            const uint64_t x = block_extra(c->req, b, bs);
+            h = kv_cache_hash(kv, h, c->tokens + b * bs, x);
+            const int32_t blk = kv_cache_lookup(kv, h, c->tokens + b * bs, x);
             if (blk < 0) break;
             kv_cache_seq_attach(kv, seq, &blk, 1);
         }
@@ -431,8 +526,9 @@ static void choice_publish(celer_engine *eng, choice *c, int64_t from) {
     if (!eng->p.prefix_cache || first >= last) return;
     uint64_t h = 0;
     for (int64_t b = 0; b < last; b++) {
-        h = kv_cache_hash(kv, h, c->tokens + b * bs);
-        if (b >= first) kv_cache_publish(kv, c->seq, b, h, c->tokens + b * bs);
+        const uint64_t x = block_extra(c->req, b, bs);
+        h = kv_cache_hash(kv, h, c->tokens + b * bs, x);
+        if (b >= first) kv_cache_publish(kv, c->seq, b, h, c->tokens + b * bs, x);
     }
 }
 
@@ -457,14 +553,57 @@ static int64_t blocks_to_grow(const kv_cache *kv, int64_t len, int64_t add) {
     return kv_cache_blocks_for(kv, len + add) - kv_cache_blocks_for(kv, len);
 }
 
-/* Appends rows for c's tokens [n_done, n_done + k) to the batch. */
+/* The image span holding prompt position pos of r, or NULL. */
+static image_span *span_at(request *r, int64_t pos) {
+    for (int32_t i = 0; i < r->p.n_images; i++)
+        if (pos >= r->spans[i].start && pos < r->spans[i].start + r->spans[i].n) return &r->spans[i];
+    return NULL;
+}
+
+/* Encodes the images whose rows c's positions [n_done, n_done + k) read and that have
+ * no rows yet. */
+static celer_status encode_images(celer_engine *eng, choice *c, int64_t k) {
+    request *r = c->req;
+    for (int32_t i = 0; i < r->p.n_images; i++) {
+        image_span *sp = &r->spans[i];
+        if (sp->rows || sp->start >= c->n_done + k || sp->start + sp->n <= c->n_done) continue;
+        if (!(sp->rows = malloc(sizeof(float) * (size_t)(sp->n * celer_model_n_embd(eng->model)))))
+            return error_set(&eng->err, CELER_STATUS_OUT_OF_MEMORY, "image %d: out of memory", i);
+        celer_status s = celer_image_encode(eng->ctx, sp->img, sp->rows);
+        if (s != CELER_OK) {
+            free(sp->rows);
+            sp->rows = NULL;
+            return error_set(&eng->err, s, "image %d: %s", i, celer_context_last_error(eng->ctx));
+        }
+    }
+    return CELER_OK;
+}
+
+/* Appends rows for c's tokens [n_done, n_done + k) to the batch: ids, or an image's rows
+ * (encode_images ran first). */
 static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
+    const int64_t d = celer_model_n_embd(eng->model);
     for (int64_t i = 0; i < k; i++, (*n)++) {
-        eng->b_token[*n] = c->tokens[c->n_done + i];
+        const int64_t pos = c->n_done + i;
+        const image_span *sp = pos < c->req->p.n_prompt ? span_at(c->req, pos) : NULL;
+        eng->b_token[*n] = sp ? -1 : c->tokens[pos];
+        if (sp) {
+            memcpy(eng->b_embd + *n * d, sp->rows + (pos - sp->start) * d, sizeof(float) * (size_t)d);
+            eng->b_has_embd = true;
+        }
         eng->b_seq[*n] = c->seq;
         eng->b_logits[*n] = c->n_done + i == c->n_tokens - 1;
         eng->b_owner[*n] = c;
     }
+}
+
+/* Whether c's next k rows can go into the step: their images are encoded. A failed
+ * encoding ends the choice (the reason is the engine's last error). */
+static bool rows_ready(celer_engine *eng, choice *c, int64_t k) {
+    if (!c->req->p.n_images || encode_images(eng, c, k) == CELER_OK) return true;
+    choice_stop_running(eng, c);
+    c->finish = CELER_FINISH_LENGTH;
+    return false;
 }
 
 /* Whether a waiting choice may start now: sibling choices wait until their first choice
@@ -484,6 +623,7 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
     kv_cache *kv = eng->kv;
     const int64_t budget = eng->p.batch_tokens;
     int64_t n = 0, avail;
+    eng->b_has_embd = false;
     for (;;) {
         int64_t need = 0;
         for (int32_t s = 0; s < eng->p.n_seq_max; s++) {
@@ -505,6 +645,7 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
     for (int32_t s = 0; s < eng->p.n_seq_max; s++) {
         choice *c = eng->running[s];
         if (!c || c->n_tokens - c->n_done != 1) continue;
+        if (!rows_ready(eng, c, 1)) continue;
         avail -= blocks_to_grow(kv, kv->len[s], 1);
         take[s] = 1;
         add_rows(eng, &n, c, 1);
@@ -522,6 +663,10 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
         while (k > 0 && blocks_to_grow(kv, kv->len[c->seq], k) > avail) k -= 1;
         if (k == 0) {
             take[c->seq] = -1; /* waits for blocks this step */
+            continue;
+        }
+        if (!rows_ready(eng, c, k)) {
+            take[c->seq] = -1;
             continue;
         }
         avail -= blocks_to_grow(kv, kv->len[c->seq], k);
@@ -550,6 +695,7 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
             queue_push(eng, c, true);
             break;
         }
+        if (!rows_ready(eng, c, k)) continue;
         n_running++;
         take[seq] = k;
         add_rows(eng, &n, c, k);
@@ -723,7 +869,8 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
         n = plan(eng, take);
     }
     if (n == 0) return CELER_OK;
-    const celer_batch b = {.n = n, .token = eng->b_token, .seq_id = eng->b_seq, .logits = eng->b_logits};
+    const celer_batch b = {.n = n, .token = eng->b_token, .embd = eng->b_has_embd ? eng->b_embd : NULL,
+                           .seq_id = eng->b_seq, .logits = eng->b_logits};
     celer_status s = celer_batch_decode(eng->ctx, &b, eng->logits);
     if (s != CELER_OK) {
         /* The context refused the step before writing anything: end its requests' choices. */

@@ -168,11 +168,12 @@ void kv_cache_seq_reset(kv_cache *kv, int32_t seq) {
 
 /* ==== Prefix cache ==== */
 
-uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *tokens) {
-    /* FNV-1a over the parent hash and the token bytes, then a splitmix64 finish so that
-     * the low bits (the bucket) depend on every input bit. */
+uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *tokens, uint64_t extra) {
+    /* FNV-1a over the parent hash, extra and the token bytes, then a splitmix64 finish so
+     * that the low bits (the bucket) depend on every input bit. */
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < 8; i++) h = (h ^ ((parent >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+    for (int i = 0; extra && i < 8; i++) h = (h ^ ((extra >> (8 * i)) & 0xff)) * 0x100000001b3ull;
     for (int64_t t = 0; t < kv->block_size; t++)
         for (int i = 0; i < 4; i++) h = (h ^ (((uint32_t)tokens[t] >> (8 * i)) & 0xff)) * 0x100000001b3ull;
     h ^= h >> 30;
@@ -182,10 +183,11 @@ uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *token
     return h ^ (h >> 31);
 }
 
-int32_t kv_cache_lookup(const kv_cache *kv, uint64_t hash, const int32_t *tokens) {
+int32_t kv_cache_lookup(const kv_cache *kv, uint64_t hash, const int32_t *tokens, uint64_t extra) {
     const size_t bytes = sizeof *tokens * (size_t)kv->block_size;
     for (int32_t b = kv->buckets[bucket_of(kv, hash)]; b >= 0; b = kv->meta[b].map_next)
-        if (kv->meta[b].hash == hash && !memcmp(kv->block_tokens + b * kv->block_size, tokens, bytes))
+        if (kv->meta[b].hash == hash && kv->meta[b].extra == extra &&
+            !memcmp(kv->block_tokens + b * kv->block_size, tokens, bytes))
             return b;
     return -1;
 }
@@ -200,12 +202,14 @@ void kv_cache_seq_attach(kv_cache *kv, int32_t seq, const int32_t *blocks, int64
     kv->len[seq] += n * kv->block_size;
 }
 
-void kv_cache_publish(kv_cache *kv, int32_t seq, int64_t b, uint64_t hash, const int32_t *tokens) {
+void kv_cache_publish(kv_cache *kv, int32_t seq, int64_t b, uint64_t hash, const int32_t *tokens,
+                      uint64_t extra) {
     const int32_t blk = kv_cache_table(kv, seq)[b];
     kv_block *m = &kv->meta[blk];
-    if (m->published || kv_cache_lookup(kv, hash, tokens) >= 0) return;
+    if (m->published || kv_cache_lookup(kv, hash, tokens, extra) >= 0) return;
     memcpy(kv->block_tokens + blk * kv->block_size, tokens, sizeof *tokens * (size_t)kv->block_size);
     m->hash = hash;
+    m->extra = extra;
     m->published = true;
     const int64_t bucket = bucket_of(kv, hash);
     m->map_next = kv->buckets[bucket];

@@ -26,6 +26,7 @@ typedef struct kv_block {
     int32_t ref;              /* sequences holding the block */
     bool published;           /* in the hash map (and then read-only) */
     uint64_t hash;            /* chained hash of the block's tokens (valid when published) */
+    uint64_t extra;           /* what besides token ids the rows depend on (image digests), 0 if nothing */
     int32_t map_next;         /* next block in the same hash bucket */
     int32_t lru_prev, lru_next; /* in the LRU list when published and ref == 0 */
 } kv_block;
@@ -91,19 +92,22 @@ void kv_cache_seq_reset(kv_cache *kv, int32_t seq);
 /* ==== Prefix cache ==== */
 
 /* The chained hash of a block of tokens[block_size] whose parent block hashed to parent
- * (0 for the first block of a sequence). */
-uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *tokens);
+ * (0 for the first block of a sequence). extra keys what else the block's rows depend on:
+ * the digests of the images whose rows it holds (an image's rows all carry the same
+ * placeholder id), 0 for a block of text. */
+uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *tokens, uint64_t extra);
 
-/* The published block with this hash and exactly these tokens[block_size], or -1. */
-int32_t kv_cache_lookup(const kv_cache *kv, uint64_t hash, const int32_t *tokens);
+/* The published block with this hash, exactly these tokens[block_size] and extra, or -1. */
+int32_t kv_cache_lookup(const kv_cache *kv, uint64_t hash, const int32_t *tokens, uint64_t extra);
 
 /* Appends whole blocks[n] to the empty-or-block-aligned sequence seq, which then holds
  * n * block_size more positions; each block gains a holder. The blocks must be full and
  * never written again (published, or full prompt blocks of a sibling sequence). */
 void kv_cache_seq_attach(kv_cache *kv, int32_t seq, const int32_t *blocks, int64_t n);
 
-/* Publishes block index b of seq (which must be full) under hash with its tokens; a
- * block already published under the same hash is left as it is. */
-void kv_cache_publish(kv_cache *kv, int32_t seq, int64_t b, uint64_t hash, const int32_t *tokens);
+/* Publishes block index b of seq (which must be full) under hash with its tokens and
+ * extra; a block already published under the same key is left as it is. */
+void kv_cache_publish(kv_cache *kv, int32_t seq, int64_t b, uint64_t hash, const int32_t *tokens,
+                      uint64_t extra);
 
 #endif

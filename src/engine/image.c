@@ -1,0 +1,157 @@
+/*
+ * image.c - celer_image (decode, reference counting, digest) and the glue between image
+ * preprocessing (src/vision) and a model's image encoder (src/models): the layout
+ * vision_feature_count describes becomes the model's tile grid, and both sides must
+ * agree on the number of prompt rows, or the checkpoint's configs disagree.
+ */
+#include "engine/image.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== celer_image ==== */
+
+/* FNV-1a over the size and the pixels, then a splitmix64 finish. */
+static uint64_t pixels_digest(const image_rgb *img) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const int64_t dims[2] = {img->width, img->height};
+    const uint8_t *p = (const uint8_t *)dims;
+    for (size_t i = 0; i < sizeof dims; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    const size_t n = (size_t)(img->width * img->height * 3);
+    for (size_t i = 0; i < n; i++) h = (h ^ img->data[i]) * 0x100000001b3ull;
+    h ^= h >> 30, h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27, h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+static celer_status image_wrap(image_rgb *rgb, celer_image **out, celer_error *e) {
+    celer_image *img = malloc(sizeof *img);
+    if (!img) {
+        image_free(rgb);
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    img->rgb = *rgb;
+    img->digest = pixels_digest(rgb);
+    atomic_init(&img->refs, 1);
+    *out = img;
+    return CELER_OK;
+}
+
+celer_status celer_image_load(const char *path, celer_image **out, char *err, size_t err_size) {
+    celer_error e = {{0}};
+    image_rgb rgb;
+    *out = NULL;
+    celer_status s = image_load(&rgb, path, &e);
+    if (s == CELER_OK) s = image_wrap(&rgb, out, &e);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+celer_status celer_image_decode(const void *data, size_t len, const char *label, celer_image **out, char *err,
+                                size_t err_size) {
+    celer_error e = {{0}};
+    image_rgb rgb;
+    *out = NULL;
+    celer_status s = image_decode(&rgb, label ? label : "image", data, len, &e);
+    if (s == CELER_OK) s = image_wrap(&rgb, out, &e);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+celer_image *celer_image_ref(celer_image *img) {
+    atomic_fetch_add(&img->refs, 1);
+    return img;
+}
+
+void celer_image_free(celer_image *img) {
+    if (!img || atomic_fetch_sub(&img->refs, 1) != 1) return;
+    image_free(&img->rgb);
+    free(img);
+}
+
+int64_t celer_image_width(const celer_image *img) { return img->rgb.width; }
+int64_t celer_image_height(const celer_image *img) { return img->rgb.height; }
+uint64_t celer_image_digest(const celer_image *img) { return img->digest; }
+
+/* ==== Images through a model ==== */
+
+bool celer_model_has_vision(const celer_model *m) { return m->family->encode_image != NULL; }
+
+int32_t celer_model_image_token(const celer_model *m) {
+    return m->family->image_token ? m->family->image_token(m) : -1;
+}
+
+celer_status image_model_init(celer_model *m, celer_error *e) {
+    if (!m->family->encode_image || m->vision_pre) return CELER_OK;
+    vision_config *cfg = malloc(sizeof *cfg);
+    if (!cfg) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    celer_status s = vision_config_load(cfg, m->ck.dir, e);
+    if (s == CELER_OK) s = vision_config_check(cfg, m->ck.dir, e);
+    if (s != CELER_OK) {
+        free(cfg);
+        return s;
+    }
+    m->vision_pre = cfg;
+    return CELER_OK;
+}
+
+celer_status image_grid(const celer_model *m, const celer_image *img, model_image_grid *g, int64_t *positions,
+                        celer_error *e) {
+    if (!m->family->encode_image)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "%s reads no images", m->desc);
+    const vision_config *cfg = m->vision_pre;
+    vision_layout lay;
+    vision_features f;
+    celer_status s = vision_layout_compute(&lay, cfg, img->rgb.height, img->rgb.width, e);
+    if (s == CELER_OK) s = vision_feature_count(&f, cfg, img->rgb.height, img->rgb.width, e);
+    if (s != CELER_OK) return s;
+    *g = (model_image_grid){.n_tiles = lay.n_tiles, .grid_rows = f.grid_rows, .grid_cols = f.grid_cols,
+                            .unpadded_h = f.unpadded_h, .unpadded_w = f.unpadded_w};
+    *positions = m->family->image_positions(m, g);
+    if (*positions != f.n_tokens || lay.n_tiles != 1 + f.grid_rows * f.grid_cols)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: the image processor's settings give %lld image positions (%lld tiles) and the "
+                         "model's config %lld: preprocessor_config.json and config.json disagree",
+                         m->ck.dir, (long long)f.n_tokens, (long long)lay.n_tiles, (long long)*positions);
+    return CELER_OK;
+}
+
+celer_status celer_model_image_positions(const celer_model *m, const celer_image *img, int64_t *n, char *err,
+                                         size_t err_size) {
+    celer_error e = {{0}};
+    model_image_grid g;
+    celer_status s = image_grid(m, img, &g, n, &e);
+    error_copy(&e, err, err_size);
+    return s;
+}
+
+celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_call, float *scratch,
+                          const celer_image *img, float *out, celer_error *e) {
+    model_image_grid g;
+    int64_t positions;
+    celer_status s = image_grid(m, img, &g, &positions, e);
+    if (s != CELER_OK) return s;
+    model_vision_sizes vs;
+    m->family->vision_sizes(m, tiles_per_call, &vs);
+    vision_layout lay;
+    float *pixels = NULL, *tiles = NULL;
+    if ((s = vision_preprocess(&pixels, &lay, m->vision_pre, &img->rgb, e)) != CELER_OK) goto out;
+    if (lay.out_h != vs.image_size || lay.out_w != vs.image_size) {
+        s = error_set(e, CELER_STATUS_BAD_CONFIG,
+                      "%s: the image processor makes %lldx%lld tiles, the vision tower reads %lldx%lld: "
+                      "preprocessor_config.json crop_size and config.json vision_config.image_size disagree",
+                      m->ck.dir, (long long)lay.out_w, (long long)lay.out_h, (long long)vs.image_size,
+                      (long long)vs.image_size);
+        goto out;
+    }
+    tiles = malloc(sizeof(float) * (size_t)(g.n_tiles * m->family->tile_positions(m) * m->dims.d));
+    if (!tiles) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory (image tiles)");
+        goto out;
+    }
+    m->family->encode_image(m, be, pixels, &g, tiles_per_call, scratch, tiles, out);
+out:
+    free(pixels);
+    free(tiles);
+    return s;
+}
