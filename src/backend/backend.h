@@ -83,6 +83,11 @@ typedef struct backend_ops {
     void (*add_bias)(backend *be, float *y, const float *bias, int64_t n, int64_t d);
     /* y[m] *= s */
     void (*scale)(backend *be, float *y, float s, int64_t m);
+    /* y[n * (s/p)^2, 3 p p] = the p x p patches of images x[n, 3, s, s], row-major per
+     * image, each flattened (channel, row, column), or (row, column, channel) when
+     * channels_last: a convolution of stride p as one matrix product */
+    void (*patches)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
+                    bool channels_last);
 } backend_ops;
 
 struct backend {
@@ -110,6 +115,10 @@ static inline void backend_host_scale(backend *be, float *y, float s, int64_t m)
     (void)be;
     for (int64_t i = 0; i < m; i++) y[i] *= s;
 }
+
+/* The patches op on host memory (data movement only; both CPU backends use it). */
+void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
+                          bool channels_last);
 
 static inline void backend_destroy(backend *be) {
     if (be) be->ops->destroy(be);

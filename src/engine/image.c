@@ -1,8 +1,8 @@
 /*
  * image.c - celer_image (decode, reference counting, digest) and the glue between image
  * preprocessing (src/vision) and a model's image encoder (src/models): the layout
- * vision_feature_count describes becomes the model's tile grid, and both sides must
- * agree on the number of prompt rows, or the checkpoint's configs disagree.
+ * vision_feature_count describes becomes the model's tile grid; the model counts the
+ * prompt rows.
  */
 #include "engine/image.h"
 
@@ -107,12 +107,15 @@ celer_status image_grid(const celer_model *m, const celer_image *img, model_imag
     if (s != CELER_OK) return s;
     *g = (model_image_grid){.n_tiles = lay.n_tiles, .grid_rows = f.grid_rows, .grid_cols = f.grid_cols,
                             .unpadded_h = f.unpadded_h, .unpadded_w = f.unpadded_w};
+    /* The model counts the rows: a processor_config.json without
+     * num_additional_image_tokens would count CLIP's class token out, where the tower
+     * still produces it. */
     *positions = m->family->image_positions(m, g);
-    if (*positions != f.n_tokens || lay.n_tiles != 1 + f.grid_rows * f.grid_cols)
+    if (lay.n_tiles != 1 + f.grid_rows * f.grid_cols)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: the image processor's settings give %lld image positions (%lld tiles) and the "
-                         "model's config %lld: preprocessor_config.json and config.json disagree",
-                         m->ck.dir, (long long)f.n_tokens, (long long)lay.n_tiles, (long long)*positions);
+                         "%s: the image processor makes %lld tiles for a %lldx%lld grid: preprocessor_config.json "
+                         "and config.json disagree",
+                         m->ck.dir, (long long)lay.n_tiles, (long long)f.grid_rows, (long long)f.grid_cols);
     return CELER_OK;
 }
 

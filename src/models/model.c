@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-static const model_family *const families[] = {&llama_family, &cohere2_family};
+static const model_family *const families[] = {&llama_family, &cohere2_family, &llava_next_family};
 
 const model_family *model_family_for(const char *type) {
     for (size_t i = 0; type && i < sizeof families / sizeof *families; i++)

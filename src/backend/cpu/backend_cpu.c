@@ -545,6 +545,7 @@ static const backend_ops cpu_ops = {
     .attention_full = cpu_attention_full,
     .swiglu = cpu_swiglu,
     .act = cpu_act,
+    .patches = backend_host_patches,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,

@@ -254,6 +254,7 @@ static const backend_ops ref_ops = {
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
+    .patches = backend_host_patches,
 };
 
 backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, bool kv_f16) {
