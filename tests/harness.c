@@ -160,7 +160,9 @@ float rand_uniform(uint64_t *s) {
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-int fixture_names(char **names, int cap) {
+/* Checkpoint directories under fixture_root(): text ones (vlm false) or vision-language
+ * ones (vlm true, those with preprocessor_config.json). */
+static int list_fixtures(char **names, int cap, bool vlm) {
     DIR *d = opendir(fixture_root());
     if (!d) return 0;
     int k = 0;
@@ -171,15 +173,20 @@ int fixture_names(char **names, int cap) {
         if (de->d_name[0] == '.' || de->d_name[0] == '_' || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
             continue;
         /* a checkpoint: config.json or model.gguf (vision/ and the like hold other goldens) */
-        char ck[4300], gg[4300];
+        char ck[4300], gg[4300], pre[4300];
         snprintf(ck, sizeof ck, "%s/config.json", path);
         snprintf(gg, sizeof gg, "%s/model.gguf", path);
-        if (stat(ck, &sb) == 0 || stat(gg, &sb) == 0) names[k++] = strdup(de->d_name);
+        snprintf(pre, sizeof pre, "%s/preprocessor_config.json", path);
+        if (stat(ck, &sb) != 0 && stat(gg, &sb) != 0) continue;
+        if ((stat(pre, &sb) == 0) == vlm) names[k++] = strdup(de->d_name);
     }
     closedir(d);
     qsort(names, (size_t)k, sizeof *names, cmp_name);
     return k;
 }
+
+int fixture_names(char **names, int cap) { return list_fixtures(names, cap, false); }
+int vlm_fixture_names(char **names, int cap) { return list_fixtures(names, cap, true); }
 
 const char *fixture_model_path(const char *dir) {
     static char path[4200];

@@ -35,11 +35,13 @@ const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */
 const char *fixture_path(const char *name);
 
-/* Names of every checkpoint fixture under fixture_root() (each subdirectory not starting
- * with '.' or '_' that holds config.json or model.gguf), sorted, into names[cap] (each
- * malloc'd; free them); returns how many. A fixture without its goldens is listed too:
- * the tests must fail on it. */
+/* Names of every text checkpoint fixture under fixture_root() (each subdirectory not
+ * starting with '.' or '_' that holds config.json or model.gguf, and no
+ * preprocessor_config.json), sorted, into names[cap] (each malloc'd; free them); returns
+ * how many. A fixture without its goldens is listed too: the tests must fail on it. */
 int fixture_names(char **names, int cap);
+/* The same for the vision-language fixtures (those with preprocessor_config.json). */
+int vlm_fixture_names(char **names, int cap);
 /* A fixture's model: dir/model.gguf when it exists, else dir (a checkpoint directory).
  * Static buffer. */
 const char *fixture_model_path(const char *dir);
