@@ -10,6 +10,11 @@
  * starts. --memory also measures the machine's memory read bandwidth at the same thread
  * count and how much of it a decode step uses.
  *
+ * --image FILE (vision-language models) adds two tests per thread count: the time to
+ * encode the image (vision tower, projector, tile layout; celer_image_encode) and ppN+img,
+ * a prefill of the image's rows followed by N synthetic ids in one call, counted in rows
+ * per second (the image rows are encoded before the clock starts).
+ *
  * It does not compare runs, pick winners or check outputs: figures are for side-by-side
  * runs on one machine (DESIGN.md section 8). Only the public API is used.
  */
@@ -28,7 +33,7 @@
 
 static const char usage_text[] =
     "usage: celer bench -m MODEL [-p 512[,2048..]] [-n 128[,..]] [-r 5] [-t N[,N..]] [-c CTX]\n"
-    "                   [--full-logits] [-o md|json] [--memory]\n"
+    "                   [--full-logits] [-o md|json] [--memory] [--image FILE]\n"
     "  -p LIST        prompt lengths: ppN prefills N synthetic ids in one call (default 512)\n"
     "  -n LIST        generation lengths: tgN runs N one-token decode steps (default 128)\n"
     "                 0 turns a kind off (-p 0 -n 128 runs tg128 only)\n"
@@ -40,6 +45,8 @@ static const char usage_text[] =
     "  -o md|json     a markdown table (default) or a JSON array with llama-bench's field names\n"
     "  --memory       also measure memory read bandwidth at each thread count, and the share\n"
     "                 of it one decode step's weight reads use\n"
+    "  --image FILE   vision-language models: time to encode the image, and ppN+img (the\n"
+    "                 image's rows then N ids in one prefill), in rows per second\n"
     "Contexts hold one sequence with n_batch 512: a longer prompt runs in 512-row chunks\n"
     "inside the library. The kernel set comes from CELER_CPU (default auto).\n";
 
@@ -55,6 +62,7 @@ typedef struct bench_opts {
     int64_t n_threads;
     int64_t reps;
     bool full_logits, json, memory;
+    const char *image;
 } bench_opts;
 
 /* "512,2048" -> lengths (malloc'd); zeros are dropped, as llama-bench skips them. */
@@ -99,6 +107,10 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
         }
         if (!strcmp(a, "--memory")) {
             o->memory = true;
+            continue;
+        }
+        if (!strcmp(a, "--image") && i + 1 < argc) {
+            o->image = argv[++i];
             continue;
         }
         const bool thr = !strcmp(a, "-t") || !strcmp(a, "--threads");
@@ -228,6 +240,60 @@ static void bench_run(celer_context *ctx, bench_result *r, const bench_buffers *
             1e9 * (double)tokens / (double)(r->samples_ns[k] > 0 ? r->samples_ns[k] : 1);
     }
     check(ctx, celer_seq_reset(ctx, 0));
+}
+
+/* ==== Images ==== */
+
+typedef struct image_bench {
+    celer_image *img;
+    int64_t rows;      /* prompt rows of the image */
+    float *embd;       /* [rows + max(p), d]: the image's rows, then room for the text rows */
+    int32_t *tokens;   /* [rows + max(p)]: -1, then synthetic ids */
+    double *samples;   /* [reps] */
+} image_bench;
+
+/* Encode and ppN+img at one thread count: a markdown row or JSON objects per test. */
+static void bench_image(celer_context *ctx, image_bench *ib, const bench_opts *o, float *logits, json_t *arr) {
+    const int32_t threads = celer_context_n_threads(ctx);
+    double mean, sd;
+    check(ctx, celer_image_encode(ctx, ib->img, ib->embd)); /* warm-up, and the rows */
+    for (int64_t k = 0; k < o->reps; k++) {
+        const int64_t t0 = now_ns();
+        check(ctx, celer_image_encode(ctx, ib->img, ib->embd));
+        ib->samples[k] = (double)(now_ns() - t0) / 1e6;
+    }
+    mean_stddev(ib->samples, o->reps, &mean, &sd);
+    if (arr)
+        json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:f, s:f}", "test", "image_encode",
+                                             "n_threads", threads, "kernels", celer_context_kernels(ctx),
+                                             "image_width", (json_int_t)celer_image_width(ib->img), "image_height",
+                                             (json_int_t)celer_image_height(ib->img), "image_rows",
+                                             (json_int_t)ib->rows, "avg_ms", mean, "stddev_ms", sd));
+    else
+        printf("| %lldx%lld | %lld | %d | encode | %.1f ± %.1f ms |\n", (long long)celer_image_width(ib->img),
+               (long long)celer_image_height(ib->img), (long long)ib->rows, threads, mean, sd);
+    for (int64_t p = 0; p < o->n_pp; p++) {
+        const int64_t n = ib->rows + o->pp[p];
+        const celer_batch b = {.n = n, .token = ib->tokens, .embd = ib->embd};
+        for (int64_t k = -1; k < o->reps; k++) { /* k = -1: the warm-up */
+            check(ctx, celer_seq_reset(ctx, 0));
+            const int64_t t0 = now_ns();
+            check(ctx, celer_forward_last_logits(ctx, &b, n - 1, logits));
+            const int64_t dt = now_ns() - t0;
+            if (k >= 0) ib->samples[k] = 1e9 * (double)n / (double)(dt > 0 ? dt : 1);
+        }
+        check(ctx, celer_seq_reset(ctx, 0));
+        mean_stddev(ib->samples, o->reps, &mean, &sd);
+        if (arr)
+            json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:I, s:I, s:f, s:f}", "test", "pp+image",
+                                                 "n_threads", threads, "kernels", celer_context_kernels(ctx),
+                                                 "n_prompt", (json_int_t)o->pp[p], "image_rows", (json_int_t)ib->rows,
+                                                 "avg_ts", mean, "stddev_ts", sd));
+        else
+            printf("| %lldx%lld | %lld | %d | pp%lld+img | %.2f ± %.2f rows/s |\n",
+                   (long long)celer_image_width(ib->img), (long long)celer_image_height(ib->img), (long long)ib->rows,
+                   threads, (long long)o->pp[p], mean, sd);
+    }
 }
 
 /* ==== Memory read bandwidth ==== */
@@ -478,6 +544,20 @@ int cmd_bench(int argc, char **argv) {
     if (o.full_logits && max_p)
         bb.all_logits = malloc(sizeof(float) * (size_t)max_p * (size_t)bm.n_vocab);
     if (!res || !bb.logits || (o.full_logits && max_p && !bb.all_logits)) cli_die("out of memory");
+    image_bench ib = {0};
+    json_t *img_json = o.json && o.image ? json_array() : NULL;
+    if (o.image) {
+        if (!celer_model_has_vision(m)) cli_die("--image: %s reads no images", bm.desc);
+        if (celer_image_load(o.image, &ib.img, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        if (celer_model_image_positions(m, ib.img, &ib.rows, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        const int64_t n = ib.rows + max_p;
+        ib.embd = malloc(sizeof(float) * (size_t)(n * bm.n_embd));
+        ib.tokens = malloc(sizeof *ib.tokens * (size_t)n);
+        ib.samples = malloc(sizeof(double) * (size_t)o.reps);
+        if (!ib.embd || !ib.tokens || !ib.samples) cli_die("out of memory");
+        for (int64_t i = 0; i < n; i++) ib.tokens[i] = i < ib.rows ? -1 : ids[i - ib.rows];
+    }
+    const int64_t ctx_len = n_ctx + ib.rows;
     for (int64_t i = 0; i < n_res; i++) {
         res[i].samples_ns = malloc(sizeof(int64_t) * (size_t)o.reps);
         res[i].samples_ts = malloc(sizeof(double) * (size_t)o.reps);
@@ -487,9 +567,9 @@ int cmd_bench(int argc, char **argv) {
         res[i].n_gen = k < o.n_pp ? 0 : o.tg[k - o.n_pp];
     }
 
-    for (int64_t ti = 0; ti < o.n_threads && n_res; ti++) {
+    for (int64_t ti = 0; ti < o.n_threads && (n_res || o.image); ti++) {
         celer_context_params cp = celer_context_default_params();
-        cp.n_ctx = n_ctx;
+        cp.n_ctx = ctx_len;
         cp.n_seq = 1;
         cp.n_batch = BENCH_N_BATCH;
         cp.n_threads = (int32_t)o.threads[ti];
@@ -502,10 +582,14 @@ int cmd_bench(int argc, char **argv) {
             bench_result *r = &res[ti * per_t + k];
             r->n_threads = celer_context_n_threads(ctx);
             r->kernels = celer_context_kernels(ctx);
-            r->n_ctx = n_ctx;
+            r->n_ctx = ctx_len;
             r->load_ms = load_ms;
             bench_run(ctx, r, &bb, o.reps, o.full_logits);
             if (!o.json) md_row(&bm, r, o.reps, o.full_logits);
+        }
+        if (o.image) {
+            if (!o.json && ti == 0) printf("\n| image | rows | threads | test | result |\n|---|---:|---:|---|---:|\n");
+            bench_image(ctx, &ib, &o, bb.logits, img_json);
         }
         celer_context_destroy(ctx);
     }
@@ -527,6 +611,7 @@ int cmd_bench(int argc, char **argv) {
                                   json_pack("{s:s, s:I, s:f, s:I}", "test", "memory", "n_threads",
                                             (json_int_t)o.threads[ti], "read_bytes_per_s",
                                             read_bps[ti], "buffer_bytes", (json_int_t)mem_bytes));
+        if (img_json) json_array_extend(arr, img_json);
         json_dumpf(arr, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
         putchar('\n');
         json_decref(arr);
@@ -536,7 +621,7 @@ int cmd_bench(int argc, char **argv) {
             printf("load: %.1f ms (model open + context create; %lld thread%s, n_ctx %lld, n_batch "
                    "%d)\n",
                    res[ti * per_t].load_ms, (long long)o.threads[ti], o.threads[ti] > 1 ? "s" : "",
-                   (long long)n_ctx, BENCH_N_BATCH);
+                   (long long)ctx_len, BENCH_N_BATCH);
         if (n_res) printf("peak RSS: %.1f MiB\n", (double)peak_rss / (1024.0 * 1024));
         for (int64_t ti = 0; o.memory && ti < o.n_threads; ti++) {
             printf("memory read bandwidth: %.2f GB/s (%lld thread%s, %zu MiB buffer, best of 5 "
@@ -559,6 +644,9 @@ int cmd_bench(int argc, char **argv) {
 
     for (int64_t i = 0; i < n_res; i++) free(res[i].samples_ns), free(res[i].samples_ts);
     free(res), free(ids), free(bb.logits), free(bb.all_logits), free(read_bps);
+    free(ib.embd), free(ib.tokens), free(ib.samples);
+    celer_image_free(ib.img);
+    json_decref(img_json);
     free(o.pp), free(o.tg), free(o.threads);
     celer_model_close(m);
     return 0;
