@@ -253,6 +253,23 @@ int main(void) {
     edit_config(dir, "num_key_value_heads", json_integer(3));
     expect_error("bad head counts", dir, NEEDLES("num_key_value_heads", "found 3"));
 
+    dir = copy_fixture("cohere2-bf16", "layer_types");
+    edit_config(dir, "layer_types", json_pack("[s, s]", "sliding_attention", "full_attention"));
+    expect_error("cohere2 layer_types", dir, NEEDLES("config.json", "layer_types", "list of 5"));
+
+    dir = copy_fixture("cohere2-bf16", "layer_type");
+    edit_config(dir, "layer_types", json_pack("[s, s, s, s, s]", "sliding_attention", "sliding_attention",
+                                              "chunked_attention", "full_attention", "sliding_attention"));
+    expect_error("cohere2 layer type", dir, NEEDLES("layer_types[2]", "chunked_attention"));
+
+    dir = copy_fixture("cohere2-bf16", "head_dim");
+    edit_config(dir, "head_dim", json_integer(32));
+    expect_error("cohere2 head_dim", dir, NEEDLES("head_dim", "expected hidden_size / num_attention_heads = 16", "found 32"));
+
+    dir = copy_fixture("cohere2-bf16", "norm_bias");
+    edit_config(dir, "layer_norm_bias", json_true());
+    expect_error("cohere2 missing norm bias", dir, NEEDLES("missing tensor", "norm.bias"));
+
     expect_error("gguf truncated", gguf_variant("llama-tied-gguf-q4_1", "trunc", gguf_truncate),
                  NEEDLES("trunc.gguf", "outside the file"));
     expect_error("gguf tensor type Q4_K", gguf_variant("llama-tied-gguf-q4_1", "q4k", gguf_q4_k),
