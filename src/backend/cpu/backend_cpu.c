@@ -25,7 +25,7 @@
 #include <string.h>
 
 #define ATT_TILE  16 /* query rows of one sequence sharing each K/V block read */
-#define FULL_TILE 32 /* query vectors (rows x heads of one KV head) of one full-attention item */
+#define FULL_TILE 64 /* query vectors (rows x heads of one KV head) of one full-attention item */
 
 typedef struct cpu_backend {
     backend base;
@@ -408,9 +408,10 @@ typedef struct full_job {
 /* Query vectors [v0, v1) of segment s that read KV head g, vector i being head
  * g * group + i % group of the segment's row i / group: every key block of the segment is
  * transposed once into scratch, scored against all of them in one kernel call, folded
- * into each one's online softmax, and its values added in one more call. The last block
- * may be partial: its missing keys are zero columns whose probabilities are set to 0, and
- * its values are copied out so no row past the segment is read. */
+ * into each one's online softmax, and its values (copied next to the keys: rows kvd
+ * apart are often 4 KiB apart, and 16 of them would share one L1 set) added in one more
+ * call. The last block may be partial: its missing keys and values are zeros and their
+ * probabilities are set to 0, so no row past the segment is read. */
 static void full_tile(full_job *j, float *st, int64_t s, int64_t g, int64_t v0, int64_t v1) {
     const cpu_kernels *k = j->cb->k;
     const int64_t hd = j->hd, group = j->h / j->hk, kvd = j->hk * hd, bs = ATT_BLOCK;
@@ -431,19 +432,15 @@ static void full_tile(full_job *j, float *st, int64_t s, int64_t g, int64_t v0, 
     }
     for (int64_t base = 0; base < seg; base += bs) {
         const int64_t nk = seg - base < bs ? seg - base : bs;
-        for (int64_t c = 0; c < hd; c++)
-            for (int64_t jj = 0; jj < bs; jj++)
-                kt[c * bs + jj] = jj < nk ? ks[(base + jj) * kvd + c] : 0.0f;
-        const float *vp = vs + base * kvd;
-        int64_t ldv = kvd;
-        if (nk < bs) {
-            for (int64_t jj = 0; jj < bs; jj++) {
-                if (jj < nk)
-                    memcpy(vbuf + jj * hd, vp + jj * kvd, sizeof(float) * (size_t)hd);
-                else
-                    memset(vbuf + jj * hd, 0, sizeof(float) * (size_t)hd);
+        for (int64_t jj = 0; jj < bs; jj++) {
+            if (jj < nk) {
+                const float *kr = ks + (base + jj) * kvd;
+                for (int64_t c = 0; c < hd; c++) kt[c * bs + jj] = kr[c];
+                memcpy(vbuf + jj * hd, vs + (base + jj) * kvd, sizeof(float) * (size_t)hd);
+            } else {
+                for (int64_t c = 0; c < hd; c++) kt[c * bs + jj] = 0.0f;
+                memset(vbuf + jj * hd, 0, sizeof(float) * (size_t)hd);
             }
-            vp = vbuf, ldv = hd;
         }
         k->attn_scores(scores, st, stride, nq, kt, hd);
         for (int64_t i = 0; i < nq; i++) {
@@ -454,7 +451,7 @@ static void full_tile(full_job *j, float *st, int64_t s, int64_t g, int64_t v0, 
             for (int64_t c = nk; c < bs; c++) sc[c] = 0.0f;
             mx[i] = m;
         }
-        k->attn_pv(st + hd, stride, corr, scores, nq, vp, ldv, hd);
+        k->attn_pv(st + hd, stride, corr, scores, nq, vbuf, hd, hd);
     }
     for (int64_t i = 0; i < nq; i++) {
         const int64_t r = s * seg + (v0 + i) / group, head = g * group + (v0 + i) % group;
@@ -545,10 +542,10 @@ static const backend_ops cpu_ops = {
     .attention_full = cpu_attention_full,
     .swiglu = cpu_swiglu,
     .act = cpu_act,
-    .patches = backend_host_patches,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
+    .patches = backend_host_patches,
 };
 
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16) {
