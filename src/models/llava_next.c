@@ -172,11 +172,19 @@ static celer_status llava_load(celer_model *m, celer_error *e) {
     if (!w) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     memset(w, 0, sizeof *w);
     m->weights = w;
-    if (!strategy || !strcmp(strategy, "default")) w->drop_cls = true;
-    else if (strcmp(strategy, "full") != 0)
+    /* "full" keeps each tile's class token, so a tile's features are not a grid of
+     * patches and the anyres layout cannot place them: transformers' LlavaNext fails on
+     * every such image (its view over the tiles does not fit). Refused here, clearly. */
+    if (strategy && !strcmp(strategy, "full"))
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: vision_feature_select_strategy \"full\" with anyres tiles: the class token of each tile "
+                         "leaves no grid to lay out (transformers' LlavaNext cannot run it either); expected default",
+                         ck->config_path);
+    if (strategy && strcmp(strategy, "default") != 0)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: vision_feature_select_strategy: expected default or full, found %s", ck->config_path,
                          strategy);
+    w->drop_cls = true;
     if (!proj_act || !strcmp(proj_act, "gelu")) w->proj_act = BACKEND_ACT_GELU_ERF;
     else if (!strcmp(proj_act, "gelu_pytorch_tanh")) w->proj_act = BACKEND_ACT_GELU_TANH;
     else if (!strcmp(proj_act, "quick_gelu")) w->proj_act = BACKEND_ACT_QUICK_GELU;
