@@ -111,7 +111,7 @@ celer_status clip_load(celer_model *m, const json_t *vcfg, const json_t *feature
     TRY(config_str(ck, vcfg, "hidden_act", &act, e));
     TRY(read_act(ck, act, &t->act, e));
     const char *type = json_string_value(json_object_get(vcfg, "model_type"));
-    if (type && strcmp(type, "clip_vision_model") != 0)
+    if (type && strcmp(type, "clip_vision_model") != 0 && strcmp(type, "clip") != 0)
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "%s: vision_config.model_type: expected clip_vision_model, found %s", ck->config_path, type);
     if (t->vd <= 0 || t->vf <= 0 || t->n_layer <= 0 || t->h <= 0 || t->vd % t->h != 0 || (t->vd / t->h) % 2 != 0)

@@ -28,39 +28,38 @@ typedef struct cohere2_weights {
     cohere2_layer *layers;   /* [n_layer] */
     float eps, attn_scale, logit_scale;
     rope_params rope;
-    int64_t dims[5];
+    int64_t dims[TEXT_N_DIMS];
     bool flags[3];
 } cohere2_weights;
 
 /* ==== Weight tables ==== */
 
-enum cohere2_dim { DIM_D, DIM_QD, DIM_KVD, DIM_F, DIM_V };
 enum cohere2_flag { HAS_ATTN_BIAS, HAS_NORM_BIAS, UNTIED };
 
 #define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(cohere2_layer, field)}
 #define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(cohere2_layer, field)}
 static const weight_spec cohere2_layer_spec[] = {
-    VEC("input_layernorm.weight", norm_w, DIM_D, WEIGHT_ALWAYS),
-    VEC("input_layernorm.bias", norm_b, DIM_D, HAS_NORM_BIAS),
-    MAT("self_attn.q_proj", attn.wq, DIM_QD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.q_proj.bias", attn.bq, DIM_QD, HAS_ATTN_BIAS),
-    MAT("self_attn.k_proj", attn.wk, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.k_proj.bias", attn.bk, DIM_KVD, HAS_ATTN_BIAS),
-    MAT("self_attn.v_proj", attn.wv, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.v_proj.bias", attn.bv, DIM_KVD, HAS_ATTN_BIAS),
-    MAT("self_attn.o_proj", attn.wo, DIM_D, DIM_QD, WEIGHT_ALWAYS),
-    VEC("self_attn.o_proj.bias", attn.bo, DIM_D, HAS_ATTN_BIAS),
-    MAT("mlp.gate_proj", mlp.gate, DIM_F, DIM_D, WEIGHT_ALWAYS),
-    MAT("mlp.up_proj", mlp.up, DIM_F, DIM_D, WEIGHT_ALWAYS),
-    MAT("mlp.down_proj", mlp.down, DIM_D, DIM_F, WEIGHT_ALWAYS),
+    VEC("input_layernorm.weight", norm_w, TEXT_D, WEIGHT_ALWAYS),
+    VEC("input_layernorm.bias", norm_b, TEXT_D, HAS_NORM_BIAS),
+    MAT("self_attn.q_proj", attn.wq, TEXT_QD, TEXT_D, WEIGHT_ALWAYS),
+    VEC("self_attn.q_proj.bias", attn.bq, TEXT_QD, HAS_ATTN_BIAS),
+    MAT("self_attn.k_proj", attn.wk, TEXT_KVD, TEXT_D, WEIGHT_ALWAYS),
+    VEC("self_attn.k_proj.bias", attn.bk, TEXT_KVD, HAS_ATTN_BIAS),
+    MAT("self_attn.v_proj", attn.wv, TEXT_KVD, TEXT_D, WEIGHT_ALWAYS),
+    VEC("self_attn.v_proj.bias", attn.bv, TEXT_KVD, HAS_ATTN_BIAS),
+    MAT("self_attn.o_proj", attn.wo, TEXT_D, TEXT_QD, WEIGHT_ALWAYS),
+    VEC("self_attn.o_proj.bias", attn.bo, TEXT_D, HAS_ATTN_BIAS),
+    MAT("mlp.gate_proj", mlp.gate, TEXT_F, TEXT_D, WEIGHT_ALWAYS),
+    MAT("mlp.up_proj", mlp.up, TEXT_F, TEXT_D, WEIGHT_ALWAYS),
+    MAT("mlp.down_proj", mlp.down, TEXT_D, TEXT_F, WEIGHT_ALWAYS),
 };
 #undef MAT
 #undef VEC
 static const weight_spec cohere2_global_spec[] = {
-    {"model.embed_tokens", WEIGHT_MATRIX, DIM_V, DIM_D, WEIGHT_ALWAYS, offsetof(cohere2_weights, embed)},
-    {"model.norm.weight", WEIGHT_VECTOR, DIM_D, 0, WEIGHT_ALWAYS, offsetof(cohere2_weights, norm_w)},
-    {"model.norm.bias", WEIGHT_VECTOR, DIM_D, 0, HAS_NORM_BIAS, offsetof(cohere2_weights, norm_b)},
-    {"lm_head", WEIGHT_MATRIX, DIM_V, DIM_D, UNTIED, offsetof(cohere2_weights, head)},
+    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(cohere2_weights, embed)},
+    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(cohere2_weights, norm_w)},
+    {"model.norm.bias", WEIGHT_VECTOR, TEXT_D, 0, HAS_NORM_BIAS, offsetof(cohere2_weights, norm_b)},
+    {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(cohere2_weights, head)},
 };
 
 /* ==== Loading ==== */
@@ -148,19 +147,13 @@ static celer_status cohere2_load(celer_model *m, celer_error *e) {
     TRY(model_read_rope(m, true, &w->rope, e));
     TRY(cohere2_layer_kinds(m, w, window, e));
 
-    w->dims[DIM_D] = dm->d, w->dims[DIM_QD] = dm->h * dm->hd, w->dims[DIM_KVD] = dm->hk * dm->hd;
-    w->dims[DIM_F] = dm->f, w->dims[DIM_V] = dm->v;
+    model_text_dims(m, w->dims);
     w->flags[HAS_ATTN_BIAS] = attn_bias;
     w->flags[HAS_NORM_BIAS] = norm_bias;
     w->flags[UNTIED] = !tie;
-    model_add_table(m, &(weight_table){.spec = cohere2_global_spec,
-                                       .n_spec = sizeof cohere2_global_spec / sizeof *cohere2_global_spec,
-                                       .base = w, .count = 1, .prefix = "", .dims = w->dims, .flags = w->flags});
-    model_add_table(m, &(weight_table){.spec = cohere2_layer_spec,
-                                       .n_spec = sizeof cohere2_layer_spec / sizeof *cohere2_layer_spec,
-                                       .base = w->layers, .count = dm->n_layer, .stride = sizeof *w->layers,
-                                       .prefix = "model.layers.", .indexed = true, .dims = w->dims,
-                                       .flags = w->flags});
+    model_add_text_tables(m, cohere2_global_spec, sizeof cohere2_global_spec / sizeof *cohere2_global_spec, w,
+                          cohere2_layer_spec, sizeof cohere2_layer_spec / sizeof *cohere2_layer_spec, w->layers,
+                          sizeof *w->layers, w->dims, w->flags);
     TRY(model_bind(m, e));
 #undef TRY
     int64_t n_global = 0;
@@ -176,12 +169,6 @@ static celer_status cohere2_load(celer_model *m, celer_error *e) {
 }
 
 /* ==== Forward ==== */
-
-static int64_t cohere2_scratch_floats(const celer_model *m, int64_t n) {
-    /* x, xb, xo [d]; then the attention's or the MLP's own scratch */
-    const int64_t a = model_attention_scratch(m, n), f = model_mlp_scratch(m, n);
-    return n * 3 * m->dims.d + (a > f ? a : f);
-}
 
 static void cohere2_hidden_states(const celer_model *m, backend *be, const model_step *st,
                                   const model_kv *kv, float *scratch, float *hidden) {
@@ -221,7 +208,7 @@ static const char *const cohere2_types[] = {"cohere2", NULL};
 const model_family cohere2_family = {
     .model_types = cohere2_types,
     .load = cohere2_load,
-    .scratch_floats = cohere2_scratch_floats,
+    .scratch_floats = model_text_scratch_floats,
     .hidden_states = cohere2_hidden_states,
     .embedding = cohere2_embedding,
     .head = cohere2_head,

@@ -29,42 +29,41 @@ typedef struct llama_weights {
     float eps;
     rope_params rope;
     float attn_scale;
-    int64_t dims[5];     /* the tables' shapes, by enum llama_dim */
+    int64_t dims[TEXT_N_DIMS];     /* the tables' shapes, by enum text_dim */
     bool flags[4];       /* the tables' options, by enum llama_flag */
 } llama_weights;
 
 /* ==== Weight tables ==== */
 
-enum llama_dim { DIM_D, DIM_QD, DIM_KVD, DIM_F, DIM_V };
 enum llama_flag { HAS_QKV_BIAS, HAS_O_BIAS, HAS_MLP_BIAS, UNTIED };
 
 #define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(llama_layer, field)}
 #define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(llama_layer, field)}
 static const weight_spec llama_layer_spec[] = {
-    VEC("input_layernorm.weight", attn_norm, DIM_D, WEIGHT_ALWAYS),
-    MAT("self_attn.q_proj", attn.wq, DIM_QD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.q_proj.bias", attn.bq, DIM_QD, HAS_QKV_BIAS),
-    MAT("self_attn.k_proj", attn.wk, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.k_proj.bias", attn.bk, DIM_KVD, HAS_QKV_BIAS),
-    MAT("self_attn.v_proj", attn.wv, DIM_KVD, DIM_D, WEIGHT_ALWAYS),
-    VEC("self_attn.v_proj.bias", attn.bv, DIM_KVD, HAS_QKV_BIAS),
-    MAT("self_attn.o_proj", attn.wo, DIM_D, DIM_QD, WEIGHT_ALWAYS),
-    VEC("self_attn.o_proj.bias", attn.bo, DIM_D, HAS_O_BIAS),
-    VEC("post_attention_layernorm.weight", mlp_norm, DIM_D, WEIGHT_ALWAYS),
-    MAT("mlp.gate_proj", mlp.gate, DIM_F, DIM_D, WEIGHT_ALWAYS),
-    VEC("mlp.gate_proj.bias", mlp.b_gate, DIM_F, HAS_MLP_BIAS),
-    MAT("mlp.up_proj", mlp.up, DIM_F, DIM_D, WEIGHT_ALWAYS),
-    VEC("mlp.up_proj.bias", mlp.b_up, DIM_F, HAS_MLP_BIAS),
-    MAT("mlp.down_proj", mlp.down, DIM_D, DIM_F, WEIGHT_ALWAYS),
-    VEC("mlp.down_proj.bias", mlp.b_down, DIM_D, HAS_MLP_BIAS),
+    VEC("input_layernorm.weight", attn_norm, TEXT_D, WEIGHT_ALWAYS),
+    MAT("self_attn.q_proj", attn.wq, TEXT_QD, TEXT_D, WEIGHT_ALWAYS),
+    VEC("self_attn.q_proj.bias", attn.bq, TEXT_QD, HAS_QKV_BIAS),
+    MAT("self_attn.k_proj", attn.wk, TEXT_KVD, TEXT_D, WEIGHT_ALWAYS),
+    VEC("self_attn.k_proj.bias", attn.bk, TEXT_KVD, HAS_QKV_BIAS),
+    MAT("self_attn.v_proj", attn.wv, TEXT_KVD, TEXT_D, WEIGHT_ALWAYS),
+    VEC("self_attn.v_proj.bias", attn.bv, TEXT_KVD, HAS_QKV_BIAS),
+    MAT("self_attn.o_proj", attn.wo, TEXT_D, TEXT_QD, WEIGHT_ALWAYS),
+    VEC("self_attn.o_proj.bias", attn.bo, TEXT_D, HAS_O_BIAS),
+    VEC("post_attention_layernorm.weight", mlp_norm, TEXT_D, WEIGHT_ALWAYS),
+    MAT("mlp.gate_proj", mlp.gate, TEXT_F, TEXT_D, WEIGHT_ALWAYS),
+    VEC("mlp.gate_proj.bias", mlp.b_gate, TEXT_F, HAS_MLP_BIAS),
+    MAT("mlp.up_proj", mlp.up, TEXT_F, TEXT_D, WEIGHT_ALWAYS),
+    VEC("mlp.up_proj.bias", mlp.b_up, TEXT_F, HAS_MLP_BIAS),
+    MAT("mlp.down_proj", mlp.down, TEXT_D, TEXT_F, WEIGHT_ALWAYS),
+    VEC("mlp.down_proj.bias", mlp.b_down, TEXT_D, HAS_MLP_BIAS),
 };
 #undef MAT
 #undef VEC
 #define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(llama_weights, field)}
 static const weight_spec llama_global_spec[] = {
-    MAT("model.embed_tokens", embed, DIM_V, DIM_D, WEIGHT_ALWAYS),
-    {"model.norm.weight", WEIGHT_VECTOR, DIM_D, 0, WEIGHT_ALWAYS, offsetof(llama_weights, norm)},
-    MAT("lm_head", head, DIM_V, DIM_D, UNTIED),
+    MAT("model.embed_tokens", embed, TEXT_V, TEXT_D, WEIGHT_ALWAYS),
+    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(llama_weights, norm)},
+    MAT("lm_head", head, TEXT_V, TEXT_D, UNTIED),
 };
 #undef MAT
 
@@ -122,19 +121,14 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
         char name[128];
         tie = checkpoint_find(ck, model_tensor_name(m, "lm_head.weight", name, sizeof name), NULL) == NULL;
     }
-    w->dims[DIM_D] = dm->d, w->dims[DIM_QD] = dm->h * dm->hd, w->dims[DIM_KVD] = dm->hk * dm->hd;
-    w->dims[DIM_F] = dm->f, w->dims[DIM_V] = dm->v;
+    model_text_dims(m, w->dims);
     w->flags[HAS_QKV_BIAS] = attn_bias || is_qwen2;
     w->flags[HAS_O_BIAS] = attn_bias && !is_qwen2;
     w->flags[HAS_MLP_BIAS] = mlp_bias;
     w->flags[UNTIED] = !tie;
-    model_add_table(m, &(weight_table){.spec = llama_global_spec, .n_spec = 3, .base = w, .count = 1,
-                                       .prefix = "", .dims = w->dims, .flags = w->flags});
-    model_add_table(m, &(weight_table){.spec = llama_layer_spec,
-                                       .n_spec = sizeof llama_layer_spec / sizeof *llama_layer_spec,
-                                       .base = w->layers, .count = dm->n_layer, .stride = sizeof *w->layers,
-                                       .prefix = "model.layers.", .indexed = true, .dims = w->dims,
-                                       .flags = w->flags});
+    model_add_text_tables(m, llama_global_spec, sizeof llama_global_spec / sizeof *llama_global_spec, w,
+                          llama_layer_spec, sizeof llama_layer_spec / sizeof *llama_layer_spec, w->layers,
+                          sizeof *w->layers, w->dims, w->flags);
     TRY(model_bind(m, e));
     /* Mistral windows every layer; Qwen2 windows layers from max_window_layers on when
      * use_sliding_window is set; Llama has no window. */
@@ -151,12 +145,6 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
 }
 
 /* ==== Forward ==== */
-
-static int64_t llama_scratch_floats(const celer_model *m, int64_t n) {
-    /* x, xb, xo [d]; then the attention's or the MLP's own scratch */
-    const int64_t a = model_attention_scratch(m, n), f = model_mlp_scratch(m, n);
-    return n * 3 * m->dims.d + (a > f ? a : f);
-}
 
 static void llama_hidden_states(const celer_model *m, backend *be, const model_step *st,
                                 const model_kv *kv, float *scratch, float *hidden) {
@@ -194,7 +182,7 @@ static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL};
 const model_family llama_family = {
     .model_types = llama_types,
     .load = llama_load,
-    .scratch_floats = llama_scratch_floats,
+    .scratch_floats = model_text_scratch_floats,
     .hidden_states = llama_hidden_states,
     .embedding = llama_embedding,
     .head = llama_head,

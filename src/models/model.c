@@ -295,6 +295,27 @@ void model_linear(backend *be, float *y, const matview *w, const float *b, const
     if (b) be->ops->add_bias(be, y, b, n, w->rows);
 }
 
+void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]) {
+    const model_dims *dm = &m->dims;
+    dims[TEXT_D] = dm->d, dims[TEXT_QD] = dm->h * dm->hd, dims[TEXT_KVD] = dm->hk * dm->hd;
+    dims[TEXT_F] = dm->f, dims[TEXT_V] = dm->v;
+}
+
+void model_add_text_tables(celer_model *m, const weight_spec *global, int64_t n_global, void *w,
+                           const weight_spec *layer, int64_t n_layer_spec, void *layers, size_t stride,
+                           const int64_t *dims, const bool *flags) {
+    model_add_table(m, &(weight_table){.spec = global, .n_spec = n_global, .base = w, .count = 1, .prefix = "",
+                                       .dims = dims, .flags = flags});
+    model_add_table(m, &(weight_table){.spec = layer, .n_spec = n_layer_spec, .base = layers,
+                                       .count = m->dims.n_layer, .stride = stride, .prefix = "model.layers.",
+                                       .indexed = true, .dims = dims, .flags = flags});
+}
+
+int64_t model_text_scratch_floats(const celer_model *m, int64_t n) {
+    const int64_t a = model_attention_scratch(m, n), f = model_mlp_scratch(m, n);
+    return n * 3 * m->dims.d + (a > f ? a : f);
+}
+
 int64_t model_attention_scratch(const celer_model *m, int64_t n) {
     const model_dims *dm = &m->dims;
     return n * (2 * dm->h * dm->hd + 2 * dm->hk * dm->hd); /* q, att; k, v */

@@ -243,6 +243,21 @@ typedef struct mlp_block {
     const float *b_gate, *b_up, *b_down;  /* [f], [f], [d] or NULL */
 } mlp_block;
 
+/* The shapes a text family's weight tables index (weight_spec rows/cols). */
+enum text_dim { TEXT_D, TEXT_QD, TEXT_KVD, TEXT_F, TEXT_V, TEXT_N_DIMS };
+void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]);
+
+/* Adds a text family's tables: global[n_global] (canonical names from the root) over the
+ * struct w, and layer[n_layer_spec] under "model.layers.<i>." over m->dims.n_layer structs
+ * at layers, stride bytes apart. */
+void model_add_text_tables(celer_model *m, const weight_spec *global, int64_t n_global, void *w,
+                           const weight_spec *layer, int64_t n_layer_spec, void *layers, size_t stride,
+                           const int64_t *dims, const bool *flags);
+
+/* Scratch of a text body that keeps x, xb, xo [n, d] and runs model_attention and
+ * model_mlp on the rest: a family's scratch_floats. */
+int64_t model_text_scratch_floats(const celer_model *m, int64_t n);
+
 /* Floats of scratch model_attention and model_mlp need for n rows. */
 int64_t model_attention_scratch(const celer_model *m, int64_t n);
 int64_t model_mlp_scratch(const celer_model *m, int64_t n);
