@@ -7,9 +7,15 @@
  * prefill + one decode step equals the full forward of n + 1 tokens; two sequences in
  * one context do not disturb each other; a mixed batch (prefill beside decode) equals
  * separate calls; a full context is a clean error that changes nothing.
+ *
+ * The vision-language wrapper (every fixture with preprocessor_config.json): a prompt
+ * whose image token expands to the image's encoded rows, as a batch mixing token rows and
+ * embedding rows; the three entry points equal the full forward's last row, the LM head
+ * runs on one row (celer_context_head_rows), and a slice shifted by one row is caught.
  */
 #include "harness.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +163,88 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
     celer_context_destroy(ctx);
 }
 
+/* The first image_* file of fixture dir (a static path), or NULL. */
+static const char *fixture_image(const char *dir) {
+    static char path[4400];
+    static const char *const names[] = {"image_a.png", "image_0.png", "image_wide.png", NULL};
+    for (const char *const *n = names; *n; n++) {
+        snprintf(path, sizeof path, "%s/%s", dir, *n);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+            return path;
+        }
+    }
+    DIR *d = opendir(dir);
+    const char *found = NULL;
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (!strncmp(de->d_name, "image_", 6) && (strstr(de->d_name, ".png") || strstr(de->d_name, ".jpg"))) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            found = path;
+            break;
+        }
+    if (d) closedir(d);
+    return found;
+}
+
+static void check_vlm(const char *name) {
+    char err[512];
+    const char *dir = fixture_path(name), *img_path = fixture_image(dir);
+    celer_image *img = NULL;
+    if (!CHECK(img_path != NULL, "%s: no image_* file", name)) return;
+    if (!CHECK(celer_model_open(dir, NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) return;
+    if (!CHECK(celer_image_load(img_path, &img, err, sizeof err) == CELER_OK, "%s", err)) goto out;
+    V = celer_model_n_vocab(model);
+    D = celer_model_n_embd(model);
+    const int32_t image_tok = celer_model_image_token(model);
+    int64_t rows = 0;
+    CHECK(celer_model_has_vision(model) && image_tok >= 0, "%s: a vision model with an image token", name);
+    CHECK(celer_model_image_positions(model, img, &rows, err, sizeof err) == CELER_OK && rows > 0, "%s", err);
+    /* 3 text rows, the image, 4 text rows */
+    const int64_t n = 3 + rows + 4, last = n - 1;
+    int32_t *tok = malloc(sizeof *tok * (size_t)n);
+    float *embd = calloc((size_t)(n * D), sizeof *embd), *all = malloc(sizeof(float) * (size_t)(n * V));
+    float *row = malloc(sizeof(float) * (size_t)V), *merged = malloc(sizeof(float) * (size_t)(n * D));
+    for (int64_t i = 0; i < n; i++) tok[i] = i >= 3 && i < 3 + rows ? -1 : (int32_t)(5 + i % 40);
+    celer_context *ctx = ctx_new(n + 8, 3);
+    CHECK(celer_image_encode(ctx, img, embd + 3 * D) == CELER_OK, "encode: %s", celer_context_last_error(ctx));
+    const celer_batch b = {.n = n, .token = tok, .embd = embd};
+    CHECK(celer_forward(ctx, &b, all) == CELER_OK, "forward: %s", celer_context_last_error(ctx));
+    CHECK(celer_context_head_rows(ctx) == n, "forward ran the head on every row (%lld)",
+          (long long)celer_context_head_rows(ctx));
+    celer_seq_reset(ctx, 0);
+    /* merged input rows for the embeddings entry point: text rows from the table */
+    memcpy(merged, embd, sizeof(float) * (size_t)(n * D));
+    for (int64_t i = 0; i < n; i++)
+        if (tok[i] >= 0) CHECK(celer_embed_tokens(ctx, &tok[i], 1, merged + i * D) == CELER_OK, "embed");
+    const char *names[3] = {"forward_last_logits", "forward_last_logits_with_sequence_id",
+                            "forward_last_logits_with_embeddings_and_sequence_id"};
+    for (int k = 0; k < 3; k++) {
+        celer_status s = k == 0   ? celer_forward_last_logits(ctx, &b, last, row)
+                         : k == 1 ? celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row)
+                                  : celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, merged, n, 2, last, row);
+        CHECK(s == CELER_OK, "%s %s: %s", name, names[k], celer_context_last_error(ctx));
+        const double d = rel_diff(row, all + last * V), ds = rel_diff(row, all + (last - 1) * V);
+        CHECK(d <= 1e-6, "%s %s: differs from the forward's last row by %g", name, names[k], d);
+        CHECK(ds > 1e-6, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail", name, names[k],
+              (long long)(last - 1), ds);
+        CHECK(celer_context_head_rows(ctx) == 1, "%s %s: the head ran on %lld rows, expected 1", name, names[k],
+              (long long)celer_context_head_rows(ctx));
+    }
+    /* the image rows matter: the same prompt with the image rows zeroed differs */
+    celer_seq_reset(ctx, 0);
+    memset(embd + 3 * D, 0, sizeof(float) * (size_t)(rows * D));
+    CHECK(celer_forward_last_logits(ctx, &b, last, row) == CELER_OK, "zeroed image");
+    CHECK(rel_diff(row, all + last * V) > 1e-4, "%s: the image rows change the last row", name);
+    printf("  %s: %lld image rows, entry points == forward row %lld, head on 1 row\n", name, (long long)rows,
+           (long long)last);
+    celer_context_destroy(ctx);
+    free(tok), free(embd), free(all), free(row), free(merged);
+out:
+    celer_image_free(img);
+    celer_model_close(model);
+}
+
 int main(void) {
     /* cohere2: parallel blocks, global layers without RoPE, a window of 8, logit_scale */
     const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32", "cohere2-q4g64"};
@@ -176,6 +264,13 @@ int main(void) {
         check_cache(ids, 12);
         check_two_sequences(ids, 13);
         celer_model_close(model);
+    }
+    char *vlms[64];
+    const int nv = vlm_fixture_names(vlms, 64);
+    CHECK(nv >= 1, "at least one vision-language fixture (found %d)", nv);
+    for (int i = 0; i < nv; i++) {
+        check_vlm(vlms[i]);
+        free(vlms[i]);
     }
     return harness_done("test_contract");
 }

@@ -10,11 +10,18 @@
  * same tokens; n choices share the prompt; cancellation returns every block; stop ids;
  * bad requests and a full queue are clean errors; the stop-string scan; and, on the real
  * model, stop strings and logprobs through the tokenizer.
+ *
+ * Images (the first vision-language fixture): a prompt's image token expands to the
+ * image's rows and gives what the same prompt gives through the context API alone; the
+ * same image again attaches its cached blocks; a different image behind the same
+ * placeholder ids reuses only the text blocks before it and gives its own tokens.
  */
+#define _DEFAULT_SOURCE
 #include "harness.h"
 
 #include "engine/stop.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +451,134 @@ out:
     celer_model_close(m);
 }
 
+/* ==== Images ==== */
+
+#define VLM_TEXT_BEFORE 20 /* text ids before the image: one full cache block and some */
+
+/* Greedy ids of ids[n] (one image token, img) through the context API alone. */
+static void vlm_solo(celer_model *m, const int32_t *ids, int64_t n, celer_image *img, int64_t n_predict, int32_t *out) {
+    char err[512];
+    const int32_t image_tok = celer_model_image_token(m);
+    const int64_t d = celer_model_n_embd(m), v = celer_model_n_vocab(m);
+    int64_t rows = 0;
+    CHECK(celer_model_image_positions(m, img, &rows, err, sizeof err) == CELER_OK, "%s", err);
+    const int64_t total = n - 1 + rows;
+    celer_context_params cp = celer_context_default_params();
+    cp.n_ctx = total + n_predict + 1;
+    cp.n_threads = 2;
+    celer_context *ctx;
+    if (!CHECK(celer_context_create(m, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err)) return;
+    int32_t *tok = malloc(sizeof *tok * (size_t)total);
+    float *embd = malloc(sizeof(float) * (size_t)(total * d)), *logits = malloc(sizeof(float) * (size_t)v);
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] != image_tok) {
+            tok[at++] = ids[i];
+            continue;
+        }
+        CHECK(celer_image_encode(ctx, img, embd + at * d) == CELER_OK, "encode: %s", celer_context_last_error(ctx));
+        for (int64_t j = 0; j < rows; j++) tok[at++] = -1;
+    }
+    celer_batch b = {.n = total, .token = tok, .embd = embd};
+    celer_status s = celer_forward_last_logits(ctx, &b, total - 1, logits);
+    for (int64_t i = 0; s == CELER_OK && i < n_predict; i++) {
+        int32_t best = 0;
+        for (int64_t k = 1; k < v; k++)
+            if (logits[k] > logits[best]) best = (int32_t)k;
+        out[i] = best;
+        b = celer_batch_tokens(&out[i], 1);
+        s = celer_forward_last_logits(ctx, &b, 0, logits);
+    }
+    CHECK(s == CELER_OK, "vlm solo: %s", celer_context_last_error(ctx));
+    free(tok), free(embd), free(logits);
+    celer_context_destroy(ctx);
+}
+
+/* The first two image_* files of dir (sorted), as static paths; false when fewer. */
+static bool two_images(const char *dir, char a[4400], char b[4400]) {
+    struct dirent **list;
+    const int n = scandir(dir, &list, NULL, alphasort);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        const char *e = list[i]->d_name;
+        if (found < 2 && !strncmp(e, "image_", 6) && (strstr(e, ".png") || strstr(e, ".jpg")))
+            snprintf(found++ ? b : a, 4400, "%s/%s", dir, e);
+        free(list[i]);
+    }
+    if (n >= 0) free(list);
+    return found == 2;
+}
+
+static void test_images(void) {
+    char *names[64], err[512], pa[4400], pb[4400];
+    const int nv = vlm_fixture_names(names, 64);
+    if (!CHECK(nv >= 1, "a vision-language fixture")) return;
+    const char *dir = fixture_path(names[0]);
+    celer_model *m = NULL;
+    celer_image *ia = NULL, *ib = NULL;
+    if (!CHECK(two_images(dir, pa, pb), "%s: two image_* files", names[0]) ||
+        !CHECK(celer_model_open(dir, NULL, &m, err, sizeof err) == CELER_OK, "%s", err) ||
+        !CHECK(celer_image_load(pa, &ia, err, sizeof err) == CELER_OK, "%s", err) ||
+        !CHECK(celer_image_load(pb, &ib, err, sizeof err) == CELER_OK, "%s", err))
+        goto out;
+    const int32_t image_tok = celer_model_image_token(m);
+    int32_t ids[VLM_TEXT_BEFORE + 6];
+    const int64_t n = VLM_TEXT_BEFORE + 6;
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (i * 7) % 97);
+    ids[VLM_TEXT_BEFORE] = image_tok;
+    int64_t rows_a = 0;
+    CHECK(celer_model_image_positions(m, ia, &rows_a, err, sizeof err) == CELER_OK, "%s", err);
+    enum { N_GEN = 8 };
+    int32_t want_a[N_GEN], want_b[N_GEN];
+    vlm_solo(m, ids, n, ia, N_GEN, want_a);
+    vlm_solo(m, ids, n, ib, N_GEN, want_b);
+
+    celer_engine *eng = engine_new(m, NULL, 2, 0, 64, true);
+    if (!eng) goto out;
+    run_state rs = {0};
+    celer_request_params rp = greedy_request(ids, n, N_GEN);
+    celer_image *imgs[1] = {ia};
+    rp.images = imgs, rp.n_images = 1;
+    submit(eng, &rs, &rp);
+    drain(eng, &rs);
+    const outcome *o = &rs.out[0];
+    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_a, N_GEN), "image A through the engine equals its solo run");
+    CHECK(o->prompt_tokens == n - 1 + rows_a, "prompt_tokens %lld counts the image rows (%lld)",
+          (long long)o->prompt_tokens, (long long)(n - 1 + rows_a));
+    submit(eng, &rs, &rp); /* the same image again: its blocks come from the cache */
+    drain(eng, &rs);
+    o = &rs.out[1];
+    const int64_t full = (n - 1 + rows_a - 1) / 16 * 16;
+    CHECK(o->cached_tokens == full && same_ids(o->ids[0], want_a, N_GEN),
+          "the same image again: %lld cached (expected %lld), same tokens", (long long)o->cached_tokens,
+          (long long)full);
+    imgs[0] = ib; /* another image behind the same ids: only the text block before it */
+    submit(eng, &rs, &rp);
+    drain(eng, &rs);
+    o = &rs.out[2];
+    CHECK(o->cached_tokens == 16, "a different image reuses only the text block before it (%lld cached)",
+          (long long)o->cached_tokens);
+    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_b, N_GEN), "image B through the engine equals its solo run");
+    printf("  %s: image A %lld rows, cached %lld on repeat, 16 with image B; A %s B\n", names[0], (long long)rows_a,
+           (long long)full, same_ids(want_a, want_b, N_GEN) ? "==" : "!=");
+    /* bad requests: an image without its token, a token without an image */
+    rp.n_images = 0;
+    uint64_t id;
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
+              strstr(err, "image tokens"),
+          "an image token without an image: %s", err);
+    rp.prompt = ids, rp.n_prompt = VLM_TEXT_BEFORE, rp.n_images = 1;
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT,
+          "an image without its token: %s", err);
+    check_idle(eng, "images");
+    celer_engine_destroy(eng);
+out:
+    celer_image_free(ia);
+    celer_image_free(ib);
+    celer_model_close(m);
+    for (int i = 0; i < nv; i++) free(names[i]);
+}
+
 int main(void) {
     test_stop_scan();
     const char *dir = fixture_path("llama3-q4g64");
@@ -465,5 +600,6 @@ int main(void) {
     free(input);
     free(golden);
     test_real_text();
+    test_images();
     return harness_done("test_engine");
 }
