@@ -29,9 +29,11 @@ Layouts:
                             model.multi_modal_projector.*, model.image_newline), bf16
     llava-qwen2-f16         the Hub layout of llava-hf checkpoints: language_model.model.*,
                             vision_tower.vision_model.*; qwen2 text model (q/k/v biases), f16
-    llava-mistral-mlx-q4    mlx-vlm's layout: the patch kernel channels last [out, kh, kw, in],
-                            the language model and projector 4-bit (group 32, fp16 scales and
-                            biases, config.json "quantization"), the vision tower fp16
+    llava-mistral-mlx-q4    mlx-vlm's layout (as mlx-vlm 0.7.10's convert writes it, reproduced
+                            here without its heavy dependencies): the Hub names, the patch kernel
+                            channels last [out, kh, kw, in], the language model 4-bit (group 64,
+                            fp16 scales and biases, config.json "quantization"), the vision
+                            tower and the projector fp16 (mlx-vlm skips multimodal modules)
 
 transformers facts these goldens pin (5.23.0, modeling_llava_next / modeling_clip):
   - hidden_states[i] is the output of encoder layer i, hidden_states[0] the embeddings
@@ -142,7 +144,7 @@ def processor():
                                    image_grid_pinpoints=PINPOINTS, do_pad=True)
 
 
-def quantize_4bit(w, group=32):
+def quantize_4bit(w, group=64):
     """MLX affine 4-bit (mlx.core.quantize): uint32 codes, fp16 scales and biases."""
     import mlx.core as mx
 
@@ -150,7 +152,7 @@ def quantize_4bit(w, group=32):
     return np.array(q), np.array(s), np.array(b)
 
 
-def dequantize(q, s, b, in_dim, group=32):
+def dequantize(q, s, b, in_dim, group=64):
     per = 8
     shifts = (np.arange(per, dtype=np.uint32) * 4)[None, None, :]
     codes = ((q[:, :, None] >> shifts) & np.uint32(15)).reshape(q.shape[0], in_dim).astype(np.float32)
@@ -192,8 +194,10 @@ def write_checkpoint(model, layout, dtype, dst, cfg_text):
                 out[name] = np.ascontiguousarray(v.transpose(0, 2, 3, 1)).astype(np.float16)
                 golden_sd[k] = v.astype(np.float16).astype(np.float32)
                 continue
-            quantizable = name.endswith(".weight") and v.ndim == 2 and not name.startswith("vision_tower.") \
-                and v.shape[1] % 32 == 0
+            # mlx-vlm's predicate: every linear of the language model; the vision tower
+            # and the projector stay float (its skip_multimodal_module list)
+            quantizable = name.endswith(".weight") and v.ndim == 2 and name.startswith("language_model.") \
+                and v.shape[1] % 64 == 0
             if quantizable:
                 q, s, b = quantize_4bit(v)
                 base = name[: -len(".weight")]
@@ -218,8 +222,8 @@ def write_checkpoint(model, layout, dtype, dst, cfg_text):
     else:
         save_file(out, str(dst / "model.safetensors"), metadata={"format": "mlx" if layout == "mlx_vlm" else "pt"})
     if layout == "mlx_vlm":
-        cfg["quantization"] = {"group_size": 32, "bits": 4}
-        cfg["quantization_config"] = {"group_size": 32, "bits": 4}
+        cfg["quantization"] = {"group_size": 64, "bits": 4}
+        cfg["quantization_config"] = {"group_size": 64, "bits": 4}
     (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return golden_sd, cfg
 
