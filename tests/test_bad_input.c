@@ -270,6 +270,24 @@ int main(void) {
     edit_config(dir, "layer_norm_bias", json_true());
     expect_error("cohere2 missing norm bias", dir, NEEDLES("missing tensor", "norm.bias"));
 
+    dir = copy_fixture("llava-mistral-f32", "full");
+    edit_config(dir, "vision_feature_select_strategy", json_string("full"));
+    expect_error("llava strategy full", dir, NEEDLES("vision_feature_select_strategy", "full", "expected default"));
+
+    dir = copy_fixture("llava-mistral-f32", "text_type");
+    edit_config(dir, "text_config", json_pack("{s:s}", "model_type", "gemma"));
+    expect_error("llava text model type", dir, NEEDLES("text_config.model_type", "gemma"));
+
+    dir = copy_fixture("llava-mistral-f32", "feature_layer");
+    edit_config(dir, "vision_feature_layer", json_integer(-9));
+    expect_error("llava feature layer", dir, NEEDLES("vision_feature_layer", "[-4, 3]"));
+
+    dir = copy_fixture("llava-mistral-f32", "vision_size");
+    edit_config(dir, "vision_config", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "hidden_size", 48, "intermediate_size",
+                                                64, "num_hidden_layers", 3, "num_attention_heads", 4, "image_size", 56,
+                                                "patch_size", 14, "hidden_act", "quick_gelu"));
+    expect_error("llava vision shapes", dir, NEEDLES("patch_embedding.weight", "expected [48, ...]", "found [32, 3, 14, 14]"));
+
     expect_error("gguf truncated", gguf_variant("llama-tied-gguf-q4_1", "trunc", gguf_truncate),
                  NEEDLES("trunc.gguf", "outside the file"));
     expect_error("gguf tensor type Q4_K", gguf_variant("llama-tied-gguf-q4_1", "q4k", gguf_q4_k),

@@ -168,7 +168,60 @@ static void check_convert(const char *fixture) {
     if (system(cmd) != 0) CHECK(false, "cleanup");
 }
 
+/* `celer generate --image --ids` prints the golden greedy ids of a vision-language
+ * fixture's case, and `celer logits --image` writes its golden last row. */
+static void check_image(const char *name) {
+    char path[4400], cmd[8192], out[4096];
+    const char *d = fixture_path(name);
+    snprintf(path, sizeof path, "%s/golden.json", d);
+    json_t *g = json_load_file(path, 0, NULL);
+    const json_t *c = json_array_get(json_object_get(g, "cases"), 0);
+    if (!CHECK(c != NULL, "%s: golden case", name)) return;
+    char ids[2048] = "", want[2048] = "";
+    size_t k = 0, w = 0;
+    const json_t *t = json_object_get(c, "text_ids"), *gr = json_object_get(c, "greedy");
+    for (size_t i = 0; i < json_array_size(t); i++)
+        k += (size_t)snprintf(ids + k, sizeof ids - k, i ? ",%lld" : "%lld", (long long)json_integer_value(json_array_get(t, i)));
+    for (size_t i = 0; i < json_array_size(gr); i++)
+        w += (size_t)snprintf(want + w, sizeof want - w, i ? " %lld" : "%lld", (long long)json_integer_value(json_array_get(gr, i)));
+    snprintf(want + w, sizeof want - w, "\n");
+    const char *image = json_string_value(json_object_get(c, "image"));
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --image '%s/%s' --ids %s -n %zu --temp 0 --output-ids --ignore-eos",
+             bin(), d, d, image, ids, json_array_size(gr));
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: generate --image exits 0", name);
+    CHECK(strcmp(out, want) == 0, "%s: generate --image printed \"%s\", golden \"%s\"", name, out, want);
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --image '%s/%s' --ids %s --cache-type f32 -o /tmp/celer-img-%d.npy",
+             bin(), d, d, image, ids, (int)getpid());
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits --image exits 0", name);
+    int64_t r, cols, gr_rows, gcols;
+    snprintf(path, sizeof path, "/tmp/celer-img-%d.npy", (int)getpid());
+    float *got = npy_read_f32(path, &r, &cols);
+    remove(path);
+    snprintf(path, sizeof path, "%s/golden_logits_%s.npy", d, json_string_value(json_object_get(c, "name")));
+    float *gold = npy_read_f32(path, &gr_rows, &gcols);
+    if (CHECK(got && gold && r == 1 && cols == gcols, "%s: logits --image shape", name)) {
+        const float *last = gold + (gr_rows - 1) * gcols;
+        const double dd = max_abs_diff(got, last, cols) / max_abs(last, cols);
+        CHECK(dd <= 2e-3, "%s: logits --image last row differs by %g", name, dd);
+        printf("  %s: generate --image == golden greedy; logits --image last row rel %.2e\n", name, dd);
+    }
+    free(got), free(gold);
+    /* bad images and prompts: one clear line each */
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --image '%s/config.json' --ids %s -o /tmp/x.npy", d, d, ids);
+    check_fails("not an image", args, "not an image");
+    snprintf(args, sizeof args, "logits -m '%s' --image /nonexistent.png --ids %s -o /tmp/x.npy", d, ids);
+    check_fails("missing image file", args, "/nonexistent.png");
+    snprintf(args, sizeof args, "logits -m '%s' --ids %s -o /tmp/x.npy --image '%s/%s' --image '%s/%s'", d, ids, d, image, d,
+             image);
+    check_fails("two images, one image token", args, "2 --image files but 1 image tokens");
+    snprintf(args, sizeof args, "generate -m '%s' --ids 1,2,3 --image '%s/%s'", fixture_path("llama3-bf16"), d, image);
+    check_fails("image for a text model", args, "reads no images");
+    json_decref(g);
+}
+
 int main(void) {
+    check_image("llava-mistral-mlx-q4");
     check_convert("llama-tied-gguf-q4_1");
     check_convert("qwen2-gguf-q8_0");
     check_config_variants();
