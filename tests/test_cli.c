@@ -80,7 +80,8 @@ static const char *variant(const char *name, void (*edit)(json_t *)) {
     static char dir[256];
     char cmd[4600], path[300];
     snprintf(dir, sizeof dir, "/tmp/celer-variant-%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, fixture_path(name), dir);
+    /* -L: a fixture tree of symlinks must not let the edit reach the original */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -rL '%s' '%s'", dir, fixture_path(name), dir);
     if (system(cmd) != 0) CHECK(false, "copy %s", name);
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *c = json_load_file(path, 0, NULL);
