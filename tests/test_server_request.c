@@ -1,7 +1,9 @@
 /*
  * test_server_request.c - the server's request parser (src/server/request.c): every
  * field's accepted and rejected forms, the field each error names and its status; the
- * response builders (UTF-8 repair, error, chunk and logprob shapes); the metrics text;
+ * image_url content parts (data: URLs, the strict base64 decoder against an independent
+ * encoder, the parts the template sees); the response builders (UTF-8 repair, error,
+ * chunk and logprob shapes); the metrics text;
  * and, without a model, the HTTP plumbing (404, 405, 401, 413, /health while loading).
  * Generation over a real model is left to the end-to-end suite.
  */
@@ -23,7 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const request_limits lim = {1000, 512};
+static const request_limits lim = {1000, 512, false, NULL};
 
 /* Parses body as kind; true when it was accepted. */
 static bool parse(request_kind kind, const char *body, server_request *r, request_error *e) {
@@ -135,6 +137,231 @@ static void check_messages(void) {
           "content parts joined: %s", ok ? r.messages_json : e.message);
     json_decref(m);
     if (ok) request_free(&r);
+}
+
+/* ==== Images ==== */
+
+static const request_limits lim_vision = {1000, 512, true, "llava-test"};
+static const request_limits lim_text = {1000, 512, false, "SmolLM2-test"};
+
+/* Plain base64 with padding, written independently of the decoder: out[] must hold
+ * 4 * ceil(n / 3) + 1 characters. */
+static void b64_encode(const unsigned char *in, size_t n, char *out) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t w = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        const size_t k = n - i < 3 ? n - i : 3;
+        unsigned v = (unsigned)in[i] << 16;
+        if (k > 1) v |= (unsigned)in[i + 1] << 8;
+        if (k > 2) v |= in[i + 2];
+        out[w++] = digits[v >> 18 & 63];
+        out[w++] = digits[v >> 12 & 63];
+        out[w++] = k > 1 ? digits[v >> 6 & 63] : '=';
+        out[w++] = k > 2 ? digits[v & 63] : '=';
+    }
+    out[w] = '\0';
+}
+
+/* Decodes s; true with the bytes in out[*n], or false with *at and *why. */
+static bool b64(const char *s, unsigned char *out, int64_t *n, size_t *at, const char **why) {
+    *at = 12345, *why = NULL;
+    *n = request_base64_decode(s, strlen(s), out, why, at);
+    return *n >= 0;
+}
+
+static void check_base64(void) {
+    unsigned char out[256];
+    int64_t n = 0;
+    size_t at = 0;
+    const char *why = NULL;
+    CHECK(b64("", out, &n, &at, &why) && n == 0, "empty base64: %lld", (long long)n);
+    CHECK(b64("TWFu", out, &n, &at, &why) && n == 3 && !memcmp(out, "Man", 3), "TWFu");
+    CHECK(b64("TWE=", out, &n, &at, &why) && n == 2 && !memcmp(out, "Ma", 2), "TWE=");
+    CHECK(b64("TQ==", out, &n, &at, &why) && n == 1 && out[0] == 'M', "TQ==");
+    CHECK(b64("+/+/", out, &n, &at, &why) && n == 3 && out[0] == 0xfb && out[1] == 0xff &&
+              out[2] == 0xbf,
+          "+/ digits");
+
+    /* Every length 0..99 of pseudo-random bytes round-trips through the encoder above. */
+    uint64_t seed = 0x5eed;
+    int bad = 0;
+    for (size_t len = 0; len < 100; len++) {
+        unsigned char in[100];
+        char enc[160];
+        for (size_t i = 0; i < len; i++) in[i] = (unsigned char)((rand_uniform(&seed) + 1) * 128);
+        b64_encode(in, len, enc);
+        if (!b64(enc, out, &n, &at, &why) || n != (int64_t)len || memcmp(in, out, len)) bad++;
+    }
+    CHECK(bad == 0, "base64 round trips: %d of 100 lengths wrong", bad);
+
+    static const struct {
+        const char *s;
+        size_t at;
+        const char *why; /* a word of the reason */
+    } refused[] = {
+        {"TWF", 3, "multiple of 4"},       {"TWFuT", 5, "multiple of 4"},
+        {"TW=u", 3, "after '='"},          {"TW=uTWFu", 2, "before the end"},
+        {"T===", 1, "before the end"},     {"====", 0, "before the end"},
+        {"TWE=TWFu", 3, "before the end"}, {"TQ=A", 3, "after '='"},
+        {"TR==", 1, "not zero"},           {"TWF=", 2, "not zero"},
+        {"TW u", 2, "alphabet"},           {"TWF\n", 3, "alphabet"},
+        {"TW-_", 2, "alphabet"},           {"TWFu\r\n", 6, "multiple of 4"},
+        {"TW\xc3\xa9", 2, "alphabet"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const bool ok = b64(refused[i].s, out, &n, &at, &why);
+        CHECK(!ok && n == -1 && at == refused[i].at && why && strstr(why, refused[i].why),
+              "base64 \"%s\" refused at %zu (%s): ok %d at %zu why %s", refused[i].s, refused[i].at,
+              refused[i].why, ok, at, why ? why : "(none)");
+    }
+}
+
+/* A chat body with one user message whose content is the JSON array parts. */
+static bool parse_parts(const request_limits *l, const char *parts, server_request *r,
+                        request_error *e) {
+    char body[4096];
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":%s}]}", parts);
+    return request_parse(REQUEST_CHAT, body, strlen(body), l, r, e);
+}
+
+/* An image part with url (a JSON string's contents). */
+#define IMG(url) "{\"type\":\"image_url\",\"image_url\":{\"url\":\"" url "\"}}"
+#define PNG64    "data:image/png;base64,iVBORw0KGgo="
+
+/* Refused (400) naming param, with word in the message. */
+static void parts_refused(const request_limits *l, const char *parts, const char *param,
+                          const char *word) {
+    server_request r;
+    request_error e;
+    const bool ok = parse_parts(l, parts, &r, &e);
+    CHECK(!ok && e.status == 400 && !strcmp(e.param, param) && strstr(e.message, word) &&
+              !strncmp(e.message, param, strlen(param)),
+          "refuses %s: ok %d status %d param \"%s\" (want \"%s\") message \"%s\" (want \"%s\")",
+          parts, ok, e.status, e.param, param, e.message, word);
+    if (ok) request_free(&r);
+}
+
+static void check_image_parts(void) {
+    server_request r;
+    request_error e;
+    static const unsigned char png_head[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+    /* The file's bytes, where they came from, and the parts in order for the template. */
+    bool ok = parse_parts(&lim_vision,
+                          "[{\"type\":\"text\",\"text\":\"Look: \"}," IMG(
+                              PNG64) ",{\"type\":\"text\",\"text\":\"what is it?\"}]",
+                          &r, &e);
+    json_t *m = ok ? json_loads(r.messages_json, 0, NULL) : NULL;
+    json_t *c = json_object_get(json_array_get(m, 0), "content");
+    CHECK(ok && r.n_images == 1 && r.images[0].len == 8 && !memcmp(r.images[0].data, png_head, 8) &&
+              !strcmp(r.images[0].param, "messages[0].content[1].image_url.url"),
+          "an image part's bytes: %s", ok ? "" : e.message);
+    CHECK(json_array_size(c) == 3 &&
+              !strcmp(json_string_value(json_object_get(json_array_get(c, 0), "type")), "text") &&
+              !strcmp(json_string_value(json_object_get(json_array_get(c, 0), "text")), "Look: ") &&
+              !strcmp(json_string_value(json_object_get(json_array_get(c, 1), "type")), "image") &&
+              json_object_size(json_array_get(c, 1)) == 1 &&
+              !strcmp(json_string_value(json_object_get(json_array_get(c, 2), "text")),
+                      "what is it?"),
+          "the template sees [text, image, text] in order: %s", ok ? r.messages_json : e.message);
+    json_decref(m);
+    if (ok) request_free(&r);
+
+    /* Images across messages, in order; text-only messages keep one string; detail and the
+     * JPEG media types, in any case, are accepted. */
+    const char *body =
+        "{\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"S\"}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":"
+        "\"data:image/jpeg;base64,/9j/\",\"detail\":\"low\"}}]},"
+        "{\"role\":\"assistant\",\"content\":\"A\"},"
+        "{\"role\":\"user\",\"content\":[" IMG("DATA:Image/JPG;name=x.jpg;BASE64,AAE=") "," IMG(
+            PNG64) "]}]}";
+    ok = request_parse(REQUEST_CHAT, body, strlen(body), &lim_vision, &r, &e);
+    m = ok ? json_loads(r.messages_json, 0, NULL) : NULL;
+    CHECK(ok && r.n_images == 3 && r.images[0].len == 3 && r.images[0].data[0] == 0xff &&
+              r.images[0].data[1] == 0xd8 && r.images[1].len == 2 && r.images[1].data[1] == 1 &&
+              r.images[2].len == 8 &&
+              !strcmp(r.images[1].param, "messages[3].content[0].image_url.url") &&
+              !strcmp(r.images[2].param, "messages[3].content[1].image_url.url"),
+          "images of several messages, in order: %s", ok ? "" : e.message);
+    CHECK(json_is_string(json_object_get(json_array_get(m, 0), "content")) &&
+              json_is_string(json_object_get(json_array_get(m, 2), "content")) &&
+              json_array_size(json_object_get(json_array_get(m, 1), "content")) == 1 &&
+              json_array_size(json_object_get(json_array_get(m, 3), "content")) == 2,
+          "only messages with images keep a list: %s", ok ? r.messages_json : "");
+    json_decref(m);
+    if (ok) request_free(&r);
+
+    /* URLs celer does not take. */
+    const char *url = "messages[0].content[0].image_url.url";
+    parts_refused(&lim_vision, "[" IMG("http://example.com/cat.png") "]", url,
+                  "only base64 data: URLs");
+    parts_refused(&lim_vision, "[" IMG("https://example.com/cat.png") "]", url, "\"https:\"");
+    parts_refused(&lim_vision, "[" IMG("file:///etc/passwd") "]", url, "never fetches");
+    parts_refused(&lim_vision, "[" IMG("cat.png") "]", url, "only base64 data: URLs");
+    parts_refused(&lim_vision, "[" IMG("") "]", url, "only base64 data: URLs");
+    parts_refused(&lim_vision, "[" IMG("data:image/png,iVBORw0KGgo=") "]", url, "not base64");
+    parts_refused(&lim_vision, "[" IMG("data:image/png;base64") "]", url, "','");
+    parts_refused(&lim_vision, "[" IMG("data:text/plain;base64,aGk=") "]", url, "\"text/plain\"");
+    parts_refused(&lim_vision, "[" IMG("data:;base64,aGk=") "]", url, "only base64 data: URLs");
+    parts_refused(&lim_vision, "[" IMG("data:image/gif;base64,R0lGODlh") "]", url, "image/gif");
+    parts_refused(&lim_vision, "[" IMG("data:image/png;base64,") "]", url, "no data");
+    /* Bad base64: the offset is within the data. */
+    parts_refused(&lim_vision, "[" IMG("data:image/png;base64,iVBO*wAA") "]", url,
+                  "invalid base64 at character 4");
+    parts_refused(&lim_vision, "[" IMG("data:image/png;base64,iVB=RwAA") "]", url, "padding");
+    parts_refused(&lim_vision, "[" IMG("data:image/png;base64,iVBORw0KGgo") "]", url,
+                  "multiple of 4");
+    parts_refused(&lim_vision, "[" IMG("data:image/png;base64,iVBO Rw0") "]", url, "alphabet");
+    /* The part's shape. */
+    parts_refused(&lim_vision, "[{\"type\":\"image_url\"}]", "messages[0].content[0].image_url",
+                  "expected an object");
+    parts_refused(&lim_vision, "[{\"type\":\"image_url\",\"image_url\":\"" PNG64 "\"}]",
+                  "messages[0].content[0].image_url", "found a string");
+    parts_refused(&lim_vision, "[{\"type\":\"image_url\",\"image_url\":{\"url\":5}}]", url,
+                  "expected a string");
+    parts_refused(&lim_vision,
+                  "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"" PNG64 "\",\"detail\":7}}]",
+                  "messages[0].content[0].image_url.detail", "\"low\"");
+    parts_refused(&lim_vision, "[{\"type\":\"input_audio\",\"input_audio\":{}}]",
+                  "messages[0].content[0].type", "\"input_audio\"");
+    parts_refused(&lim_vision, "[{\"type\":\"image\"}]", "messages[0].content[0].type",
+                  "\"image_url\" parts are supported");
+    /* A text-only model names itself; images outside user messages are refused. */
+    parts_refused(&lim_text, "[{\"type\":\"text\",\"text\":\"a\"}," IMG(PNG64) "]",
+                  "messages[0].content[1].type", "SmolLM2-test is text-only");
+    refuses(REQUEST_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"content\":[" IMG(PNG64) "]}]}",
+            "messages[0].content[0].type");
+    body = "{\"messages\":[{\"role\":\"system\",\"content\":[" IMG(PNG64) "]}]}";
+    ok = request_parse(REQUEST_CHAT, body, strlen(body), &lim_vision, &r, &e);
+    CHECK(!ok && !strcmp(e.param, "messages[0].content[0].type") &&
+              strstr(e.message, "user messages"),
+          "an image in a system message: %s", e.message);
+    if (ok) request_free(&r);
+
+    /* At most REQUEST_MAX_IMAGES images. */
+    char many[4096] = "[";
+    for (int i = 0; i <= REQUEST_MAX_IMAGES; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s" IMG(PNG64), i ? "," : "");
+    strcat(many, "]");
+    char last[64];
+    snprintf(last, sizeof last, "messages[0].content[%d].image_url.url", REQUEST_MAX_IMAGES);
+    parts_refused(&lim_vision, many, last, "at most");
+    many[strlen(many) - strlen("," IMG(PNG64) "]")] = '\0';
+    strcat(many, "]");
+    ok = parse_parts(&lim_vision, many, &r, &e);
+    CHECK(ok && r.n_images == REQUEST_MAX_IMAGES, "%d images accepted: %s", REQUEST_MAX_IMAGES,
+          ok ? "" : e.message);
+    if (ok) request_free(&r);
+
+    /* An error that quotes a client's text cut inside a UTF-8 sequence stays valid JSON. */
+    request_fail(&e, 400, "invalid_request_error", NULL, "x\xc3", "bad \xe2\x82");
+    json_t *err = openai_error(&e);
+    CHECK(err &&
+              !strcmp(json_string_value(json_object_get(json_object_get(err, "error"), "message")),
+                      "bad \xef\xbf\xbd\xef\xbf\xbd"),
+          "error text cut inside UTF-8 is repaired");
+    json_decref(err);
 }
 
 /* ==== Fields ==== */
@@ -565,6 +792,8 @@ static void check_http(void) {
 int main(void) {
     check_bodies();
     check_messages();
+    check_base64();
+    check_image_parts();
     check_defaults();
     check_numbers();
     check_stop_and_bias();

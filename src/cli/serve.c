@@ -19,7 +19,7 @@ static const char usage_text[] =
     "TOTAL_KV_POSITIONS]\n"
     "       [--ctx-per-seq N] [--batch-tokens N] [--max-queue N] [-t N] [--no-prefix-cache]\n"
     "       [--api-key K[,K2..] | --api-key-file F] [--alias NAME] [--metrics]\n"
-    "       [--cors-origin ORIGIN] [--max-body-bytes N]";
+    "       [--cors-origin ORIGIN] [--max-body-bytes 8388608]";
 
 #define MAX_KEYS 256
 

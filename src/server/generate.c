@@ -2,12 +2,13 @@
  * generate.c - the generation endpoints, POST /v1/chat/completions and
  * /v1/completions, once their body is in (http.h).
  *
- * A request is parsed (request.c), its prompt built (chat template, then tokenizer),
- * submitted as a job (jobs.c), and answered either as one JSON object when every choice
- * has ended, or as server-sent events while tokens arrive. A client that hangs up is
- * noticed while waiting (its socket reports a hang-up, or a write fails) and its request
- * is cancelled, which frees its KV blocks. Routing, authentication and the body limit
- * happen before this file (http.c).
+ * A request is parsed (request.c), its images decoded, its prompt built (chat template,
+ * then tokenizer; one image token per image part), submitted as a job (jobs.c) with its
+ * images, and answered either as one JSON object when every choice has ended, or as
+ * server-sent events while tokens arrive. A client that hangs up is noticed while waiting
+ * (its socket reports a hang-up, or a write fails) and its request is cancelled, which
+ * frees its KV blocks. Routing, authentication and the body limit happen before this file
+ * (http.c).
  */
 #define _GNU_SOURCE
 #include "server/http.h"
@@ -33,6 +34,52 @@ static uint64_t random_seed(void) {
 }
 
 /* ==== Prompts ==== */
+
+/* A chat request's image files decoded into ex->images, in order; a bad image is a 400
+ * naming its part, with the decoder's reason. Each file's bytes are freed once decoded. */
+static bool decode_images(exchange *ex, request_error *e) {
+    server_request *r = &ex->req;
+    if (r->n_images == 0) return true;
+    if (!(ex->images = calloc((size_t)r->n_images, sizeof *ex->images)))
+        return request_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (int32_t k = 0; k < r->n_images; k++) {
+        request_image *im = &r->images[k];
+        char err[512];
+        const celer_status st =
+            celer_image_decode(im->data, im->len, im->param, &ex->images[k], err, sizeof err);
+        free(im->data);
+        im->data = NULL, im->len = 0;
+        if (st == CELER_STATUS_OUT_OF_MEMORY)
+            return request_fail(e, 500, "server_error", NULL, im->param, "%s", err);
+        if (st != CELER_OK)
+            return request_fail(e, 400, "invalid_request_error", NULL, im->param, "%s", err);
+        ex->n_images = k + 1;
+    }
+    return true;
+}
+
+/* The images' references of this exchange, dropped (the engine holds its own). */
+static void release_images(exchange *ex) {
+    for (int32_t i = 0; i < ex->n_images; i++) celer_image_free(ex->images[i]);
+    free(ex->images);
+    ex->images = NULL;
+    ex->n_images = 0;
+}
+
+/* A chat prompt of a vision-language model holds one image token per image part, in
+ * the parts' order: what the chat template placed must add up. */
+static bool check_image_tokens(exchange *ex, const int32_t *ids, int64_t n, request_error *e) {
+    const server *s = ex->srv;
+    if (s->image_token < 0) return true;
+    int64_t found = 0;
+    for (int64_t i = 0; i < n; i++) found += ids[i] == s->image_token;
+    if (found == ex->n_images) return true;
+    return request_fail(e, 400, "invalid_request_error", NULL, "messages",
+                        "messages: the prompt holds %lld image tokens (id %d) for %d image parts: "
+                        "the chat template did not place one per image%s",
+                        (long long)found, s->image_token, ex->n_images,
+                        found > ex->n_images ? " (or the text holds the image token)" : "");
+}
 
 /* The prompt's ids (malloc'd): chat messages through the template and the tokenizer
  * (without special tokens: the template has them), a completion's text with them, or a
@@ -74,6 +121,11 @@ static bool build_prompt(exchange *ex, int32_t **ids, int64_t *n, request_error 
         *ids = NULL;
         return fail400(e, r->kind == REQUEST_CHAT ? "messages" : "prompt",
                        "the prompt has no tokens");
+    }
+    if (r->kind == REQUEST_CHAT && !check_image_tokens(ex, *ids, *n, e)) {
+        free(*ids);
+        *ids = NULL;
+        return false;
     }
     return true;
 }
@@ -338,15 +390,18 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     server *s = ex->srv;
     const bool chat = ex->rt == ROUTE_CHAT;
     request_error e;
-    const request_limits lim = {s->n_vocab, s->cfg.engine.n_ctx};
+    const request_limits lim = {s->n_vocab, s->cfg.engine.n_ctx, s->vision, s->model_name};
     if (!request_parse(chat ? REQUEST_CHAT : REQUEST_COMPLETION, ex->body, ex->body_len, &lim,
                        &ex->req, &e))
         return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
     ex->have_req = true;
+    free(ex->body); /* parsed: with images, the largest part of the request */
+    ex->body = NULL;
+    ex->body_len = ex->body_cap = 0;
     server_request *r = &ex->req;
     int32_t *ids;
     int64_t n_ids;
-    if (!build_prompt(ex, &ids, &n_ids, &e))
+    if (!decode_images(ex, &e) || !build_prompt(ex, &ids, &n_ids, &e))
         return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
     celer_request_params rp = celer_request_default_params();
     rp.prompt = ids;
@@ -361,6 +416,8 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     rp.stop = (const char *const *)r->stop, rp.n_stop = r->n_stop;
     rp.ignore_eos = r->ignore_eos;
     rp.top_logprobs = r->logprobs ? r->top_logprobs : -1;
+    rp.images = ex->images;
+    rp.n_images = ex->n_images;
     ex->choices = calloc((size_t)r->n, sizeof *ex->choices);
     if (!ex->choices) {
         free(ids);
@@ -378,11 +435,18 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     const int32_t stop_id = chat && !r->ignore_eos ? s->stop_id : -1;
     const celer_status st = jobs_submit(s->js, &rp, stop_id, &ex->job, err, sizeof err);
     free(ids);
+    /* The prompt as the engine counts it: each image token expands to the image's rows. */
+    int64_t n_prompt = rp.n_prompt, rows = 0;
+    for (int32_t k = 0; st == CELER_OK && k < ex->n_images; k++)
+        if (celer_model_image_positions(s->model, ex->images[k], &rows, err, sizeof err) ==
+            CELER_OK)
+            n_prompt += rows - 1;
+    release_images(ex); /* the engine holds its own references */
     if (st != CELER_OK) {
         submit_error(ex, st, err, &e);
         return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;
     }
-    ex->usage.prompt_tokens = rp.n_prompt;
+    ex->usage.prompt_tokens = n_prompt;
     openai_make_id(chat ? "chatcmpl-" : "cmpl-", ex->id, sizeof ex->id);
     ex->meta = (openai_meta){ex->id, (int64_t)time(NULL), s->model_name, chat};
     return r->stream ? stream_start(ex, c) : answer_whole(ex, c);

@@ -175,7 +175,7 @@ static enum MHD_Result answer_metrics(exchange *ex, struct MHD_Connection *c) {
 static enum MHD_Result answer_tokens(exchange *ex, struct MHD_Connection *c) {
     const server *s = ex->srv;
     const bool tokenize = ex->rt == ROUTE_TOKENIZE;
-    const request_limits lim = {celer_tokenizer_n_vocab(s->tok), 0};
+    const request_limits lim = {celer_tokenizer_n_vocab(s->tok), 0, false, NULL};
     request_error e;
     if (!request_parse(tokenize ? REQUEST_TOKENIZE : REQUEST_DETOKENIZE, ex->body, ex->body_len,
                        &lim, &ex->req, &e))
@@ -238,6 +238,8 @@ void exchange_unref(exchange *ex) {
         json_decref(ex->choices[i].logprobs);
     }
     free(ex->choices);
+    for (int32_t i = 0; i < ex->n_images; i++) celer_image_free(ex->images[i]);
+    free(ex->images);
     if (ex->have_req) request_free(&ex->req);
     free(ex->body);
     free(ex->error);
@@ -448,6 +450,7 @@ server *server_start(const server_config *cfg, char *err, size_t err_size) {
     }
     s->cfg = *cfg;
     s->stop_id = -1;
+    s->image_token = -1;
     s->created = (int64_t)time(NULL);
     atomic_init(&s->state, SERVER_LOADING);
     atomic_init(&s->live, 0);
@@ -506,6 +509,8 @@ celer_status server_load(server *s, celer_model *model, celer_tokenizer *tok, in
     s->model = model;
     s->tok = tok;
     s->n_vocab = celer_model_n_vocab(model);
+    s->vision = celer_model_has_vision(model);
+    s->image_token = s->vision ? celer_model_image_token(model) : -1;
     char terr[512];
     if (celer_chat_template_load(s->cfg.model_path, &s->tmpl_src, &s->tmpl_bos, &s->tmpl_eos, terr,
                                  sizeof terr) != CELER_OK) {

@@ -33,6 +33,8 @@ struct server {
     char *tmpl_src, *tmpl_bos, *tmpl_eos; /* the chat template, or NULL */
     int32_t stop_id;                      /* the template's eos text as one id, or -1 */
     int64_t n_vocab;
+    bool vision;         /* the model takes images */
+    int32_t image_token; /* its image placeholder id, or -1 */
 };
 
 typedef enum route {
@@ -75,6 +77,8 @@ typedef struct exchange {
     /* generation */
     server_request req;
     bool have_req;
+    celer_image **images; /* [n_images] the request's images, decoded; released at submit */
+    int32_t n_images;
     job *job;
     char id[64];
     openai_meta meta;

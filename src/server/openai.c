@@ -108,10 +108,14 @@ static json_t *bytes_json(const char *s, size_t len) {
     return a;
 }
 
+/* Message and param may quote a client's text cut at any byte: they go through
+ * openai_string, so the error object is always valid UTF-8. */
 json_t *openai_error(const request_error *e) {
-    return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->message, "type",
+    return json_pack("{s:{s:o, s:s, s:o?, s:s?}}", "error", "message",
+                     openai_string(e->message, strlen(e->message)), "type",
                      e->type ? e->type : "invalid_request_error", "param",
-                     e->param[0] ? e->param : NULL, "code", e->code);
+                     e->param[0] ? openai_string(e->param, strlen(e->param)) : NULL, "code",
+                     e->code);
 }
 
 json_t *openai_usage_json(const openai_usage *u) {

@@ -6,8 +6,10 @@
  * client wrote it ("messages[2].content[0].text", "logit_bias.50256"). Unknown fields
  * are ignored, as OpenAI does; a field that asks for something celer does not do yet
  * (tools, JSON response formats, echo) is refused rather than silently ignored. Absent
- * and null fields take OpenAI's defaults. This file does not tokenize, render
- * templates or talk HTTP, so it can be fuzzed alone.
+ * and null fields take OpenAI's defaults. Image parts carry base64 data: URLs, decoded
+ * here to the image file's bytes (strict base64; the image itself is decoded by the
+ * server). This file does not tokenize, render templates, decode images or talk HTTP,
+ * so it can be fuzzed alone.
  */
 #include "server/request.h"
 
@@ -39,6 +41,8 @@ bool request_fail(request_error *e, int status, const char *type, const char *co
 
 void request_free(server_request *r) {
     free(r->messages_json);
+    for (int32_t i = 0; i < r->n_images; i++) free(r->images[i].data);
+    free(r->images);
     free(r->text);
     free(r->ids);
     free(r->bias_ids);
@@ -269,10 +273,174 @@ static bool parse_common(const json_t *root, const request_limits *lim, server_r
     return true;
 }
 
+/* ==== Images ==== */
+
+/* The value of a base64 digit, or -1. */
+static int base64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+int64_t request_base64_decode(const char *src, size_t n, unsigned char *out, const char **why,
+                              size_t *at) {
+    if (n % 4 != 0) {
+        *why = "the length is not a multiple of 4 (missing '=' padding?)";
+        *at = n;
+        return -1;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t acc = 0;
+        int digits = 0; /* digits before any '=' of this quantum */
+        for (int k = 0; k < 4; k++) {
+            const unsigned char c = (unsigned char)src[i + k];
+            const int v = base64_value(c);
+            if (v >= 0 && digits == k) {
+                acc = acc << 6 | (uint32_t)v;
+                digits++;
+                continue;
+            }
+            if (c == '=' && i + 4 == n && k >= 2) continue; /* "xx==" or "xxx=" at the end */
+            *at = i + (size_t)k;
+            *why = v >= 0     ? "a base64 digit after '=' padding"
+                   : c == '=' ? "'=' padding before the end"
+                              : "a character outside the base64 alphabet";
+            return -1;
+        }
+        const int bytes = digits * 6 / 8; /* 4 digits: 3 bytes, 3: 2, 2: 1 */
+        acc <<= 6 * (4 - digits);
+        if (acc & ((1u << (24 - 8 * bytes)) - 1)) {
+            *why = "the bits after the last byte are not zero";
+            *at = i + (size_t)digits - 1;
+            return -1;
+        }
+        out[w++] = (unsigned char)(acc >> 16);
+        if (bytes > 1) out[w++] = (unsigned char)(acc >> 8);
+        if (bytes > 2) out[w++] = (unsigned char)acc;
+    }
+    return (int64_t)w;
+}
+
+/* Whether s[n] equals lower (lower-case ASCII) ignoring ASCII case. */
+static bool ascii_case_eq(const char *s, size_t n, const char *lower) {
+    if (strlen(lower) != n) return false;
+    for (size_t k = 0; k < n; k++) {
+        const char c = s[k] >= 'A' && s[k] <= 'Z' ? (char)(s[k] - 'A' + 'a') : s[k];
+        if (c != lower[k]) return false;
+    }
+    return true;
+}
+
+/* Up to cap - 1 leading characters of s[n] that are printable ASCII other than quotes and
+ * backslashes (so an error message can quote them, cut anywhere, and stay valid UTF-8). */
+static void ascii_prefix(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    while (k < n && k + 1 < cap && s[k] > ' ' && s[k] < 0x7f && s[k] != '"' && s[k] != '\\')
+        out[k] = s[k], k++;
+    out[k] = '\0';
+}
+
+#define DATA_URLS_ONLY                                                                             \
+    "only base64 data: URLs of PNG or JPEG images are accepted (data:image/png;base64,... or "     \
+    "data:image/jpeg;base64,...); celer never fetches a URL"
+
+/* The image file a data: URL holds, into img. param names the url field. */
+static bool parse_data_url(const char *url, size_t len, const char *param, request_image *img,
+                           request_error *e) {
+    if (len < 5 || !ascii_case_eq(url, 5, "data:")) {
+        const char *colon = memchr(url, ':', len);
+        char scheme[24];
+        ascii_prefix(url, colon ? (size_t)(colon - url) : 0, scheme, sizeof scheme);
+        if (colon && scheme[0] && strlen(scheme) == (size_t)(colon - url))
+            return BAD(e, param, "%s: found a URL of scheme \"%s:\"; " DATA_URLS_ONLY, param,
+                       scheme);
+        return BAD(e, param, "%s: found something that is not a data: URL; " DATA_URLS_ONLY, param);
+    }
+    const char *head = url + 5, *comma = memchr(head, ',', len - 5);
+    if (!comma)
+        return BAD(e, param, "%s: found a data: URL without a ',' before its data; " DATA_URLS_ONLY,
+                   param);
+    /* head: media type, then ";name=value" parameters, then ";base64" last */
+    const size_t head_len = (size_t)(comma - head);
+    const char *semi = memchr(head, ';', head_len);
+    const size_t type_len = semi ? (size_t)(semi - head) : head_len;
+    const bool base64 = head_len >= 7 && ascii_case_eq(comma - 7, 7, ";base64");
+    char type[48];
+    ascii_prefix(head, type_len, type, sizeof type);
+    const bool image = ascii_case_eq(head, type_len, "image/png") ||
+                       ascii_case_eq(head, type_len, "image/jpeg") ||
+                       ascii_case_eq(head, type_len, "image/jpg");
+    if (!image)
+        return BAD(e, param, "%s: found a data: URL of media type \"%s\"; " DATA_URLS_ONLY, param,
+                   type_len == 0              ? "text/plain"
+                   : strlen(type) == type_len ? type
+                                              : "(unreadable)");
+    if (!base64)
+        return BAD(e, param, "%s: found a data: URL that is not base64; " DATA_URLS_ONLY, param);
+    const char *data = comma + 1;
+    const size_t n = len - (size_t)(data - url);
+    if (n == 0) return BAD(e, param, "%s: the data: URL holds no data", param);
+    unsigned char *bytes = malloc(n / 4 * 3 + 1);
+    if (!bytes) return out_of_memory(e);
+    const char *why = NULL;
+    size_t at = 0;
+    const int64_t got = request_base64_decode(data, n, bytes, &why, &at);
+    if (got <= 0) {
+        free(bytes);
+        if (got == 0) return BAD(e, param, "%s: the data: URL holds no data", param);
+        return BAD(e, param, "%s: invalid base64 at character %zu of the data: %s", param, at, why);
+    }
+    img->data = bytes;
+    img->len = (size_t)got;
+    snprintf(img->param, sizeof img->param, "%s", param);
+    return true;
+}
+
+/* An "image_url" part (pname: "messages[i].content[k]") of a user message into the next
+ * slot of r->images. */
+static bool parse_image_part(const json_t *part, const char *pname, server_request *r,
+                             request_error *e) {
+    char name[160];
+    const json_t *iu = json_object_get(part, "image_url");
+    snprintf(name, sizeof name, "%s.image_url", pname);
+    if (!json_is_object(iu))
+        return BAD(e, name,
+                   "%s: expected an object {\"url\": \"data:image/png;base64,...\"}, found %s",
+                   name, iu ? found(iu) : "nothing");
+    const json_t *detail = field_get(iu, "detail");
+    snprintf(name, sizeof name, "%s.image_url.detail", pname);
+    if (detail && !(json_is_string(detail) && (!strcmp(json_string_value(detail), "auto") ||
+                                               !strcmp(json_string_value(detail), "low") ||
+                                               !strcmp(json_string_value(detail), "high"))))
+        return BAD(e, name, "%s: expected \"auto\", \"low\" or \"high\"", name);
+    const json_t *url = json_object_get(iu, "url");
+    snprintf(name, sizeof name, "%s.image_url.url", pname);
+    if (!json_is_string(url))
+        return BAD(e, name, "%s: expected a string, found %s", name, url ? found(url) : "nothing");
+    if (r->n_images >= REQUEST_MAX_IMAGES)
+        return BAD(e, name, "%s: at most %d images are accepted in one request", name,
+                   REQUEST_MAX_IMAGES);
+    if (!r->images && !(r->images = calloc(REQUEST_MAX_IMAGES, sizeof *r->images)))
+        return out_of_memory(e);
+    if (!parse_data_url(json_string_value(url), json_string_length(url), name,
+                        &r->images[r->n_images], e))
+        return false;
+    r->n_images++;
+    return true;
+}
+
 /* ==== Chat ==== */
 
-/* The text of message i's content: a string, or the joined "text" parts of an array. */
-static bool content_text(const json_t *content, size_t i, json_t **out, request_error *e) {
+/* Message i's content as the template sees it, into *out: a string when it has no image
+ * parts (a string, or its "text" parts joined), else a list of {"type": "image"} and
+ * {"type": "text", "text"} parts in order, the images' files appended to r->images. Image
+ * parts are accepted in user messages (user) of a vision-language model only. */
+static bool parse_content(const json_t *content, size_t i, bool user, const request_limits *lim,
+                          server_request *r, json_t **out, request_error *e) {
     char name[96];
     snprintf(name, sizeof name, "messages[%zu].content", i);
     if (!content) {
@@ -287,28 +455,61 @@ static bool content_text(const json_t *content, size_t i, json_t **out, request_
         return BAD(e, name, "%s: expected a string or an array of content parts, found %s", name,
                    found(content));
     size_t total = 0;
+    int32_t n_images = 0;
     for (size_t k = 0; k < json_array_size(content); k++) {
         const json_t *part = json_array_get(content, k);
         const json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
-        const json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
-        char pname[128];
+        char pname[128], fname[160];
         snprintf(pname, sizeof pname, "%s[%zu]", name, k);
         if (!json_is_object(part))
             return BAD(e, pname,
                        "%s: expected an object {\"type\": \"text\", \"text\": ...}, found %s",
                        pname, found(part));
-        snprintf(pname, sizeof pname, "%s[%zu].type", name, k);
+        snprintf(fname, sizeof fname, "%s.type", pname);
         if (!json_is_string(type))
-            return BAD(e, pname, "%s: expected \"text\", found %s", pname,
+            return BAD(e, fname, "%s: expected \"text\" or \"image_url\", found %s", fname,
                        type ? found(type) : "nothing");
-        if (strcmp(json_string_value(type), "text") != 0)
-            return BAD(e, pname, "%s: only \"text\" parts are supported, found \"%.40s\"", pname,
-                       json_string_value(type));
-        snprintf(pname, sizeof pname, "%s[%zu].text", name, k);
+        const char *ts = json_string_value(type);
+        if (!strcmp(ts, "image_url")) {
+            if (!lim->vision)
+                return BAD(e, fname,
+                           "%s: \"image_url\" parts need a vision-language model; %s is text-only",
+                           fname, lim->model ? lim->model : "this model");
+            if (!user)
+                return BAD(e, fname, "%s: image parts are accepted in user messages only", fname);
+            if (!parse_image_part(part, pname, r, e)) return false;
+            n_images++;
+            continue;
+        }
+        if (strcmp(ts, "text") != 0) {
+            char shown[48];
+            ascii_prefix(ts, json_string_length(type), shown, sizeof shown);
+            return BAD(e, fname,
+                       "%s: only \"text\" and \"image_url\" parts are supported, found \"%s\"",
+                       fname, strlen(shown) == json_string_length(type) ? shown : "(other)");
+        }
+        const json_t *text = json_object_get(part, "text");
+        snprintf(fname, sizeof fname, "%s.text", pname);
         if (!json_is_string(text))
-            return BAD(e, pname, "%s: expected a string, found %s", pname,
+            return BAD(e, fname, "%s: expected a string, found %s", fname,
                        text ? found(text) : "nothing");
         total += json_string_length(text);
+    }
+    if (n_images > 0) { /* the parts, as transformers' processors pass them to templates */
+        json_t *parts = json_array();
+        for (size_t k = 0; parts && k < json_array_size(content); k++) {
+            const json_t *part = json_array_get(content, k);
+            const char *ts = json_string_value(json_object_get(part, "type"));
+            json_t *p = !strcmp(ts, "text") ? json_pack("{s:s, s:O}", "type", "text", "text",
+                                                        json_object_get(part, "text"))
+                                            : json_pack("{s:s}", "type", "image");
+            if (json_array_append_new(parts, p) != 0) {
+                json_decref(parts);
+                parts = NULL;
+            }
+        }
+        *out = parts;
+        return *out ? true : out_of_memory(e);
     }
     char *buf = malloc(total + 1);
     if (!buf) return out_of_memory(e);
@@ -323,8 +524,10 @@ static bool content_text(const json_t *content, size_t i, json_t **out, request_
     return *out ? true : out_of_memory(e);
 }
 
-/* messages -> r->messages_json: each message a copy with its content as one string. */
-static bool parse_messages(const json_t *root, server_request *r, request_error *e) {
+/* messages -> r->messages_json: each message a copy with its content as the template
+ * sees it (parse_content), and the image parts into r->images. */
+static bool parse_messages(const json_t *root, const request_limits *lim, server_request *r,
+                           request_error *e) {
     const json_t *msgs = field_get(root, "messages");
     if (!msgs)
         return BAD(e, "messages",
@@ -352,7 +555,8 @@ static bool parse_messages(const json_t *root, server_request *r, request_error 
             break;
         }
         json_t *text = NULL, *copy = NULL;
-        ok = content_text(field_get(m, "content"), i, &text, e);
+        ok = parse_content(field_get(m, "content"), i, !strcmp(json_string_value(role), "user"),
+                           lim, r, &text, e);
         if (ok &&
             (!(copy = json_copy((json_t *)m)) || json_object_set_new(copy, "content", text) != 0 ||
              json_array_append_new(norm, copy) != 0))
@@ -398,7 +602,7 @@ static bool parse_unsupported(const json_t *root, request_error *e) {
 static bool parse_chat(const json_t *root, const request_limits *lim, server_request *r,
                        request_error *e) {
     r->max_tokens = -1;
-    if (!parse_messages(root, r, e) || !parse_unsupported(root, e) ||
+    if (!parse_messages(root, lim, r, e) || !parse_unsupported(root, e) ||
         !parse_common(root, lim, r, e) || !field_bool(root, "logprobs", &r->logprobs, e))
         return false;
     int64_t k = -1;

@@ -4,9 +4,13 @@
  * request_parse turns the bytes of a POST body into a server_request whose every field
  * is in range, or into a request_error: an HTTP status (400) and an OpenAI error naming
  * the field at fault ("messages[0].content[1].type", "temperature"). It is pure: no
- * HTTP, no engine, no tokenizer; what needs the model (rendering the chat template,
- * tokenizing, fitting the context) happens later in the server. This is the code the
- * fuzz target drives with arbitrary bytes.
+ * HTTP, no engine, no tokenizer, no image decoding; what needs the model (decoding the
+ * images, rendering the chat template, tokenizing, fitting the context) happens later in
+ * the server. This is the code the fuzz target drives with arbitrary bytes.
+ *
+ * Images come as "image_url" content parts of user messages whose URL is a base64 data:
+ * URL of a PNG or JPEG file; the parser checks the URL, decodes the base64 (strictly)
+ * and hands the file's bytes on. celer never fetches a URL.
  */
 #ifndef CELER_SERVER_REQUEST_H
 #define CELER_SERVER_REQUEST_H
@@ -27,19 +31,34 @@ typedef enum request_kind {
 #define REQUEST_MAX_STOP                4
 #define REQUEST_MAX_N                   16
 #define REQUEST_MAX_COMPLETION_LOGPROBS 5
+#define REQUEST_MAX_IMAGES              16 /* image parts in one chat request */
 
 /* What the parser needs to know of the model. */
 typedef struct request_limits {
     int64_t n_vocab;    /* ids (prompt, logit_bias, detokenize) must be below it */
     int64_t max_tokens; /* largest max_tokens accepted: the context of one sequence */
+    bool vision;        /* the model takes images: "image_url" parts are accepted */
+    const char *model;  /* its name, for the error a text-only model gives them; may be NULL */
 } request_limits;
+
+/* One "image_url" part: the bytes of the image file its data: URL holds. */
+typedef struct request_image {
+    unsigned char *data; /* [len] (malloc'd), len > 0 */
+    size_t len;
+    char param[160]; /* where it came from: "messages[0].content[1].image_url.url" */
+} request_image;
 
 /* A request that passed every check. Owned strings and arrays; request_free frees them. */
 typedef struct server_request {
     request_kind kind;
-    /* chat: the messages as a JSON array of {"role", "content": string, ...}, content
-     * parts already joined, ready for celer_chat_template_render */
+    /* chat: the messages as a JSON array of {"role", "content", ...}, ready for
+     * celer_chat_template_render. A message without image parts has its content as one
+     * string (text parts joined); one with image parts keeps a list of parts in order,
+     * {"type": "image"} and {"type": "text", "text": ...}, as transformers' processors
+     * give them to the template. */
     char *messages_json;
+    request_image *images; /* [n_images] the image parts of all messages, in order */
+    int32_t n_images;
     /* completion: a text prompt (text != NULL) or token ids; tokenize: the text */
     char *text;
     size_t text_len;
@@ -79,6 +98,13 @@ typedef struct request_error {
 bool request_parse(request_kind kind, const char *body, size_t len, const request_limits *lim,
                    server_request *out, request_error *e);
 void request_free(server_request *r);
+
+/* Decodes strict base64 (RFC 4648 section 4: the standard alphabet, padded with '=' to a
+ * multiple of 4 characters, no whitespace, unused bits zero) src[n] into out, which has
+ * room for n / 4 * 3 bytes. Returns the number of bytes written, or -1 with *why set to a
+ * static reason and *at to the offset of the offending character (n for a bad length). */
+int64_t request_base64_decode(const char *src, size_t n, unsigned char *out, const char **why,
+                              size_t *at);
 
 /* Fills *e; param may be NULL. Returns false, so a caller can `return request_fail(...)`. */
 bool request_fail(request_error *e, int status, const char *type, const char *code,

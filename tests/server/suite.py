@@ -10,7 +10,11 @@ Servers, one at a time:
             clients cancel their requests, SIGTERM during a stream
   auth      --api-key (two keys); authfile: --api-key-file
   queue     -np 1 --max-queue 1: 503 when full
+  vlm       the tiny LLaVA-NeXT of tests/server/fixtures/llava-chat: image_url parts against
+            the transformers goldens, streaming, the prefix cache keyed by the image, bad
+            image inputs, a body of a few hundred KB under the default body limit
 """
+import base64
 import concurrent.futures
 import json
 import os
@@ -20,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import httpx
 import openai
@@ -197,6 +202,23 @@ def test_chat_content_parts(srv):
                                                {"type": "text", "text": "is the sky?"}]}])
     eq(parts.choices[0].message.content, plain.choices[0].message.content, "text parts vs string content")
     eq(parts.usage.prompt_tokens, plain.usage.prompt_tokens, "prompt_tokens of text parts vs string")
+
+
+def test_image_part_text_only_model(srv):
+    """A text-only model answers an image part with a 400 that names it text-only."""
+    url = "data:image/png;base64," + base64.b64encode(vlm_image_bytes("a")).decode()
+    try:
+        oa(srv).chat.completions.create(model=ALIAS, max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": url}}]}])
+    except openai.BadRequestError as e:
+        eq(e.status_code, 400, "status")
+        err = error_of(e.response.json())
+        eq(err["param"], "messages[0].content[1].type", "error.param")
+        check("text-only" in err["message"] and ALIAS in err["message"],
+              f"message does not name {ALIAS} as text-only: {err['message']!r}")
+        server_still_serves(srv)
+        return
+    raise Failure("an image part to a text-only model did not raise openai.BadRequestError")
 
 
 def test_completions_string(srv):
@@ -908,14 +930,209 @@ def test_models_default_id(srv):
           f"/v1/models without --alias lists {ids}, none names the model file {os.path.basename(CTX.model)}")
 
 
+
+# =======================================================================================
+# vlm server: image_url parts on the tiny LLaVA-NeXT of tests/server/fixtures/llava-chat,
+# against the goldens tools/make_llava_chat_fixture.py computed with transformers.
+
+VLM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "llava-chat")
+VLM_GOLDEN = None  # golden.json, loaded by main()
+BAD_PROMPT = "What is this?"
+
+
+def vlm_image_bytes(name):
+    with open(os.path.join(VLM_DIR, f"image_{name}.png"), "rb") as f:
+        return f.read()
+
+
+def data_url(data, media="image/png"):
+    return f"data:{media};base64," + base64.b64encode(data).decode()
+
+
+def vlm_messages(url, prompt=None):
+    """The golden's one user message, [image, text], with the image at url."""
+    text = prompt if prompt is not None else VLM_GOLDEN["prompt"]
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": text}]}]
+
+
+def vlm_chat(srv, name, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", VLM_GOLDEN["max_new_tokens"])
+    return oa(srv).chat.completions.create(model="llava-chat", messages=vlm_messages(data_url(vlm_image_bytes(name))),
+                                           **kw)
+
+
+def check_vlm_golden(r, name, what):
+    """r (a non-streamed answer) is image `name`'s golden: text, every token's bytes, usage."""
+    g = VLM_GOLDEN["cases"][name]
+    ch = r.choices[0]
+    eq(ch.message.content, g["completion_text"], f"{what}: text")
+    eq(ch.finish_reason, "length", f"{what}: finish_reason")
+    eq(r.usage.prompt_tokens, g["prompt_tokens"], f"{what}: usage.prompt_tokens (the image token expanded)")
+    eq(r.usage.completion_tokens, len(g["completion_ids"]), f"{what}: usage.completion_tokens")
+    if ch.logprobs is not None:
+        eq([list(t.bytes) for t in ch.logprobs.content], g["completion_token_bytes"], f"{what}: bytes of each token")
+
+
+def test_vlm_golden(srv):
+    r = vlm_chat(srv, "a", logprobs=True)
+    check(r.choices[0].logprobs is not None, "no logprobs")
+    check_vlm_golden(r, "a", "image a")
+    # the golden's ids, detokenized by the server, are the same text
+    d = post_json(srv, "/detokenize", {"tokens": VLM_GOLDEN["cases"]["a"]["completion_ids"]})
+    eq(d.json().get("content"), r.choices[0].message.content, "/detokenize of the golden ids vs the completion")
+    # the same image as JPEG-labelled media type is refused by nothing: the decoder sniffs PNG
+    r = oa(srv).chat.completions.create(model="llava-chat", temperature=0, max_tokens=VLM_GOLDEN["max_new_tokens"],
+                                        messages=vlm_messages(data_url(vlm_image_bytes("a"), "image/jpeg")))
+    check_vlm_golden(r, "a", "image a sent as image/jpeg")
+
+
+def test_vlm_stream(srv):
+    g = VLM_GOLDEN["cases"]["a"]
+    chunks = list(vlm_chat(srv, "a", stream=True, stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    eq(text, g["completion_text"], "streamed text")
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    eq(finals, ["length"], "finish reasons")
+    last = chunks[-1]
+    check(last.usage is not None, "no usage chunk")
+    eq(last.usage.prompt_tokens, g["prompt_tokens"], "streamed usage.prompt_tokens")
+
+
+def cached_of(r):
+    d = r.usage.prompt_tokens_details
+    check(d is not None and d.cached_tokens is not None, f"no prompt_tokens_details.cached_tokens: {short(r.usage)}")
+    return d.cached_tokens
+
+
+def test_vlm_prefix_cache_by_image(srv):
+    """The same request again reuses its blocks; the same ids with another image reuse no
+    block that holds image rows, and give that image's own golden."""
+    ga, gb = VLM_GOLDEN["cases"]["a"], VLM_GOLDEN["cases"]["b"]
+    eq(ga["prompt_ids"], gb["prompt_ids"], "the two cases' prompt ids (the test needs them equal)")
+    first = vlm_chat(srv, "a")
+    again = vlm_chat(srv, "a")
+    check_vlm_golden(again, "a", "image a again")
+    cached = cached_of(again)
+    check(cached >= 48, f"image a again: cached_tokens {cached}, want the prompt's full blocks (>= 48 of "
+                        f"{ga['prompt_tokens']})")
+    check(cached < again.usage.prompt_tokens, f"cached_tokens {cached} not below prompt_tokens")
+    eq(first.choices[0].message.content, again.choices[0].message.content, "image a: first vs again")
+    other = vlm_chat(srv, "b")
+    check_vlm_golden(other, "b", "image b after image a")
+    cb = cached_of(other)
+    check(cb <= gb["image_start"], f"image b: cached_tokens {cb} reach into the image rows (they start at "
+                                   f"{gb['image_start']}): blocks of image a were reused")
+    check(cached_of(vlm_chat(srv, "b")) >= 48, "image b again: its own blocks are not reused")
+
+
+def tiny_png(w, h, seed):
+    """An RGB PNG of pseudo-random pixels (incompressible), written with zlib alone."""
+    import random
+    rnd = random.Random(seed)
+    raw = b"".join(b"\x00" + rnd.randbytes(w * 3) for _ in range(h))
+
+    def chunk(kind, data):
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+    ihdr = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 1))
+            + chunk(b"IEND", b""))
+
+
+def test_vlm_large_body(srv):
+    """A data URL of a few hundred KB fits the default --max-body-bytes (8 MiB)."""
+    png = tiny_png(320, 300, 5)
+    body = json.dumps({"messages": vlm_messages(data_url(png)), "max_tokens": 2, "temperature": 0}).encode()
+    check(len(body) > 300_000, f"test body only {len(body)} bytes")
+    st, _, resp = raw_request(srv.port, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"},
+                              timeout=120)
+    eq(st, 200, f"status for a {len(body)}-byte body ({short(resp[:300])})")
+    u = parse_json_body(resp, "answer")["usage"]
+    n_text = len(VLM_GOLDEN["cases"]["a"]["prompt_ids"]) - 1
+    check(u["prompt_tokens"] > n_text + VLM_GOLDEN["cases"]["a"]["image_rows"],
+          f"prompt_tokens {u['prompt_tokens']}: a 320x300 image takes more rows than an 80x48 one")
+
+
+def test_vlm_two_images(srv):
+    """Two image parts: two image tokens where the template put them, each expanded."""
+    ua, ub = data_url(vlm_image_bytes("a")), data_url(vlm_image_bytes("b"))
+    msgs = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ua, "detail": "high"}},
+                                         {"type": "text", "text": "and"},
+                                         {"type": "image_url", "image_url": {"url": ub}}]}]
+    r = oa(srv).chat.completions.create(model="llava-chat", temperature=0, max_tokens=2, messages=msgs)
+    # what the fixture's template renders for these parts
+    ids = tokenize(srv, "<s>USER: <image>\nand<image>\n\nASSISTANT:", False)
+    image_token = VLM_GOLDEN["image_token"]
+    eq(ids.count(image_token), 2, "image tokens in the rendered prompt")
+    rows = VLM_GOLDEN["cases"]["a"]["image_rows"]  # both images are 80x48
+    eq(r.usage.prompt_tokens, len(ids) - 2 + 2 * rows, "usage.prompt_tokens of two images")
+
+
+def vlm_bad(body_messages, param_suffix, words):
+    """A test: the messages get a 400 OpenAI error naming param (suffix) with one of words."""
+    def t(srv):
+        body = json.dumps({"messages": body_messages() if callable(body_messages) else body_messages,
+                           "max_tokens": 2}).encode()
+        st, _, resp = raw_request(srv.port, "POST", "/v1/chat/completions", body,
+                                  {"Content-Type": "application/json"}, timeout=60)
+        eq(st, 400, f"status (body {short(resp[:300])})")
+        err = error_of(parse_json_body(resp, "error"))
+        check((err.get("param") or "").endswith(param_suffix),
+              f"error.param {err.get('param')!r}, want one ending in {param_suffix!r}")
+        check(any(w.lower() in err["message"].lower() for w in words),
+              f"error.message names none of {words}: {err['message']!r}")
+        eq(err["type"], "invalid_request_error", "error.type")
+        server_still_serves(srv)
+    return t
+
+
+URL_PARAM = "messages[0].content[0].image_url.url"
+
+VLM_BAD_INPUTS = [
+    ("http_url", vlm_messages("http://example.com/cat.png", BAD_PROMPT), URL_PARAM, ["only base64 data: URLs"]),
+    ("https_url", vlm_messages("https://example.com/cat.png", BAD_PROMPT), URL_PARAM, ["never fetches"]),
+    ("file_url", vlm_messages("file:///etc/passwd", BAD_PROMPT), URL_PARAM, ["only base64 data: URLs"]),
+    ("data_url_not_base64", vlm_messages("data:image/png,%89PNG%0D%0A", BAD_PROMPT), URL_PARAM, ["not base64"]),
+    ("data_url_not_image", vlm_messages("data:text/plain;base64,aGVsbG8=", BAD_PROMPT), URL_PARAM, ["text/plain"]),
+    ("bad_base64_character", vlm_messages("data:image/png;base64,iVBORw0K*goAAAAA", BAD_PROMPT), URL_PARAM,
+     ["invalid base64"]),
+    ("bad_base64_padding", vlm_messages("data:image/png;base64,iVBORw0KGgo=AAAA", BAD_PROMPT), URL_PARAM, ["padding"]),
+    ("truncated_png", lambda: vlm_messages(data_url(vlm_image_bytes("a")[:300]), BAD_PROMPT), URL_PARAM, ["truncated"]),
+    ("not_an_image", lambda: vlm_messages(data_url(b"GIF89a" + bytes(64)), BAD_PROMPT), URL_PARAM, ["png", "jpeg", "image"]),
+    ("image_url_not_object", [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}],
+     "messages[0].content[0].image_url", ["expected an object"]),
+    ("image_in_assistant_message", lambda: [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(vlm_image_bytes("a"))}}]}],
+     "messages[1].content[0].type", ["user messages"]),
+    ("input_audio_part", [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}],
+     "messages[0].content[0].type", ["input_audio"]),
+    ("image_token_in_text", [{"role": "user", "content": "What is <image> here?"}], "messages",
+     ["did not place"]),
+]
+
+
+def vlm_tests():
+    tests = [
+        ("vlm_image_chat_matches_transformers", test_vlm_golden),
+        ("vlm_image_chat_stream", test_vlm_stream),
+        ("vlm_prefix_cache_keyed_by_image", test_vlm_prefix_cache_by_image),
+        ("vlm_two_images", test_vlm_two_images),
+        ("vlm_large_data_url_default_body_limit", test_vlm_large_body),
+    ]
+    tests += [(f"vlm_bad_input[{n}]", vlm_bad(m, p, w)) for n, m, p, w in VLM_BAD_INPUTS]
+    return tests
+
+
 # =======================================================================================
 
 
 CTX = None
 
 
-def with_server(res, ctx, name, args, tests, log_dir, stop_check=True):
-    srv = Server(ctx.binary, ctx.model, name, args, log_dir)
+def with_server(res, ctx, name, args, tests, log_dir, stop_check=True, model=None):
+    srv = Server(ctx.binary, model or ctx.model, name, args, log_dir)
     print(f"--- server {name}: celer serve {' '.join(args)}", flush=True)
     try:
         srv.start()
@@ -972,6 +1189,7 @@ def main():
         ("chat_stream", test_chat_stream),
         ("chat_stream_raw_sse", test_chat_stream_raw_sse),
         ("chat_content_parts", test_chat_content_parts),
+        ("image_part_text_only_model_400", test_image_part_text_only_model),
         ("completions_string_prompt", test_completions_string),
         ("completions_token_id_prompt", test_completions_token_ids),
         ("usage_counts_tokens", test_usage_counts_tokens),
@@ -1028,6 +1246,11 @@ def main():
         ("metrics_off_without_flag", test_metrics_off),
         ("models_default_id", test_models_default_id),
     ], log_dir)
+
+    global VLM_GOLDEN
+    with open(os.path.join(VLM_DIR, "golden.json")) as f:
+        VLM_GOLDEN = json.load(f)
+    with_server(res, CTX, "vlm", ["-np", "2", "-c", "2048", "-t", "2"], vlm_tests(), log_dir, model=VLM_DIR)
 
     print(f"server logs in {log_dir}; {time.monotonic() - t0:.0f} s", flush=True)
     if res.failures:
