@@ -221,8 +221,34 @@ static void check_image(const char *name) {
     json_decref(g);
 }
 
+/* `celer generate --image -p` (the chat template's image part) and `--text` with <image>
+ * answer as transformers does on the chat fixture (tests/server/fixtures/llava-chat). */
+static void check_image_chat(void) {
+    const char *d = "tests/server/fixtures/llava-chat";
+    char path[512], cmd[4096], out[4096];
+    snprintf(path, sizeof path, "%s/golden.json", d);
+    json_t *g = json_load_file(path, 0, NULL);
+    const json_t *c = json_object_get(json_object_get(g, "cases"), "a");
+    if (!CHECK(c != NULL, "chat fixture golden")) return;
+    const char *prompt = json_string_value(json_object_get(g, "prompt"));
+    const char *want = json_string_value(json_object_get(c, "completion_text"));
+    snprintf(cmd, sizeof cmd, "'%s' generate -m %s --image %s/image_a.png -p '%s' -n 8 --temp 0 --ignore-eos 2>/dev/null",
+             bin(), d, d, prompt);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "generate --image -p exits 0");
+    CHECK(!strncmp(out, want, strlen(want)), "generate --image -p answered \"%s\", transformers \"%s\"", out, want);
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate -m %s --image %s/image_a.png --text \"$(printf 'USER: <image>\\n%s\\nASSISTANT:')\" -n 8 "
+             "--temp 0 --ignore-eos 2>/dev/null",
+             bin(), d, d, prompt);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "generate --image --text exits 0");
+    CHECK(!strncmp(out, want, strlen(want)), "generate --image --text answered \"%s\", transformers \"%s\"", out, want);
+    printf("  llava-chat: generate --image with -p and with --text answers \"%s\" as transformers does\n", want);
+    json_decref(g);
+}
+
 int main(void) {
     check_image("llava-mistral-mlx-q4");
+    check_image_chat();
     check_convert("llama-tied-gguf-q4_1");
     check_convert("qwen2-gguf-q8_0");
     check_config_variants();
