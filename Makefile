@@ -7,6 +7,8 @@
 #   make format     clang-format every C file
 #   make fixtures   regenerate tests/fixtures with the pinned Python tools
 #   make bench      side-by-side speed against llama.cpp and mlx-lm (BENCH_ARGS, docs/benchmarks.md)
+#   make bench-vision  image encode and prefill against transformers on a CLIP ViT-L/14-336
+#                   LLaVA-NeXT with random weights (VISION_ARGS, docs/benchmarks.md)
 
 BUILD   ?= build
 CC      ?= cc
@@ -28,7 +30,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all run test asan fuzz format fixtures deps model clean check-tests bench bench-serve soak
+.PHONY: all run test asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision soak
 
 all: $(BUILD)/celer
 
@@ -110,6 +112,17 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	build/bench-venv/bin/python bench/make_models.py
 	build/bench-venv/bin/python bench/run.py $(BENCH_ARGS)
+
+# Vision benchmark (not part of test): celer against transformers (torch CPU) in the tools
+# venv build/venv; model in build/bench-models/llava-vitl-random, report in
+# build/bench/vision.md. A quick run: make bench-vision VISION_ARGS="--rounds 1 --reps 1"
+VISION_ARGS ?=
+
+bench-vision: deps
+	bash tools/setup_venv.sh
+	@$(MAKE) --no-print-directory all
+	build/venv/bin/python bench/make_vision_model.py
+	build/venv/bin/python bench/vision.py $(VISION_ARGS)
 
 bench-serve: deps
 	bash bench/setup_serve.sh
