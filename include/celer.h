@@ -86,9 +86,9 @@ typedef struct celer_model_info {
     int64_t n_params;          /* weights, counted as unpacked values */
     int64_t weight_bytes;      /* bytes of the weights as stored (codes, scales, biases) */
     int64_t kv_bytes_per_token; /* KV cache bytes per position of one sequence (fp16) */
-    int64_t packed_bytes;      /* weights repacked for the fast kernels (0 until a context
-                                  with fast kernels exists) */
-    double pack_ms;            /* time that repacking took */
+    int64_t packed_bytes;      /* weights prepared by backends: repacked for the fast CPU
+                                  kernels, copied to a GPU (0 until such a context exists) */
+    double pack_ms;            /* time that preparing them took */
 } celer_model_info;
 
 celer_model_info celer_model_get_info(const celer_model *model);
@@ -113,6 +113,10 @@ typedef struct celer_context_params {
      * correctness oracle), "generic" (the fast path's layout in plain C), "avx2",
      * "avx512" (AVX-512 VNNI), "amx". Asking for one the CPU lacks is an error. */
     const char *kernels;
+    /* Where the model runs: "cpu", "cuda" (the first GPU) or "cuda:N"; NULL = the
+     * CELER_DEVICE environment variable if set, else "cpu". A device this machine or
+     * build lacks is an error. */
+    const char *device;
 } celer_context_params;
 
 celer_context_params celer_context_default_params(void);
@@ -121,8 +125,14 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
                                   celer_context **out, char *err, size_t err_size);
 void celer_context_destroy(celer_context *ctx);
 
-/* The kernel set ctx runs ("ref", "avx2", ...); static. */
+/* The kernel set ctx runs ("ref", "avx2", ..., "cuda"); static. */
 const char *celer_context_kernels(const celer_context *ctx);
+/* The device ctx runs on ("cpu", "cuda:0"); static. */
+const char *celer_context_device(const celer_context *ctx);
+
+/* Device i of this machine and build (i = 0, 1, ...): its name for params.device
+ * ("cpu", "cuda:0") in name and a description in desc; false past the last. */
+bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size);
 /* Threads ctx runs each op on. */
 int32_t celer_context_n_threads(const celer_context *ctx);
 
@@ -388,6 +398,7 @@ typedef struct celer_engine_params {
     int32_t n_threads;     /* 0 = physical cores */
     const char *kernels;   /* as celer_context_params.kernels */
     const char *kv_type;   /* as celer_context_params.kv_type */
+    const char *device;    /* as celer_context_params.device */
     bool prefix_cache;     /* reuse cached blocks across requests */
 } celer_engine_params;
 

@@ -357,15 +357,17 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     ref->ops->kv_store(ref, kpool_r, vpool_r, kin, vin, slots, 160, kvd);
     float *q = rand_vec(n * h * hd, 2.0f), *of = malloc(sizeof(float) * (size_t)(n * h * hd));
     float *orf = malloc(sizeof(float) * (size_t)(n * h * hd));
-    int32_t pos[37];
-    const int32_t *tabs[37];
+    int32_t pos[37], seq[37], tables[10];
+    memcpy(tables, blocks_a, sizeof blocks_a);
+    memcpy(tables + 5, blocks_b, sizeof blocks_b);
     for (int64_t r = 0; r < n; r++) { /* rows 0..29: prefill of a at 40..69; the rest decode rows of b */
         pos[r] = r < 30 ? (int32_t)(40 + r) : (int32_t)(7 * (r - 29));
-        tabs[r] = r < 30 ? blocks_a : blocks_b;
+        seq[r] = r < 30 ? 0 : 1;
     }
     const int64_t windows[] = {0, 9};
     for (int wi = 0; wi < 2; wi++) {
-        attn_rows ar = {.n = n, .pos = pos, .blocks = tabs, .block_size = bs, .window = windows[wi],
+        attn_rows ar = {.n = n, .pos = pos, .seq = seq, .tables = tables, .table_cols = 5, .block_size = bs,
+                        .window = windows[wi],
                         .h = h, .hk = hk, .hd = hd, .scale = 0.158f};
         fast->ops->attention(fast, of, q, kpool, vpool, &ar);
         ref->ops->attention(ref, orf, q, kpool_r, vpool_r, &ar);
@@ -390,9 +392,16 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
         report(trad ? "rope traditional (op)" : "rope half-split (op)", d, 0.0);
         free(x1), free(x2);
     }
-    rand_affine a = make_affine(4, 32, DTYPE_F16, 100, 256);
-    arena mem = {0};
-    a.w.packed = pack_matrix(&a.w, &mem);
+    /* the class's prepared set: the F16 matrix packed, the inexact F32 one left as it is */
+    rand_affine a = make_affine(4, 32, DTYPE_F16, 100, 256), b = make_affine(4, 32, DTYPE_F32, 100, 256);
+    ((float *)b.scales)[5] = 1.0f + 1e-7f;
+    a.w.id = 1, b.w.id = 2;
+    matview *mats[] = {&a.w, &b.w};
+    const weight_set ws = {.mats = mats, .n_mats = 2};
+    cpu_weights *cw = NULL;
+    CHECK(pack_weights(&ws, &backend_cpu_class, &cw, NULL) == CELER_OK && cw->mats[0] && !cw->mats[1],
+          "pack_weights packs the F16 matrix and leaves the inexact F32 one");
+    fast->weights = &cw->base;
     float *x = rand_vec(n * 256, 1.0f), *yf = malloc(sizeof(float) * (size_t)(n * 100));
     float *yr = malloc(sizeof(float) * (size_t)(n * 100));
     fast->ops->matmul(fast, yf, &a.w, x, n);
@@ -401,17 +410,13 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     for (int64_t i = 0; i < n * 100; i++) d = fmax(d, fabs((double)yf[i] - yr[i])), mx = fmax(mx, fabs(yr[i]));
     report("matmul op 4-bit g32 [100 x 256] n=37 vs ref", d, 2e-4 * mx);
     /* an unpackable matrix takes the row-at-a-time path and matches the reference exactly */
-    a.w.packed = NULL;
-    ((float *)a.scales)[0] = 0.0f;
-    rand_affine b = make_affine(4, 32, DTYPE_F32, 100, 256);
-    ((float *)b.scales)[5] = 1.0f + 1e-7f;
     fast->ops->matmul(fast, yf, &b.w, x, n);
     ref->ops->matmul(ref, yr, &b.w, x, n);
     d = 0;
     for (int64_t i = 0; i < n * 100; i++) d = fmax(d, fabs((double)yf[i] - yr[i]));
     report("matmul op, unpackable F32 scales, vs ref", d, 1e-4);
     free_affine(&b);
-    arena_free(&mem);
+    pack_weights_free(cw);
     free_affine(&a);
     free(x), free(yf), free(yr), free(kpool), free(vpool), free(kpool_r), free(vpool_r), free(kin), free(vin), free(q), free(of), free(orf);
     backend_destroy(fast);

@@ -1,9 +1,19 @@
 /*
- * backend.h - the op interface model code is written against (DESIGN.md section 2).
+ * backend.h - the op interface model code is written against (DESIGN.md section 2), and
+ * the registry of backend classes (cpu, cuda).
  *
- * A backend runs each op over whole batches of rows on buffers it can address (host
- * memory for the CPU backends). Model files call only these ops, so one forward body
- * serves every backend. A backend never sees a model, a config or a tokenizer.
+ * A backend runs each op over whole batches of rows on memory it owns: activations, KV
+ * pools, step inputs and outputs live in buffers its alloc made (host memory for the CPU
+ * backends, device memory for a GPU one); callers move data in with upload and out with
+ * download, only the rows they read. A host backend (be->host) addresses host memory
+ * directly, so callers may hand it their own buffers. Weights reach ops as the views the
+ * model bound: a matrix is found in the backend's prepared set by its id (the CPU repack,
+ * a device layout), and weight vectors (norm weights, biases, position tables) are
+ * pointers into the model's vector arena, which a backend with memory of its own mirrors
+ * when it prepares. A backend never sees a model, a config or a tokenizer.
+ *
+ * A step (one forward) runs between begin and end: a GPU backend may queue its ops and
+ * replay a step it has seen before; download waits for the work queued before it.
  *
  * attention reads the paged KV cache causally (text models); attention_full has no cache
  * and no mask (a vision encoder): its n rows form n / seg independent segments of seg
@@ -13,6 +23,8 @@
 #ifndef CELER_BACKEND_H
 #define CELER_BACKEND_H
 
+#include "base/arena.h"
+#include "base/error.h"
 #include "base/tensor.h"
 
 #include <stdbool.h>
@@ -26,11 +38,13 @@ typedef struct rope_params {
 } rope_params;
 
 /* The rows of one attention call: row r sits at position pos[r] of the sequence whose
- * block table is blocks[r], and attends causally over that sequence's cache. */
+ * block table is row seq[r] of tables, and attends causally over that sequence's cache. */
 typedef struct attn_rows {
     int64_t n;
-    const int32_t *pos;           /* [n] */
-    const int32_t *const *blocks; /* [n] */
+    const int32_t *pos;    /* [n] */
+    const int32_t *seq;    /* [n] */
+    const int32_t *tables; /* [*, table_cols] cache block of each block_size positions */
+    int64_t table_cols;
     int64_t block_size;
     int64_t window; /* sliding window in positions; 0 = none */
     int64_t h, hk, hd;
@@ -45,13 +59,40 @@ typedef enum backend_act {
 } backend_act;
 
 typedef struct backend backend;
+typedef struct backend_class backend_class;
+
+/* A class's prepared copy of a model's weights; each class extends it. */
+typedef struct backend_weights {
+    const backend_class *cls;
+    int64_t bytes; /* of the copy */
+    double ms;     /* making it took */
+} backend_weights;
 
 typedef struct backend_ops {
     const char *name;
     void (*destroy)(backend *be);
+
+    /* ---- memory ---- */
+    /* bytes of zeroed backend memory, or NULL; freed by release */
+    void *(*alloc)(backend *be, size_t bytes);
+    void (*release)(backend *be, void *p);
+    /* host -> backend, backend -> host (after the work queued before it) */
+    void (*upload)(backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(backend *be, void *dst, const void *src, size_t bytes);
+    /* y[n, d] (rows ldy floats apart) = x[n, d] (rows ldx apart) */
+    void (*copy_rows)(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d);
+    /* y[n, d]: row i = x[idx[i]], or the weight vector fill[d] where idx[i] < 0 */
+    void (*gather_rows)(backend *be, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
+                        int64_t d);
+    /* ---- steps ---- */
+    void (*begin)(backend *be);
+    void (*end)(backend *be);
+
+    /* ---- ops ---- */
     /* y[n, w.rows] = x[n, w.cols] @ W^T */
     void (*matmul)(backend *be, float *y, const matview *w, const float *x, int64_t n);
-    /* y[n, w.cols] = rows ids[n] of W (an embedding table, dequantized) */
+    /* y[n, w.cols] = rows ids[n] of W (an embedding table, dequantized); a row whose id is
+     * negative is left as it is */
     void (*embed)(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n);
     /* y[n, d] = rmsnorm(x[n, d]) * w[d] */
     void (*rmsnorm)(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
@@ -85,18 +126,78 @@ typedef struct backend_ops {
     void (*scale)(backend *be, float *y, float s, int64_t m);
     /* y[n * (s/p)^2, 3 p p] = the p x p patches of images x[n, 3, s, s], row-major per
      * image, each flattened (channel, row, column), or (row, column, channel) when
-     * channels_last: a convolution of stride p as one matrix product */
+     * channels_last: a convolution of stride p as one matrix product; with lead set, each
+     * image's rows start with one row of zeros (a class token's place) */
     void (*patches)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
-                    bool channels_last);
+                    bool channels_last, bool lead);
 } backend_ops;
 
 struct backend {
     const backend_ops *ops;
+    const char *kernels; /* the kernel set it runs: "avx2", "ref", "cuda" */
     bool kv_f16; /* the KV pools hold fp16 values (else fp32); fixed at creation */
+    bool host;   /* ops address host memory: callers' own buffers may be passed in */
+    const backend_weights *weights; /* the prepared set ops look matrices up in, or NULL */
 };
+
+/* ==== Weights and classes ==== */
+
+/* What a class prepares for one model: every matrix, mats[i]->id == i + 1, and the
+ * arenas every weight vector lives in. done(arg, w) says the backend no longer reads w's
+ * source (its file pages may go). */
+typedef struct weight_set {
+    matview *const *mats;
+    int64_t n_mats;
+    const arena *const *vectors;
+    int64_t n_vectors;
+    void (*done)(void *arg, const matview *w);
+    void *arg;
+} weight_set;
+
+/* What a backend is made for: the largest op it will see. */
+typedef struct backend_params {
+    int device;          /* index among the class's devices */
+    const char *kernels; /* the CPU's kernel set: auto, ref, generic, avx2, avx512, amx */
+    int n_threads;
+    bool kv_f16;
+    int64_t max_rows; /* rows in one op call */
+    int64_t max_cols; /* widest matrix input (and row of the elementwise ops) */
+    int64_t max_keys; /* positions one attention row reads */
+    int64_t hd;       /* head dimension */
+} backend_params;
+
+/* A kind of backend: cpu, cuda. */
+struct backend_class {
+    const char *name;
+    /* devices this machine has (0 with the reason in e when none) */
+    int (*device_count)(celer_error *e);
+    /* a line naming device i: "NVIDIA H200, 139 GiB", "AMD EPYC 9454 (avx512)" */
+    void (*device_name)(int device, char *out, size_t size);
+    /* *out = a copy of ws laid out for the class's kernels on p->device (NULL when its
+     * kernels read every weight where it lies) */
+    celer_status (*prepare)(const weight_set *ws, const backend_params *p, backend_weights **out, celer_error *e);
+    void (*unprepare)(backend_weights *w);
+    /* a backend running with weights w (may be NULL), or NULL (e says why) */
+    backend *(*create)(const backend_params *p, const backend_weights *w, celer_error *e);
+};
+
+/* The class and device index a device string names ("cpu", "cuda", "cuda:1"; NULL or
+ * empty is "cpu"), checking that the device exists. */
+celer_status backend_find(const char *device, const backend_class **cls, int *index, celer_error *e);
+/* The classes built in, NULL-terminated. */
+const backend_class *const *backend_classes(void);
 
 /* Bytes of one cached K or V value. */
 static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }
+
+/* ==== Host memory: what every CPU backend shares ==== */
+
+void *backend_host_alloc(backend *be, size_t bytes);
+void backend_host_release(backend *be, void *p);
+void backend_host_copy(backend *be, void *dst, const void *src, size_t bytes);
+void backend_host_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d);
+void backend_host_gather_rows(backend *be, float *y, const float *x, const int32_t *idx, const float *fill,
+                              int64_t n, int64_t d);
 
 /* y[m] += x[m], y[n, d] += bias[d] and y[m] *= s on host memory: plain loops that every CPU backend
  * uses as its add and add_bias ops (memory-bound; nothing to gain from more). */
@@ -118,10 +219,18 @@ static inline void backend_host_scale(backend *be, float *y, float s, int64_t m)
 
 /* The patches op on host memory (data movement only; both CPU backends use it). */
 void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
-                          bool channels_last);
+                          bool channels_last, bool lead);
 
 static inline void backend_destroy(backend *be) {
     if (be) be->ops->destroy(be);
+}
+
+static inline void backend_begin(backend *be) {
+    if (be->ops->begin) be->ops->begin(be);
+}
+
+static inline void backend_end(backend *be) {
+    if (be->ops->end) be->ops->end(be);
 }
 
 #endif

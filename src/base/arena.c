@@ -44,3 +44,12 @@ void arena_free(arena *a) {
     }
     a->bytes = 0;
 }
+
+bool arena_block_at(const arena *a, int64_t i, const void **base, size_t *used) {
+    const arena_block *b = a->head;
+    for (; b && i > 0; i--) b = b->next;
+    if (!b || i < 0) return false;
+    *base = b->data;
+    *used = b->used;
+    return true;
+}

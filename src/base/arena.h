@@ -5,7 +5,9 @@
 #ifndef CELER_BASE_ARENA_H
 #define CELER_BASE_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct arena_block arena_block;
 
@@ -17,5 +19,9 @@ typedef struct arena {
 /* 64-byte aligned, zeroed memory valid until arena_free; NULL when out of memory. */
 void *arena_alloc(arena *a, size_t size);
 void arena_free(arena *a);
+
+/* Block i of a (0 = the newest): *base and *used bytes handed out from it; false past
+ * the last. A backend mirrors an arena block by block. */
+bool arena_block_at(const arena *a, int64_t i, const void **base, size_t *used);
 
 #endif

@@ -42,8 +42,6 @@ dtype dtype_from_name(const char *s);
  * MLX affine (quant_bits 4 or 8): data is uint32 codes [rows, cols * bits / 32], element j
  * of a word in bits j*bits .. j*bits+bits-1; scales and biases are [rows, cols / group]
  * of scale_dtype, and w[r, c] = scale[r, c/group] * q[r, c] + bias[r, c/group]. */
-struct packed_mat; /* the CPU kernels' layout, src/backend/cpu/pack.h */
-
 typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
@@ -52,7 +50,7 @@ typedef struct matview {
     int64_t group;   /* affine group size along cols */
     dtype scale_type;
     const void *scales, *biases;
-    const struct packed_mat *packed; /* the same matrix repacked for the fast kernels, or NULL */
+    int32_t id; /* 1 + index in its model's matrix list (a backend's prepared copy); 0: none */
 } matview;
 
 /* Element i of a dense F32/F16/BF16 array p (unaligned-safe). */

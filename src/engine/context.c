@@ -11,12 +11,11 @@
 #include "base/error.h"
 #include "engine/context.h"
 #include "engine/image.h"
-#include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/cpuid.h"
-#include "kernels/ref/backend_ref.h"
 #include "models/model.h"
 #include "sampling/sampling.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,21 +23,29 @@
 
 struct celer_context {
     celer_model *model;
+    const backend_class *cls;
+    char device[32];          /* "cpu", "cuda:0" */
+    char kernels[16];         /* the kernel set the backend runs */
     backend *be;
     backend *vbe;             /* the vision tower's backend (vision-language models), or NULL */
     model_vision_sizes vsz;
     int64_t tiles_per_call;
-    float *vscratch;          /* [vsz.scratch_floats] */
+    float *vscratch;          /* [vsz.scratch_floats], memory of vbe */
     int64_t head_rows;        /* rows the LM head ran on in the last call */
-    cpu_isa isa;
     int32_t n_threads;
     kv_cache kv;
     int64_t n_batch;
+    /* memory of be */
     float *scratch;    /* model activations for n_batch rows */
     float *hidden;     /* [n_batch, d] */
+    float *out;        /* [n_batch, v] logits a backend of its own memory writes (else NULL) */
+    int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables; /* step inputs (else NULL) */
+    float *in_embd;    /* [n_batch, d] (else NULL) */
+    /* host */
     float *logits;     /* [v]: the generate loop's row */
-    int32_t *pos, *slot;            /* [n_batch] */
-    const int32_t **blocks;         /* [n_batch] */
+    int32_t *pos, *slot, *seq;      /* [n_batch] */
+    int32_t *tables;                /* [n_batch, kv.max_blocks] the step's block tables (else NULL) */
+    int32_t *seq_row;               /* [n_seq] row of tables of each sequence in the step */
     int64_t *add, *next;            /* [n_seq] */
     celer_error err;
 };
@@ -81,8 +88,7 @@ celer_model_info celer_model_get_info(const celer_model *m) {
     celer_model_info info = {0};
     model_count(m, &info.n_params, &info.weight_bytes);
     /* fp16 K and V (the default cache type) for every layer */
-    info.packed_bytes = (int64_t)m->packed_mem.bytes;
-    info.pack_ms = m->pack_ms;
+    model_prepared_info(m, &info.packed_bytes, &info.pack_ms);
     info.kv_bytes_per_token = 2 * m->dims.n_layer * m->dims.hk * m->dims.hd * backend_kv_bytes(true);
     return info;
 }
@@ -93,18 +99,32 @@ celer_context_params celer_context_default_params(void) {
     return (celer_context_params){.n_ctx = 4096, .n_seq = 1, .n_batch = 512, .n_threads = 0};
 }
 
+static void release(backend *be, void *p) {
+    if (be && p) be->ops->release(be, p);
+}
+
 void celer_context_destroy(celer_context *ctx) {
     if (!ctx) return;
+    kv_cache_destroy(&ctx->kv);
+    backend *be = ctx->be;
+    release(be, ctx->scratch);
+    release(be, ctx->hidden);
+    release(be, ctx->out);
+    release(be, ctx->in_token);
+    release(be, ctx->in_pos);
+    release(be, ctx->in_slot);
+    release(be, ctx->in_seq);
+    release(be, ctx->in_tables);
+    release(be, ctx->in_embd);
+    release(ctx->vbe, ctx->vscratch);
     backend_destroy(ctx->be);
     backend_destroy(ctx->vbe);
-    free(ctx->vscratch);
-    kv_cache_destroy(&ctx->kv);
-    free(ctx->scratch);
-    free(ctx->hidden);
     free(ctx->logits);
     free(ctx->pos);
     free(ctx->slot);
-    free(ctx->blocks);
+    free(ctx->seq);
+    free(ctx->tables);
+    free(ctx->seq_row);
     free(ctx->add);
     free(ctx->next);
     free(ctx);
@@ -112,7 +132,8 @@ void celer_context_destroy(celer_context *ctx) {
 
 /* A vision tower runs on a backend of its own, sized for its rows and head size, with
  * its scratch made here: several tiles per call while they fit about 1024 rows. */
-static celer_status vision_backend(celer_context *ctx, cpu_isa isa, int n_threads, celer_error *e) {
+static celer_status vision_backend(celer_context *ctx, const backend_params *tp, const backend_weights *w,
+                                   celer_error *e) {
     const celer_model *m = ctx->model;
     if (!m->family->encode_image) return CELER_OK;
     m->family->vision_sizes(m, 1, &ctx->vsz);
@@ -121,15 +142,35 @@ static celer_status vision_backend(celer_context *ctx, cpu_isa isa, int n_thread
     if (ctx->tiles_per_call > 8) ctx->tiles_per_call = 8;
     m->family->vision_sizes(m, ctx->tiles_per_call, &ctx->vsz);
     const model_vision_sizes *v = &ctx->vsz;
-    if (isa == CPU_ISA_REF) {
-        ctx->vbe = backend_ref_create(n_threads, v->cols, v->keys, false);
-    } else {
-        const backend_cpu_sizes sz = {.max_rows = v->rows, .max_cols = v->cols, .max_keys = v->keys, .hd = v->hd};
-        ctx->vbe = backend_cpu_create(isa, n_threads, &sz, false);
-    }
-    ctx->vscratch = malloc(sizeof(float) * (size_t)v->scratch_floats);
-    if (!ctx->vbe || !ctx->vscratch) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory (vision)");
+    backend_params p = *tp;
+    p.max_rows = v->rows, p.max_cols = v->cols, p.max_keys = v->keys, p.hd = v->hd;
+    if (!(ctx->vbe = ctx->cls->create(&p, w, e))) return CELER_STATUS_OUT_OF_MEMORY;
+    ctx->vscratch = ctx->vbe->ops->alloc(ctx->vbe, sizeof(float) * (size_t)v->scratch_floats);
+    if (!ctx->vscratch) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory (vision)");
     return CELER_OK;
+}
+
+/* Backend buffers of a context: activations, and where the backend has memory of its own,
+ * the step's inputs and the logits it writes. */
+static bool context_buffers(celer_context *ctx, int64_t n_batch) {
+    backend *be = ctx->be;
+    const model_dims *dm = &ctx->model->dims;
+    const size_t nb = (size_t)n_batch, d = (size_t)dm->d;
+    ctx->scratch = be->ops->alloc(be, sizeof(float) * (size_t)model_scratch_floats(ctx->model, n_batch));
+    ctx->hidden = be->ops->alloc(be, sizeof(float) * nb * d);
+    if (!ctx->scratch || !ctx->hidden) return false;
+    if (be->host) return true;
+    const size_t tables = nb * (size_t)ctx->kv.max_blocks;
+    ctx->out = be->ops->alloc(be, sizeof(float) * nb * (size_t)dm->v);
+    ctx->in_token = be->ops->alloc(be, sizeof(int32_t) * nb);
+    ctx->in_pos = be->ops->alloc(be, sizeof(int32_t) * nb);
+    ctx->in_slot = be->ops->alloc(be, sizeof(int32_t) * nb);
+    ctx->in_seq = be->ops->alloc(be, sizeof(int32_t) * nb);
+    ctx->in_tables = be->ops->alloc(be, sizeof(int32_t) * tables);
+    ctx->in_embd = be->ops->alloc(be, sizeof(float) * nb * d);
+    ctx->tables = malloc(sizeof(int32_t) * tables);
+    return ctx->out && ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
+           ctx->in_embd && ctx->tables;
 }
 
 celer_status celer_context_create(celer_model *model, const celer_context_params *params,
@@ -146,21 +187,6 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
         return s;
     }
     if (p.n_threads == 0) p.n_threads = cpu_physical_cores();
-    const char *kernels = p.kernels ? p.kernels : getenv("CELER_CPU");
-    cpu_isa isa = CPU_ISA_REF;
-    if (!kernels || !*kernels) kernels = "auto";
-    if (!cpu_isa_from_name(kernels, &isa)) {
-        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
-                      "kernels \"%s\": expected auto, ref, generic, avx2, avx512 or amx", kernels);
-        error_copy(&e, err, err_size);
-        return s;
-    }
-    if (!cpu_isa_supported(isa)) {
-        s = error_set(&e, CELER_STATUS_UNSUPPORTED, "kernels \"%s\": this CPU lacks the instructions",
-                      kernels);
-        error_copy(&e, err, err_size);
-        return s;
-    }
     const char *kv_type = p.kv_type ? p.kv_type : "f16";
     const bool kv_f16 = !strcmp(kv_type, "f16");
     if (!kv_f16 && strcmp(kv_type, "f32")) {
@@ -171,37 +197,44 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     }
     celer_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) goto oom;
-    ctx->isa = isa;
-    ctx->n_threads = p.n_threads;
     const model_dims *dm = &model->dims;
     ctx->model = model;
+    ctx->n_threads = p.n_threads;
     ctx->n_batch = p.n_batch;
-    const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
-    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, backend_kv_bytes(kv_f16), p.n_ctx,
-                             p.n_seq, n_blocks, KV_BLOCK_SIZE, &e)) != CELER_OK)
+    int device;
+    if ((s = backend_find(p.device ? p.device : getenv("CELER_DEVICE"), &ctx->cls, &device, &e)) != CELER_OK)
         goto fail;
+    if (!strcmp(ctx->cls->name, "cpu")) snprintf(ctx->device, sizeof ctx->device, "cpu");
+    else snprintf(ctx->device, sizeof ctx->device, "%s:%d", ctx->cls->name, device);
     int64_t max_cols = dm->d;
     if (dm->h * dm->hd > max_cols) max_cols = dm->h * dm->hd;
     if (dm->f > max_cols) max_cols = dm->f;
-    if (isa == CPU_ISA_REF) {
-        ctx->be = backend_ref_create(p.n_threads, max_cols, p.n_ctx, kv_f16);
-    } else {
-        if ((s = model_pack(model, &e)) != CELER_OK) goto fail;
-        const backend_cpu_sizes sz = {.max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx,
-                                      .hd = dm->hd};
-        ctx->be = backend_cpu_create(isa, p.n_threads, &sz, kv_f16);
+    const char *kernels = p.kernels ? p.kernels : getenv("CELER_CPU");
+    const backend_params bp = {.device = device, .kernels = kernels, .n_threads = p.n_threads, .kv_f16 = kv_f16,
+                               .max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx, .hd = dm->hd};
+    const backend_weights *w;
+    if (!(ctx->be = ctx->cls->create(&bp, NULL, &e))) {
+        s = CELER_STATUS_INVALID_ARGUMENT;
+        goto fail;
     }
-    if ((s = vision_backend(ctx, isa, p.n_threads, &e)) != CELER_OK) goto fail;
-    ctx->scratch = malloc(sizeof(float) * (size_t)model_scratch_floats(model, p.n_batch));
-    ctx->hidden = malloc(sizeof(float) * (size_t)(p.n_batch * dm->d));
+    /* the kernel set is known (and checked) once a backend exists; weights are prepared for it */
+    if ((s = model_prepare(model, ctx->cls, &bp, &w, &e)) != CELER_OK) goto fail;
+    ctx->be->weights = w;
+    snprintf(ctx->kernels, sizeof ctx->kernels, "%s", ctx->be->kernels);
+    const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
+    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, backend_kv_bytes(kv_f16), p.n_ctx,
+                             p.n_seq, n_blocks, KV_BLOCK_SIZE, ctx->be, &e)) != CELER_OK)
+        goto fail;
+    if ((s = vision_backend(ctx, &bp, w, &e)) != CELER_OK) goto fail;
     ctx->logits = malloc(sizeof(float) * (size_t)dm->v);
     ctx->pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->slot = malloc(sizeof(int32_t) * (size_t)p.n_batch);
-    ctx->blocks = malloc(sizeof(int32_t *) * (size_t)p.n_batch);
+    ctx->seq = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    ctx->seq_row = malloc(sizeof(int32_t) * (size_t)p.n_seq);
     ctx->add = calloc((size_t)p.n_seq, sizeof(int64_t));
     ctx->next = calloc((size_t)p.n_seq, sizeof(int64_t));
-    if (!ctx->be || !ctx->scratch || !ctx->hidden || !ctx->logits || !ctx->pos || !ctx->slot ||
-        !ctx->blocks || !ctx->add || !ctx->next)
+    if (!context_buffers(ctx, p.n_batch) || !ctx->logits || !ctx->pos || !ctx->slot || !ctx->seq ||
+        !ctx->seq_row || !ctx->add || !ctx->next)
         goto oom;
     *out = ctx;
     return CELER_OK;
@@ -216,7 +249,24 @@ fail:
 const char *celer_context_last_error(const celer_context *ctx) { return ctx->err.msg; }
 int64_t celer_context_head_rows(const celer_context *ctx) { return ctx->head_rows; }
 kv_cache *context_kv(celer_context *ctx) { return &ctx->kv; }
-const char *celer_context_kernels(const celer_context *ctx) { return cpu_isa_name(ctx->isa); }
+const char *celer_context_kernels(const celer_context *ctx) { return ctx->kernels; }
+const char *celer_context_device(const celer_context *ctx) { return ctx->device; }
+
+bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size) {
+    for (const backend_class *const *c = backend_classes(); *c; c++) {
+        celer_error e = {{0}};
+        const int n = (*c)->device_count(&e);
+        if (i >= n) {
+            i -= n;
+            continue;
+        }
+        if (!strcmp((*c)->name, "cpu")) snprintf(name, name_size, "cpu");
+        else snprintf(name, name_size, "%s:%d", (*c)->name, i);
+        (*c)->device_name(i, desc, desc_size);
+        return true;
+    }
+    return false;
+}
 int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
 
 bool celer_kernels_supported(const char *name) {
@@ -286,9 +336,54 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
     return CELER_OK;
 }
 
+/* The step of batch rows [off, off + n): positions, cache slots and block tables, in
+ * backend memory. A host backend reads the batch and the cache's tables where they lie;
+ * otherwise the inputs go up, with only the tables of the step's sequences. */
+static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t force_seq, int64_t off, int64_t n) {
+    backend *be = ctx->be;
+    const kv_cache *kv = &ctx->kv;
+    const int64_t d = ctx->model->dims.d, cols = kv->max_blocks;
+    int64_t n_tables = 0;
+    for (int64_t r = 0; r < n; r++) {
+        const int32_t sq = row_seq(b, force_seq, off + r);
+        const int64_t p = ctx->next[sq]++;
+        ctx->pos[r] = (int32_t)p;
+        ctx->slot[r] = kv_cache_slot(kv, sq, p);
+        ctx->seq[r] = sq;
+        if (be->host) continue;
+        /* the first row of a sequence copies its table (every block it reaches: the cache
+         * reserved them before the step) */
+        if (ctx->seq_row[sq] < 0) {
+            memcpy(ctx->tables + n_tables * cols, kv_cache_table(kv, sq), sizeof(int32_t) * (size_t)cols);
+            ctx->seq_row[sq] = (int32_t)n_tables++;
+        }
+        ctx->seq[r] = ctx->seq_row[sq];
+    }
+    model_step st = {.n = n,
+                     .token = b->token ? b->token + off : NULL,
+                     .embd = b->embd ? b->embd + off * d : NULL,
+                     .pos = ctx->pos,
+                     .slot = ctx->slot,
+                     .seq = ctx->seq,
+                     .tables = kv->tables,
+                     .table_cols = cols,
+                     .block_size = kv->block_size};
+    if (be->host) return st;
+    const size_t ni = sizeof(int32_t) * (size_t)n;
+    if (st.token) be->ops->upload(be, ctx->in_token, st.token, ni), st.token = ctx->in_token;
+    if (st.embd) be->ops->upload(be, ctx->in_embd, st.embd, sizeof(float) * (size_t)(n * d)), st.embd = ctx->in_embd;
+    be->ops->upload(be, ctx->in_pos, ctx->pos, ni);
+    be->ops->upload(be, ctx->in_slot, ctx->slot, ni);
+    be->ops->upload(be, ctx->in_seq, ctx->seq, ni);
+    be->ops->upload(be, ctx->in_tables, ctx->tables, sizeof(int32_t) * (size_t)(n_tables * cols));
+    st.pos = ctx->in_pos, st.slot = ctx->in_slot, st.seq = ctx->in_seq, st.tables = ctx->in_tables;
+    return st;
+}
+
 static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_seq,
                         run_output kind, int64_t last_pos, float *out) {
     const celer_model *m = ctx->model;
+    backend *be = ctx->be;
     const int64_t d = m->dims.d, v = m->dims.v;
     celer_status s = check_batch(ctx, b, force_seq, kind, last_pos);
     if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
@@ -298,37 +393,33 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
     int64_t head_rows = 0;
     for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
         const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
-        for (int64_t r = 0; r < n; r++) {
-            const int32_t sq = row_seq(b, force_seq, off + r);
-            const int64_t p = ctx->next[sq]++;
-            ctx->pos[r] = (int32_t)p;
-            ctx->slot[r] = kv_cache_slot(&ctx->kv, sq, p);
-            ctx->blocks[r] = kv_cache_table(&ctx->kv, sq);
-        }
-        const model_step st = {.n = n,
-                               .token = b->token ? b->token + off : NULL,
-                               .embd = b->embd ? b->embd + off * d : NULL,
-                               .pos = ctx->pos,
-                               .slot = ctx->slot,
-                               .blocks = ctx->blocks,
-                               .block_size = ctx->kv.block_size};
+        if (!be->host) for (int32_t q = 0; q < ctx->kv.n_seq; q++) ctx->seq_row[q] = -1;
+        const model_step st = plan_step(ctx, b, force_seq, off, n);
+        /* a host backend writes the caller's memory; others write their own, then only
+         * the rows made come down */
+        float *dst = be->host ? out : kind == RUN_HIDDEN ? ctx->hidden : ctx->out;
+        int64_t rows = 0, width = v;
+        backend_begin(be);
         switch (kind) {
-        case RUN_HIDDEN: model_hidden_states(m, ctx->be, &st, &kv, ctx->scratch, out + off * d); break;
-        case RUN_ALL: head_rows += model_forward(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden, out + off * v); break;
+        case RUN_HIDDEN:
+            model_hidden_states(m, be, &st, &kv, ctx->scratch, be->host ? out + off * d : dst);
+            rows = n, width = d;
+            break;
+        case RUN_ALL: rows = model_forward(m, be, &st, &kv, ctx->scratch, ctx->hidden, be->host ? out + off * v : dst); break;
         case RUN_ROW:
             if (last_pos >= off && last_pos < off + n)
-                head_rows += model_forward_last_logits(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden,
-                                                       last_pos - off, out);
+                rows = model_forward_last_logits(m, be, &st, &kv, ctx->scratch, ctx->hidden, last_pos - off, dst);
             else
-                model_hidden_states(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden);
+                model_hidden_states(m, be, &st, &kv, ctx->scratch, ctx->hidden);
             break;
-        case RUN_WANTED: {
-            const int64_t k = model_forward_rows(m, ctx->be, &st, &kv, ctx->scratch, ctx->hidden, b->logits + off, out);
-            head_rows += k;
-            out += v * k;
-            break;
+        case RUN_WANTED: rows = model_forward_rows(m, be, &st, &kv, ctx->scratch, ctx->hidden, b->logits + off, dst); break;
         }
-        }
+        backend_end(be);
+        if (!be->host && rows)
+            be->ops->download(be, kind == RUN_HIDDEN || kind == RUN_ALL ? out + off * width : out, dst,
+                              sizeof(float) * (size_t)(rows * width));
+        if (kind != RUN_HIDDEN) head_rows += rows;
+        if (kind == RUN_WANTED) out += v * rows;
     }
     ctx->head_rows = head_rows;
     kv_cache_commit(&ctx->kv, ctx->add);
@@ -375,7 +466,18 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
         if (ids[r] < 0 || ids[r] >= v)
             return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
                              "token id %d outside the vocabulary [0, %lld)", ids[r], (long long)v);
-    model_embed(ctx->model, ctx->be, ids, n, embd);
+    backend *be = ctx->be;
+    if (be->host) {
+        model_embed(ctx->model, be, ids, n, embd);
+        return CELER_OK;
+    }
+    const int64_t d = ctx->model->dims.d;
+    for (int64_t off = 0; off < n; off += ctx->n_batch) {
+        const int64_t k = n - off < ctx->n_batch ? n - off : ctx->n_batch;
+        be->ops->upload(be, ctx->in_token, ids + off, sizeof(int32_t) * (size_t)k);
+        model_embed(ctx->model, be, ctx->in_token, k, ctx->hidden);
+        be->ops->download(be, embd + off * d, ctx->hidden, sizeof(float) * (size_t)(k * d));
+    }
     return CELER_OK;
 }
 

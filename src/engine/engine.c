@@ -140,6 +140,7 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
     cp.n_batch = p.batch_tokens;
     cp.n_threads = p.n_threads;
     cp.kernels = p.kernels;
+    cp.device = p.device;
     cp.kv_type = p.kv_type;
     char cerr[CELER_ERROR_LEN];
     if ((s = celer_context_create(model, &cp, &eng->ctx, cerr, sizeof cerr)) != CELER_OK) {

@@ -137,7 +137,8 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
     model_vision_sizes vs;
     m->family->vision_sizes(m, tiles_per_call, &vs);
     vision_layout lay;
-    float *pixels = NULL, *tiles = NULL;
+    float *pixels = NULL, *pixels_be = NULL, *tiles = NULL, *out_be = NULL;
+    int32_t *layout = NULL, *layout_be = NULL;
     if ((s = vision_preprocess(&pixels, &lay, m->vision_pre, &img->rgb, e)) != CELER_OK) goto out;
     if (lay.out_h != vs.image_size || lay.out_w != vs.image_size) {
         s = error_set(e, CELER_STATUS_BAD_CONFIG,
@@ -147,14 +148,35 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
                       (long long)vs.image_size);
         goto out;
     }
-    tiles = malloc(sizeof(float) * (size_t)(g.n_tiles * m->family->tile_positions(m) * m->dims.d));
-    if (!tiles) {
+    /* the tiles' features, the layout and (a backend with memory of its own) the pixels
+     * and the rows made, in backend memory for this image */
+    const size_t d = (size_t)m->dims.d, pixel_bytes = sizeof(float) * (size_t)(g.n_tiles * 3 * vs.image_size * vs.image_size);
+    layout = malloc(sizeof(int32_t) * (size_t)positions);
+    tiles = be->ops->alloc(be, sizeof(float) * (size_t)(g.n_tiles * m->family->tile_positions(m)) * d);
+    layout_be = be->host ? layout : be->ops->alloc(be, sizeof(int32_t) * (size_t)positions);
+    pixels_be = be->host ? pixels : be->ops->alloc(be, pixel_bytes);
+    out_be = be->host ? out : be->ops->alloc(be, sizeof(float) * (size_t)positions * d);
+    if (!layout || !tiles || !layout_be || !pixels_be || !out_be) {
         s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory (image tiles)");
         goto out;
     }
-    m->family->encode_image(m, be, pixels, &g, tiles_per_call, scratch, tiles, out);
+    m->family->image_layout(m, &g, layout);
+    if (!be->host) {
+        be->ops->upload(be, layout_be, layout, sizeof(int32_t) * (size_t)positions);
+        be->ops->upload(be, pixels_be, pixels, pixel_bytes);
+    }
+    backend_begin(be);
+    m->family->encode_image(m, be, pixels_be, &g, tiles_per_call, scratch, tiles, layout_be, out_be);
+    backend_end(be);
+    if (!be->host) be->ops->download(be, out, out_be, sizeof(float) * (size_t)positions * d);
 out:
+    if (tiles) be->ops->release(be, tiles);
+    if (!be->host) {
+        if (layout_be) be->ops->release(be, layout_be);
+        if (pixels_be) be->ops->release(be, pixels_be);
+        if (out_be) be->ops->release(be, out_be);
+    }
+    free(layout);
     free(pixels);
-    free(tiles);
     return s;
 }

@@ -13,8 +13,9 @@
 
 celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t elem_bytes,
                              int64_t n_ctx, int32_t n_seq, int64_t n_blocks, int64_t block_size,
-                             celer_error *e) {
+                             backend *be, celer_error *e) {
     memset(kv, 0, sizeof *kv);
+    kv->be = be;
     kv->elem_bytes = elem_bytes;
     kv->n_layer = n_layer;
     kv->kvd = kvd;
@@ -43,9 +44,9 @@ celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t
         !kv->tables || !kv->len)
         goto oom;
     for (int64_t l = 0; l < n_layer; l++) {
-        /* calloc: pages are only touched as positions fill. */
-        kv->k[l] = calloc(pool, (size_t)elem_bytes);
-        kv->v[l] = calloc(pool, (size_t)elem_bytes);
+        /* on the host, pages are only touched as positions fill */
+        kv->k[l] = be->ops->alloc(be, pool * (size_t)elem_bytes);
+        kv->v[l] = be->ops->alloc(be, pool * (size_t)elem_bytes);
         if (!kv->k[l] || !kv->v[l]) goto oom;
     }
     for (int64_t b = 0; b < kv->n_blocks; b++) kv->free_blocks[b] = (int32_t)(kv->n_blocks - 1 - b);
@@ -60,8 +61,8 @@ oom:
 
 void kv_cache_destroy(kv_cache *kv) {
     for (int64_t l = 0; l < kv->n_layer && kv->k && kv->v; l++) {
-        free(kv->k[l]);
-        free(kv->v[l]);
+        if (kv->k[l]) kv->be->ops->release(kv->be, kv->k[l]);
+        if (kv->v[l]) kv->be->ops->release(kv->be, kv->v[l]);
     }
     free(kv->k);
     free(kv->v);

@@ -16,6 +16,7 @@
 #ifndef CELER_ENGINE_KV_CACHE_H
 #define CELER_ENGINE_KV_CACHE_H
 
+#include "backend/backend.h"
 #include "base/error.h"
 
 #include <stdbool.h>
@@ -37,7 +38,8 @@ typedef struct kv_cache {
     int32_t n_seq;
     int64_t max_blocks;     /* per sequence: ceil(n_ctx / block_size) */
     int64_t elem_bytes;     /* 2 (fp16) or 4 (fp32) */
-    void **k, **v;          /* [n_layer] pools */
+    void **k, **v;          /* [n_layer] pools, memory of be */
+    backend *be;
     kv_block *meta;         /* [n_blocks] */
     int32_t *block_tokens;  /* [n_blocks, block_size] tokens of published blocks */
     int32_t *free_blocks;   /* stack of unreferenced, unpublished blocks */
@@ -50,10 +52,11 @@ typedef struct kv_cache {
     int64_t *len;           /* [n_seq] positions held */
 } kv_cache;
 
-/* n_blocks: the pool; 0 means room for n_seq sequences of n_ctx positions each. */
+/* n_blocks: the pool; 0 means room for n_seq sequences of n_ctx positions each. The
+ * pools are be's memory (be outlives the cache). */
 celer_status kv_cache_create(kv_cache *kv, int64_t n_layer, int64_t kvd, int64_t elem_bytes,
                              int64_t n_ctx, int32_t n_seq, int64_t n_blocks, int64_t block_size,
-                             celer_error *e);
+                             backend *be, celer_error *e);
 void kv_cache_destroy(kv_cache *kv);
 
 /* Blocks a sequence of len positions holds. */

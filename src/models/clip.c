@@ -176,7 +176,7 @@ celer_status clip_finish(celer_model *m, clip_tower *t, celer_error *e) {
     }
     t->channels_last = !torch_order;
     /* position rows in fp32, the class embedding folded into row 0 */
-    float *pos = arena_alloc(&m->mem, sizeof(float) * (size_t)(t->n_pos * vd));
+    float *pos = arena_alloc(&m->vectors, sizeof(float) * (size_t)(t->n_pos * vd));
     if (!pos) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int64_t r = 0; r < t->n_pos; r++) matview_row(pos + r * vd, &t->pos_emb, r);
     for (int64_t c = 0; c < vd; c++) pos[c] += t->class_emb[c];
@@ -193,41 +193,36 @@ int64_t clip_max_cols(const clip_tower *t) {
 
 int64_t clip_scratch_floats(const clip_tower *t, int64_t n_tiles) {
     const int64_t rows = n_tiles * t->n_pos;
-    /* x, xb, xo, q, k, v, att [vd]; fc1 output [vf]; patches [3 p p] */
+    /* x, xb, xo, q, k, v, att [vd]; fc1 output [vf]; patches [3 p p] (a zero row for
+     * the class token included) */
     return rows * (7 * t->vd + t->vf + 3 * t->patch * t->patch);
 }
 
-/* Copies x[rows, vd] into column block j of feats[rows, vd * n_feature]. */
-static void put_feature(const clip_tower *t, float *feats, const float *x, int64_t rows, int j) {
+/* Copies x[rows, vd] into column block j of feats[rows, vd * n_feature] for every j
+ * that selects this layer's hidden state. */
+static void put_selected(const clip_tower *t, backend *be, float *feats, const float *x, int64_t rows,
+                         int64_t layer) {
     const int64_t vd = t->vd, cols = clip_feature_cols(t);
-    for (int64_t r = 0; r < rows; r++) memcpy(feats + r * cols + j * vd, x + r * vd, sizeof(float) * (size_t)vd);
-}
-
-static void put_selected(const clip_tower *t, float *feats, const float *x, int64_t rows, int64_t layer) {
     for (int j = 0; j < t->n_feature; j++)
-        if (t->feature[j] == layer) put_feature(t, feats, x, rows, j);
+        if (t->feature[j] == layer) be->ops->copy_rows(be, feats + j * vd, cols, x, vd, rows, vd);
 }
 
 void clip_forward(const clip_tower *t, backend *be, const float *pixels, int64_t n_tiles, float *scratch,
                   float *feats) {
     const backend_ops *op = be->ops;
-    const int64_t vd = t->vd, np = t->n_pos, rows = n_tiles * np, npatch = np - 1;
+    const int64_t vd = t->vd, np = t->n_pos, rows = n_tiles * np;
     float *x = scratch, *xb = x + rows * vd, *xo = xb + rows * vd, *q = xo + rows * vd;
     float *k = q + rows * vd, *v = k + rows * vd, *att = v + rows * vd, *hid = att + rows * vd;
     float *patches = hid + rows * t->vf;
 
-    /* embeddings: the convolution as one product over every patch of every tile, then
-     * each tile's rows [class, patches] plus the position rows */
-    op->patches(be, patches, pixels, n_tiles, t->image_size, t->patch, t->channels_last);
-    op->matmul(be, xo, &t->patch_w, patches, n_tiles * npatch);
-    for (int64_t i = 0; i < n_tiles; i++) {
-        float *tile = x + i * np * vd;
-        memset(tile, 0, sizeof(float) * (size_t)vd);
-        memcpy(tile + vd, xo + i * npatch * vd, sizeof(float) * (size_t)(npatch * vd));
-        op->add(be, tile, t->pos, np * vd);
-    }
+    /* embeddings: the convolution as one product over every patch of every tile, each
+     * tile's rows [class, patches] (a zero row where the class token goes: the
+     * convolution has no bias), plus the position rows (the class embedding is row 0) */
+    op->patches(be, patches, pixels, n_tiles, t->image_size, t->patch, t->channels_last, true);
+    op->matmul(be, x, &t->patch_w, patches, rows);
+    op->add_bias(be, x, t->pos, n_tiles, np * vd);
     op->layernorm(be, x, x, t->pre_w, t->pre_b, rows, vd, t->eps);
-    put_selected(t, feats, x, rows, 0);
+    put_selected(t, be, feats, x, rows, 0);
 
     for (int64_t l = 0; l < t->n_run; l++) {
         const clip_layer *L = &t->layers[l];
@@ -245,6 +240,6 @@ void clip_forward(const clip_tower *t, backend *be, const float *pixels, int64_t
         op->act(be, hid, hid, rows * t->vf, t->act);
         model_linear(be, xo, &L->fc2, L->b2, hid, rows);
         op->add(be, x, xo, rows * vd);
-        put_selected(t, feats, x, rows, l + 1);
+        put_selected(t, be, feats, x, rows, l + 1);
     }
 }

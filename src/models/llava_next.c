@@ -196,7 +196,7 @@ static celer_status llava_load(celer_model *m, celer_error *e) {
     /* the text model: another family over the same checkpoint, its names renamed */
     celer_model *t = calloc(1, sizeof *t);
     if (!t) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    pthread_mutex_init(&t->pack_mu, NULL);
+    pthread_mutex_init(&t->prep_mu, NULL);
     m->text = t;
     t->ck = m->ck;
     t->borrowed_ck = true;
@@ -264,35 +264,35 @@ static void llava_vision_sizes(const celer_model *m, int64_t tiles, model_vision
     out->image_size = t->image_size;
 }
 
-/* out[positions, td] = the anyres layout of tiles' projected features proj[n_tiles, per, td]
- * (per = features of a tile): base tile first, then the grid of tiles as one feature map
- * [grid_rows * g, grid_cols * g], cropped to the unpadded window (centred, as
- * transformers' unpad_image cuts it) with image_newline after every row. */
-static void llava_pack(const celer_model *m, const float *proj, const model_image_grid *gr, float *out) {
+/* idx[positions] = the anyres layout of an image's tile features (rows of tiles[n_tiles *
+ * per, td], per = features of a tile): base tile first, then the grid of tiles as one
+ * feature map [grid_rows * g, grid_cols * g], cropped to the unpadded window (centred, as
+ * transformers' unpad_image cuts it), -1 (image_newline) after every row. */
+static void llava_image_layout(const celer_model *m, const model_image_grid *gr, int32_t *idx) {
     const llava_weights *w = m->weights;
-    const int64_t td = m->dims.d, per = llava_tile_features(w), g = w->tower.grid, skip = w->drop_cls ? 0 : 1;
+    const int64_t per = llava_tile_features(w), g = w->tower.grid;
     CELER_ASSERT(gr->unpadded_h <= gr->grid_rows * g && gr->unpadded_w <= gr->grid_cols * g);
-    memcpy(out, proj, sizeof(float) * (size_t)(per * td));
-    out += per * td;
+    int64_t k = 0;
+    for (int64_t i = 0; i < per; i++) idx[k++] = (int32_t)i;
     if (gr->n_tiles <= 1) {
-        memcpy(out, w->newline, sizeof(float) * (size_t)td);
+        idx[k] = -1;
         return;
     }
     const int64_t full_h = gr->grid_rows * g, full_w = gr->grid_cols * g;
     const int64_t top = (full_h - gr->unpadded_h) / 2, left = (full_w - gr->unpadded_w) / 2;
+    const int64_t skip = per - g * g; /* a kept class token comes first in each tile */
     for (int64_t y = top; y < top + gr->unpadded_h; y++) {
         for (int64_t x = left; x < left + gr->unpadded_w; x++) {
-            const int64_t tile = 1 + (y / g) * gr->grid_cols + x / g, at = (y % g) * g + x % g + skip;
-            memcpy(out, proj + (tile * per + at) * td, sizeof(float) * (size_t)td);
-            out += td;
+            const int64_t tile = 1 + (y / g) * gr->grid_cols + x / g;
+            idx[k++] = (int32_t)(tile * per + (y % g) * g + x % g + skip);
         }
-        memcpy(out, w->newline, sizeof(float) * (size_t)td);
-        out += td;
+        idx[k++] = -1;
     }
 }
 
 static void llava_encode_image(const celer_model *m, backend *be, const float *pixels, const model_image_grid *gr,
-                               int64_t tiles_per_call, float *scratch, float *tiles, float *out) {
+                               int64_t tiles_per_call, float *scratch, float *tiles, const int32_t *layout,
+                               float *out) {
     const llava_weights *w = m->weights;
     const clip_tower *t = &w->tower;
     const int64_t td = m->dims.d, fc = clip_feature_cols(t), np = t->n_pos, per = llava_tile_features(w);
@@ -307,9 +307,9 @@ static void llava_encode_image(const celer_model *m, backend *be, const float *p
         model_linear(be, proj, &w->proj2, w->proj2_b, h1, rows);
         /* the positions read: all of them, or all but each tile's class token */
         for (int64_t i = 0; i < n; i++)
-            memcpy(tiles + (t0 + i) * per * td, proj + (i * np + (np - per)) * td, sizeof(float) * (size_t)(per * td));
+            be->ops->copy_rows(be, tiles + (t0 + i) * per * td, td, proj + (i * np + (np - per)) * td, td, per, td);
     }
-    llava_pack(m, tiles, gr, out);
+    be->ops->gather_rows(be, out, tiles, layout, w->newline, llava_image_positions(m, gr), td);
 }
 
 static int64_t llava_tile_positions(const celer_model *m) { return llava_tile_features(m->weights); }
@@ -327,5 +327,6 @@ const model_family llava_next_family = {
     .image_positions = llava_image_positions,
     .tile_positions = llava_tile_positions,
     .vision_sizes = llava_vision_sizes,
+    .image_layout = llava_image_layout,
     .encode_image = llava_encode_image,
 };

@@ -5,12 +5,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "models/model.h"
 
-#include "backend/cpu/pack.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+static int64_t model_matrices(celer_model *m, matview **out, int64_t cap);
 
 static const model_family *const families[] = {&llama_family, &cohere2_family, &llava_next_family};
 
@@ -25,7 +24,7 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
     *out = NULL;
     celer_model *m = calloc(1, sizeof *m);
     if (!m) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    pthread_mutex_init(&m->pack_mu, NULL);
+    pthread_mutex_init(&m->prep_mu, NULL);
     celer_status s = checkpoint_open(&m->ck, dir, e);
     if (s != CELER_OK) goto fail;
     m->cfg = m->ck.config;
@@ -43,6 +42,7 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
         goto fail;
     }
     if ((s = m->family->load(m, e)) != CELER_OK) goto fail;
+    m->n_mats = (int32_t)model_matrices(m, NULL, 0);
     /* GGUF blocks were converted into memory of their own: the file's pages can go */
     if (m->ck.gguf) checkpoint_release_pages(&m->ck);
     *out = m;
@@ -57,9 +57,10 @@ void model_close(celer_model *m) {
     model_close(m->text);
     json_decref(m->owned_json);
     free(m->vision_pre);
+    for (int i = 0; i < m->n_prepared; i++) m->prepared[i].cls->unprepare(m->prepared[i].w);
     arena_free(&m->mem);
-    arena_free(&m->packed_mem);
-    pthread_mutex_destroy(&m->pack_mu);
+    arena_free(&m->vectors);
+    pthread_mutex_destroy(&m->prep_mu);
     if (!m->borrowed_ck) checkpoint_close(&m->ck);
     free(m);
 }
@@ -110,14 +111,19 @@ typedef struct matrix_list {
     int64_t n, cap;
 } matrix_list;
 
+/* Numbers every bound matrix and lists it (a tied head is not bound: it is the
+ * embedding's own view). */
 static void list_matrix(void *arg, const weight_table *t, const weight_spec *sp, void *field) {
     (void)t;
     matrix_list *l = arg;
-    if (sp->kind != WEIGHT_MATRIX) return;
-    if (l->n < l->cap) l->out[l->n] = field;
+    matview *w = field;
+    if (sp->kind == WEIGHT_VECTOR) return;
+    w->id = (int32_t)(l->n + 1);
+    if (l->n < l->cap) l->out[l->n] = w;
     l->n++;
 }
 
+/* The matrices of m (its text model's included), numbered 1..n by matview.id; returns n. */
 static int64_t model_matrices(celer_model *m, matview **out, int64_t cap) {
     matrix_list l = {out, 0, cap};
     each_weight(m, list_matrix, &l);
@@ -165,42 +171,59 @@ const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d,
     return hidden + pos * d;
 }
 
-celer_status model_pack(celer_model *m, celer_error *e) {
+/* A weight set's done hook: the backend no longer reads w's source pages. */
+static void release_source(void *arg, const matview *w) {
+    celer_model *m = arg;
+    if (!w->quant_bits) return;
+    const size_t groups = (size_t)(w->rows * (w->cols / w->group));
+    checkpoint_release_range(&m->ck, w->data, (size_t)(w->rows * w->cols * w->quant_bits / 8));
+    checkpoint_release_range(&m->ck, w->scales, groups * dtype_size(w->scale_type));
+    checkpoint_release_range(&m->ck, w->biases, groups * dtype_size(w->scale_type));
+}
+
+celer_status model_prepare(celer_model *m, const backend_class *cls, const backend_params *p,
+                           const backend_weights **out, celer_error *e) {
     celer_status s = CELER_OK;
-    pthread_mutex_lock(&m->pack_mu);
-    if (m->packed) goto out;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    const int64_t n = model_matrices(m, NULL, 0);
+    *out = NULL;
+    pthread_mutex_lock(&m->prep_mu);
+    for (int i = 0; i < m->n_prepared; i++)
+        if (m->prepared[i].cls == cls && m->prepared[i].device == p->device) {
+            *out = m->prepared[i].w;
+            goto done;
+        }
+    if (m->n_prepared == MODEL_MAX_PREPARED) {
+        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: prepared for %d backends already", m->desc,
+                      MODEL_MAX_PREPARED);
+        goto done;
+    }
+    const int64_t n = m->n_mats;
     matview **mats = malloc(sizeof *mats * (size_t)(n > 0 ? n : 1));
     if (!mats) {
         s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-        goto out;
+        goto done;
     }
     model_matrices(m, mats, n);
-    for (int64_t i = 0; i < n && s == CELER_OK; i++) {
-        if (!pack_supported(mats[i])) continue;
-        if (!mats[i]->packed && !(mats[i]->packed = pack_matrix(mats[i], &m->packed_mem))) {
-            s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory repacking weights");
-            break;
-        }
-        /* drop the source's file pages as we go, so the peak is not both copies at once */
-        const matview *w = mats[i];
-        const size_t groups = (size_t)(w->rows * (w->cols / w->group));
-        checkpoint_release_range(&m->ck, w->data, (size_t)(w->rows * w->cols * w->quant_bits / 8));
-        checkpoint_release_range(&m->ck, w->scales, groups * dtype_size(w->scale_type));
-        checkpoint_release_range(&m->ck, w->biases, groups * dtype_size(w->scale_type));
-    }
+    const arena *vectors[2] = {&m->vectors, m->text ? &m->text->vectors : NULL};
+    const weight_set ws = {.mats = mats, .n_mats = n, .vectors = vectors, .n_vectors = m->text ? 2 : 1,
+                           .done = release_source, .arg = m};
+    backend_weights *w = NULL;
+    s = cls->prepare(&ws, p, &w, e);
     free(mats);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    m->pack_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-    m->packed = s == CELER_OK;
-    /* the fast kernels read the packed copy; pages of the files fault back in for
-     * whatever still reads them (dense matrices, a reference context) */
-    if (m->packed) checkpoint_release_pages(&m->ck);
-out:
-    pthread_mutex_unlock(&m->pack_mu);
+    /* nothing prepared (the kernels read the weights in place): a later call asks again */
+    if (s != CELER_OK || !w) goto done;
+    m->prepared[m->n_prepared++] = (struct model_prepared){cls, p->device, w};
+    *out = w;
+    /* the kernels read the prepared copy; pages of the files fault back in for whatever
+     * still reads them (dense matrices, a reference context) */
+    checkpoint_release_pages(&m->ck);
+done:
+    pthread_mutex_unlock(&m->prep_mu);
     return s;
+}
+
+void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms) {
+    *bytes = 0, *ms = 0;
+    for (int i = 0; i < m->n_prepared; i++) *bytes += m->prepared[i].w->bytes, *ms += m->prepared[i].w->ms;
 }
 
 /* ==== The contract's entry points ==== */
@@ -257,7 +280,7 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
     for (int64_t r = 0; r < step->n; r++) {
         if (!want[r]) continue;
         /* Compact the wanted rows to the front (k <= r keeps the order safe). */
-        if (k != r) memcpy(hidden + k * d, celer_logits_at_position(hidden, step->n, d, r), sizeof(float) * (size_t)d);
+        if (k != r) be->ops->copy_rows(be, hidden + k * d, d, celer_logits_at_position(hidden, step->n, d, r), d, 1, d);
         k++;
     }
     return k ? model_head(m, be, logits, hidden, k) : 0;
@@ -272,22 +295,9 @@ void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t 
 
 void model_embed_step(const celer_model *m, backend *be, const model_step *st, float *x) {
     const int64_t d = m->dims.d;
-    if (!st->token) {
-        memcpy(x, st->embd, sizeof(float) * (size_t)(st->n * d));
-        return;
-    }
-    /* runs of token rows go through the embedding op in one call each */
-    for (int64_t r = 0; r < st->n;) {
-        int64_t e = r;
-        if (st->token[r] >= 0) {
-            while (e < st->n && st->token[e] >= 0) e++;
-            be->ops->embed(be, x + r * d, m->family->embedding(m), st->token + r, e - r);
-        } else {
-            while (e < st->n && st->token[e] < 0) e++;
-            memcpy(x + r * d, st->embd + r * d, sizeof(float) * (size_t)((e - r) * d));
-        }
-        r = e;
-    }
+    /* embedding rows first; the lookup then fills every token row (ids >= 0) */
+    if (st->embd) be->ops->copy_rows(be, x, d, st->embd, d, st->n, d);
+    if (st->token) be->ops->embed(be, x, m->family->embedding(m), st->token, st->n);
 }
 
 void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n) {
@@ -338,7 +348,8 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
         op->rope(be, k, st->pos, n, dm->hk, dm->hd, rope);
     }
     op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
-    const attn_rows ar = {.n = n, .pos = st->pos, .blocks = st->blocks, .block_size = st->block_size,
+    const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
+                          .table_cols = st->table_cols, .block_size = st->block_size,
                           .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale};
     op->attention(be, att, q, kv->k[l], kv->v[l], &ar);
     model_linear(be, out, &a->wo, a->bo, att, n);

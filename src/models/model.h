@@ -23,14 +23,17 @@ typedef struct model_dims {
     int64_t n_ctx_train;
 } model_dims;
 
-/* One planned step of n rows (n <= the context's n_batch). */
+/* One planned step of n rows (n <= the context's n_batch), every array in backend
+ * memory. */
 typedef struct model_step {
     int64_t n;
     const int32_t *token; /* [n], or NULL: every row is an embedding row */
     const float *embd;    /* [n, d]: row r is read when token is NULL or token[r] < 0 */
     const int32_t *pos;   /* [n] position of each row in its sequence */
     const int32_t *slot;  /* [n] cache slot each row's K/V goes to */
-    const int32_t *const *blocks; /* [n] block table of each row's sequence */
+    const int32_t *seq;   /* [n] row of tables holding each row's sequence's block table */
+    const int32_t *tables; /* [*, table_cols] */
+    int64_t table_cols;
     int64_t block_size;
 } model_step;
 
@@ -79,6 +82,7 @@ typedef struct weight_table {
 } weight_table;
 
 #define MODEL_MAX_TABLES 8
+#define MODEL_MAX_PREPARED 4
 #define MODEL_MAX_RENAMES 4
 
 /* A checkpoint layout: the first rule whose from is a prefix of a canonical name
@@ -100,18 +104,24 @@ struct celer_model {
     int32_t eos[CELER_MAX_EOS]; /* end-of-sequence ids from config.json */
     int n_eos;
     char desc[256];
-    arena mem;     /* fp32 copies of vectors, RoPE tables */
+    arena mem;     /* weight structs, RoPE frequencies, names */
+    arena vectors; /* every weight vector an op reads (fp32): a backend mirrors this arena */
     void *weights; /* the family's weight struct */
     weight_table tables[MODEL_MAX_TABLES];
     int n_tables;
     celer_model *text; /* a vision-language model's text model, or NULL */
     json_t *owned_json; /* config built at load (a text_config with defaults), or NULL */
     void *vision_pre;   /* image preprocessing settings, filled and read by the engine layer */
-    /* The fast kernels' layout of every affine matrix, made once by model_pack. */
-    pthread_mutex_t pack_mu;
-    bool packed;
-    arena packed_mem;
-    double pack_ms;
+    int32_t n_mats; /* matrices numbered 1..n_mats (matview.id), the text model's included */
+    /* Backends' prepared copies of the weights, one per class and device, made once by
+     * model_prepare and shared by every context. */
+    pthread_mutex_t prep_mu;
+    struct model_prepared {
+        const backend_class *cls;
+        int device;
+        backend_weights *w;
+    } prepared[MODEL_MAX_PREPARED];
+    int n_prepared;
 };
 
 /* The tiles of one image and where their features go (see vision.h for how an image
@@ -153,11 +163,15 @@ struct model_family {
     /* Positions each tile contributes before the layout (tiles buffer rows per tile). */
     int64_t (*tile_positions)(const celer_model *m);
     void (*vision_sizes)(const celer_model *m, int64_t tiles_per_call, model_vision_sizes *out);
+    /* idx[positions] (host memory) = where each of an image's rows comes from: a row of
+     * the tile features encode_image makes, or -1 for a row of the family's own */
+    void (*image_layout)(const celer_model *m, const model_image_grid *g, int32_t *idx);
     /* out[positions, d] = the rows that replace an image's placeholder tokens, from
-     * pixels[n_tiles, 3, s, s], tiles_per_call at a time; tiles[n_tiles * tile_positions, d]
-     * and scratch (vision_sizes) are work space. */
+     * pixels[n_tiles, 3, s, s], tiles_per_call at a time, laid out by layout[positions]
+     * (image_layout's); tiles[n_tiles * tile_positions, d] and scratch (vision_sizes) are
+     * work space. Every buffer is backend memory. */
     void (*encode_image)(const celer_model *m, backend *be, const float *pixels, const model_image_grid *g,
-                         int64_t tiles_per_call, float *scratch, float *tiles, float *out);
+                         int64_t tiles_per_call, float *scratch, float *tiles, const int32_t *layout, float *out);
 };
 
 /* The family that runs model_type, or NULL. */
@@ -182,9 +196,13 @@ int64_t matview_bytes(const matview *w);
 celer_status model_open(const char *dir, celer_model **out, celer_error *e);
 void model_close(celer_model *m);
 
-/* Repacks every affine matrix for the fast CPU kernels (matview.packed), once per model
- * and safe to call from several threads; matrices the packer cannot take stay NULL. */
-celer_status model_pack(celer_model *m, celer_error *e);
+/* *out = cls's prepared copy of m's weights for p->device, made on the first call and
+ * shared afterwards (safe from several threads); NULL when cls reads the weights where
+ * they lie. Once a copy is made, the checkpoint's file pages are let go. */
+celer_status model_prepare(celer_model *m, const backend_class *cls, const backend_params *p,
+                           const backend_weights **out, celer_error *e);
+/* Bytes of every prepared copy and the milliseconds making them took. */
+void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms);
 
 /* Floats of activation scratch the entry points need for n rows. */
 int64_t model_scratch_floats(const celer_model *m, int64_t n);

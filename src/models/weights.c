@@ -146,7 +146,7 @@ celer_status bind_vector(celer_model *m, const char *canonical, int64_t d, bool 
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: tensor %s: expected shape [%lld] (config.json), found %s", file, name,
                          (long long)d, shp(b1, t));
-    float *v = arena_alloc(&m->mem, sizeof(float) * (size_t)d);
+    float *v = arena_alloc(&m->vectors, sizeof(float) * (size_t)d);
     if (!v) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", name);
     for (int64_t i = 0; i < d; i++) {
         if (t->type == DTYPE_F32) memcpy(&v[i], t->data + 4 * i, 4);

@@ -16,11 +16,14 @@
 #include "backend/cpu/backend_cpu.h"
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/pack.h"
 #include "backend/cpu/threadpool.h"
 #include "base/error.h"
 #include "base/half.h"
+#include "kernels/ref/backend_ref.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +53,12 @@ static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     *hi = n * (ith + 1) / nth;
 }
 
+/* The packed layout of w in the backend's prepared set, or NULL. */
+static const packed_mat *packed_of(const backend *be, const matview *w) {
+    const cpu_weights *cw = (const cpu_weights *)be->weights;
+    return cw && w->id > 0 && w->id <= cw->n ? cw->mats[w->id - 1] : NULL;
+}
+
 /* Runs fn on the pool, or on the calling thread alone when the work (in elements
  * touched) is too small to pay for waking the workers: decode steps are full of those. */
 #define INLINE_WORK 8192
@@ -64,6 +73,7 @@ typedef struct matmul_job {
     cpu_backend *cb;
     float *y;
     const matview *w;
+    const packed_mat *pw; /* w's packed layout, or NULL */
     const float *x;
     const int32_t *ids;
     int64_t n;
@@ -93,7 +103,7 @@ static void quantize_task(void *p, int ith, int nth) {
 
 static void gemm_q_task(void *p, int ith, int nth) {
     matmul_job *j = p;
-    const packed_mat *w = j->w->packed;
+    const packed_mat *w = j->pw;
     /* decode streams weights: larger chunks; prefill tiles are heavy: one at a time */
     const int64_t chunk = j->n >= 4 ? 1 : 4;
     int64_t lo, hi;
@@ -124,8 +134,8 @@ static void gemm_dense_task(void *p, int ith, int nth) {
 static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cpu_backend *cb = (cpu_backend *)be;
     CELER_ASSERT(n <= cb->sz.max_rows && w->cols <= cb->sz.max_cols);
-    matmul_job j = {cb, y, w, x, NULL, n};
-    if (w->packed) {
+    matmul_job j = {cb, y, w, packed_of(be, w), x, NULL, n};
+    if (j.pw) {
         cb->xq.pairs = cb->act_pairs;
         cb->xq.n = n << cb->xq.pairs;
         cb->xq.cols = w->cols;
@@ -144,14 +154,15 @@ static void embed_task(void *p, int ith, int nth) {
     split(j->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float *out = j->y + t * j->w->cols;
-        if (j->w->packed) packed_row(out, j->w->packed, j->ids[t]);
+        if (j->ids[t] < 0) continue;
+        if (j->pw) packed_row(out, j->pw, j->ids[t]);
         else matview_row(out, j->w, j->ids[t]);
     }
 }
 
 static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
     cpu_backend *cb = (cpu_backend *)be;
-    matmul_job j = {cb, y, w, NULL, ids, n};
+    matmul_job j = {cb, y, w, packed_of(be, w), NULL, ids, n};
     run(cb, embed_task, &j, n * w->cols);
 }
 
@@ -312,7 +323,7 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
             mx[qi] = -INFINITY;
             sum[qi] = 0.0f;
         }
-    const int32_t *blocks = ar->blocks[r0];
+    const int32_t *blocks = ar->tables + (int64_t)ar->seq[r0] * ar->table_cols;
     const int64_t lo = row_lo(ar, r0), hi = ar->pos[r1 - 1];
     for (int64_t kb = lo / bs; kb <= hi / bs; kb++) {
         const int64_t base = kb * bs, last = base + bs - 1;
@@ -383,7 +394,7 @@ static void cpu_attention(backend *be, float *out, const float *q, const void *k
     int64_t nt = 0;
     for (int64_t r = 0; r < ar->n; r++) {
         CELER_ASSERT(ar->pos[r] < cb->sz.max_keys);
-        const bool cont = r > 0 && ar->blocks[r] == ar->blocks[r - 1] && ar->pos[r] == ar->pos[r - 1] + 1 &&
+        const bool cont = r > 0 && ar->seq[r] == ar->seq[r - 1] && ar->pos[r] == ar->pos[r - 1] + 1 &&
                           r - cb->tile_row[nt - 1] < ATT_TILE;
         if (!cont) cb->tile_row[nt++] = (int32_t)r;
     }
@@ -532,6 +543,12 @@ static void cpu_destroy(backend *be) {
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
+    .alloc = backend_host_alloc,
+    .release = backend_host_release,
+    .upload = backend_host_copy,
+    .download = backend_host_copy,
+    .copy_rows = backend_host_copy_rows,
+    .gather_rows = backend_host_gather_rows,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
@@ -554,6 +571,8 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     if (!cb) return NULL;
     cb->base.ops = &cpu_ops;
     cb->base.kv_f16 = kv_f16;
+    cb->base.host = true;
+    cb->base.kernels = cpu_isa_name(isa);
     cb->k = cpu_kernels_for(isa);
     cb->sz = *sz;
     cb->nth = n_threads < 1 ? 1 : n_threads;
@@ -586,3 +605,77 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     }
     return &cb->base;
 }
+
+/* ==== The cpu class ==== */
+
+static int cpu_device_count(celer_error *e) {
+    (void)e;
+    return 1;
+}
+
+/* "AMD EPYC 9454 48-Core Processor, 2 cores (avx512)" from /proc/cpuinfo and cpuid. */
+static void cpu_device_name(int device, char *out, size_t size) {
+    (void)device;
+    char line[512], model[256] = "x86-64";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        snprintf(model, sizeof model, "%s", colon + 2);
+        model[strcspn(model, "\n")] = '\0';
+        break;
+    }
+    if (f) fclose(f);
+    snprintf(out, size, "%s, %d cores (%s)", model, cpu_physical_cores(), cpu_isa_name(cpu_isa_best()));
+}
+
+static bool reference_kernels(const backend_params *p) { return p->kernels && !strcmp(p->kernels, "ref"); }
+
+static celer_status cpu_prepare(const weight_set *ws, const backend_params *p, backend_weights **out,
+                                celer_error *e) {
+    *out = NULL;
+    if (reference_kernels(p)) return CELER_OK; /* the reference reads every matrix in place */
+    cpu_weights *w;
+    celer_status s = pack_weights(ws, &backend_cpu_class, &w, e);
+    if (s == CELER_OK) *out = &w->base;
+    return s;
+}
+
+static void cpu_unprepare(backend_weights *w) { pack_weights_free((cpu_weights *)w); }
+
+static backend *cpu_class_create(const backend_params *p, const backend_weights *w, celer_error *e) {
+    cpu_isa isa;
+    const char *kernels = p->kernels && *p->kernels ? p->kernels : "auto";
+    if (!cpu_isa_from_name(kernels, &isa)) {
+        error_set(e, CELER_STATUS_INVALID_ARGUMENT, "kernels \"%s\": expected auto, ref, generic, avx2, avx512 or amx",
+                  kernels);
+        return NULL;
+    }
+    if (!cpu_isa_supported(isa)) {
+        error_set(e, CELER_STATUS_UNSUPPORTED, "kernels \"%s\": this CPU lacks the instructions", kernels);
+        return NULL;
+    }
+    backend *be;
+    if (isa == CPU_ISA_REF) {
+        be = backend_ref_create(p->n_threads, p->max_cols, p->max_keys, p->kv_f16);
+    } else {
+        const backend_cpu_sizes sz = {.max_rows = p->max_rows, .max_cols = p->max_cols, .max_keys = p->max_keys,
+                                      .hd = p->hd};
+        be = backend_cpu_create(isa, p->n_threads, &sz, p->kv_f16);
+    }
+    if (!be) {
+        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cpu backend: out of memory");
+        return NULL;
+    }
+    be->weights = w;
+    return be;
+}
+
+const backend_class backend_cpu_class = {
+    .name = "cpu",
+    .device_count = cpu_device_count,
+    .device_name = cpu_device_name,
+    .prepare = cpu_prepare,
+    .unprepare = cpu_unprepare,
+    .create = cpu_class_create,
+};

@@ -2,9 +2,9 @@
  * backend_cpu.h - the fast CPU backend: the op interface of backend.h run by one of the
  * kernel tables of kernels.h (generic C, AVX2, AVX-512 VNNI, AMX) on a thread pool.
  *
- * Affine matrices must carry their packed layout (matview.packed, made by pack_matrix at
- * load); dense F32/F16/BF16 matrices are used in place from the mmap. A matrix that
- * could not be packed is dequantized a row at a time (slow, but correct).
+ * Affine matrices are read in their packed layout (the class's prepared set, made by
+ * pack_weights at load); dense F32/F16/BF16 matrices are used in place from the mmap. A
+ * matrix that could not be packed is dequantized a row at a time (slow, but correct).
  */
 #ifndef CELER_BACKEND_CPU_BACKEND_CPU_H
 #define CELER_BACKEND_CPU_BACKEND_CPU_H
@@ -21,7 +21,12 @@ typedef struct backend_cpu_sizes {
 } backend_cpu_sizes;
 
 /* isa must be supported and not CPU_ISA_REF; kv_f16: the KV pools hold fp16 values.
- * NULL when out of memory. */
+ * NULL when out of memory. Matrices are looked up in be->weights (pack.h's cpu_weights),
+ * which the caller sets. */
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16);
+
+/* The "cpu" class: the kernels of backend_params.kernels (the reference backend for
+ * "ref"), weights packed once per model. */
+extern const backend_class backend_cpu_class;
 
 #endif

@@ -2,12 +2,14 @@
  * pack.c - repacking MLX affine matrices into the tiled layout of pack.h, and reading
  * rows back. Runs once per matrix at load; not a hot path.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "backend/cpu/pack.h"
 
 #include "base/half.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The 16-bit format the packed scales use for w, or false when F32 scales are exact in
  * neither f16 nor bf16. */
@@ -120,4 +122,39 @@ void packed_row(float *out, const packed_mat *p, int64_t r) {
                 out[b * QBLOCK + 8 * st + 4 + j] = s * (float)hi + bias;
             }
     }
+}
+
+/* ==== A model's prepared set ==== */
+
+celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out, celer_error *e) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *out = NULL;
+    cpu_weights *w = calloc(1, sizeof *w);
+    if (w) w->mats = calloc((size_t)(ws->n_mats > 0 ? ws->n_mats : 1), sizeof *w->mats);
+    if (!w || !w->mats) goto oom;
+    w->base.cls = cls;
+    w->n = ws->n_mats;
+    for (int64_t i = 0; i < ws->n_mats; i++) {
+        const matview *m = ws->mats[i];
+        CELER_ASSERT(m->id == i + 1);
+        if (!pack_supported(m)) continue;
+        if (!(w->mats[i] = pack_matrix(m, &w->mem))) goto oom;
+        if (ws->done) ws->done(ws->arg, m);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    w->base.bytes = (int64_t)w->mem.bytes;
+    w->base.ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    *out = w;
+    return CELER_OK;
+oom:
+    pack_weights_free(w);
+    return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory repacking weights");
+}
+
+void pack_weights_free(cpu_weights *w) {
+    if (!w) return;
+    arena_free(&w->mem);
+    free(w->mats);
+    free(w);
 }

@@ -22,6 +22,7 @@
 #ifndef CELER_BACKEND_CPU_PACK_H
 #define CELER_BACKEND_CPU_PACK_H
 
+#include "backend/backend.h"
 #include "base/arena.h"
 #include "base/tensor.h"
 
@@ -58,6 +59,20 @@ bool pack_supported(const matview *w);
 packed_mat *pack_matrix(const matview *w, arena *a);
 /* out[cols] = row r of p, dequantized (embedding lookups). */
 void packed_row(float *out, const packed_mat *p, int64_t r);
+
+/* The CPU classes' prepared weights: the packed layout of every matrix the packer takes,
+ * by matview id (NULL where it did not: dense matrices are read in place). */
+typedef struct cpu_weights {
+    backend_weights base;
+    const packed_mat **mats; /* [n] */
+    int64_t n;
+    arena mem;
+} cpu_weights;
+
+/* Packs every matrix of ws (ws->done after each, so the source pages can go at once);
+ * *out NULL when none can be packed. */
+celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out, celer_error *e);
+void pack_weights_free(cpu_weights *w);
 
 /* Activation rows quantized for the packed kernels: n rows of cols columns.
  *

@@ -71,7 +71,8 @@ static void embed_task(void *p, int ith, int nth) {
     matmul_job *j = p;
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) ref_mat_row(j->y + t * j->w->cols, j->w, j->ids[t]);
+    for (int64_t t = lo; t < hi; t++)
+        if (j->ids[t] >= 0) ref_mat_row(j->y + t * j->w->cols, j->w, j->ids[t]);
 }
 
 static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
@@ -162,7 +163,8 @@ static void attention_task(void *p, int ith, int nth) {
     int64_t lo, hi;
     split(ar->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        kv_span kv = {j->kpool, j->vpool, ar->blocks[t], ar->block_size, j->rb->base.kv_f16};
+        kv_span kv = {j->kpool, j->vpool, ar->tables + (int64_t)ar->seq[t] * ar->table_cols, ar->block_size,
+                      j->rb->base.kv_f16};
         ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], ar->window, ar->h, ar->hk,
                       ar->hd, ar->scale, scores);
     }
@@ -241,6 +243,12 @@ static void ref_destroy(backend *be) {
 static const backend_ops ref_ops = {
     .name = "ref",
     .destroy = ref_destroy,
+    .alloc = backend_host_alloc,
+    .release = backend_host_release,
+    .upload = backend_host_copy,
+    .download = backend_host_copy,
+    .copy_rows = backend_host_copy_rows,
+    .gather_rows = backend_host_gather_rows,
     .matmul = ref_op_matmul,
     .embed = ref_op_embed,
     .rmsnorm = ref_op_rmsnorm,
@@ -262,6 +270,8 @@ backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, b
     if (!rb) return NULL;
     rb->base.ops = &ref_ops;
     rb->base.kv_f16 = kv_f16;
+    rb->base.host = true;
+    rb->base.kernels = "ref";
     rb->max_cols = max_cols;
     rb->max_keys = max_keys;
     rb->pool = threadpool_create(n_threads);
