@@ -573,6 +573,7 @@ int cmd_bench(int argc, char **argv) {
         cp.n_seq = 1;
         cp.n_batch = BENCH_N_BATCH;
         cp.n_threads = (int32_t)o.threads[ti];
+        cp.device = o.mo.device;
         celer_context *ctx;
         t0 = now_ns();
         if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK) cli_die("%s", err);

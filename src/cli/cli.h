@@ -26,10 +26,11 @@ typedef struct cli_model_opts {
     int32_t n_threads; /* -t */
     int64_t n_ctx;     /* -c, 0 = fit the request */
     const char *kv_type; /* --cache-type f16|f32, NULL = the default (f16) */
+    const char *device;  /* --device cpu|cuda[:N], NULL = $CELER_DEVICE or cpu */
 } cli_model_opts;
 
-/* Consumes argv[*i] (and its value) when it is -m/-t/-c/--cache-type; returns true if it
- * did. */
+/* Consumes argv[*i] (and its value) when it is -m/-t/-c/--cache-type/--device; returns
+ * true if it did. */
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
 /* The default model's path (${CELER_CACHE_DIR:-~/.cache/celer}/SmolLM2-135M-Instruct.Q4_1.gguf,

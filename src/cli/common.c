@@ -62,11 +62,14 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
     const bool threads = !strcmp(a, "-t") || !strcmp(a, "--threads");
     const bool ctx = !strcmp(a, "-c") || !strcmp(a, "--ctx-size");
     const bool cache = !strcmp(a, "--cache-type");
-    if (!model && !threads && !ctx && !cache) return false;
+    const bool device = !strcmp(a, "--device");
+    if (!model && !threads && !ctx && !cache && !device) return false;
     if (*i + 1 >= argc) cli_die("%s: expected a value", a);
     const char *val = argv[++*i];
     if (model) {
         o->model = val;
+    } else if (device) {
+        o->device = val;
     } else if (cache) {
         if (strcmp(val, "f16") && strcmp(val, "f32")) cli_die("--cache-type: expected f16 or f32, found %s", val);
         o->kv_type = val;
@@ -105,6 +108,7 @@ celer_context *cli_open_context(const cli_model_opts *o, celer_model *m, int64_t
     cp.n_ctx = n_ctx;
     cp.n_threads = o->n_threads;
     cp.kv_type = o->kv_type;
+    cp.device = o->device;
     celer_context *ctx;
     if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK) cli_die("%s", err);
     return ctx;

@@ -1,17 +1,29 @@
 /*
  * inspect.c - `celer inspect -m MODEL [-c CTX]`: what a checkpoint holds and what
  * running it costs: architecture, parameters, quantization, weight bytes, KV bytes per
- * token and a memory estimate for a context size.
+ * token and a memory estimate for a context size; then the devices this machine and build
+ * can run it on (without -m, only those).
  */
 #include "cli/cli.h"
 
 #include <stdio.h>
 #include <string.h>
 
+static void print_devices(void) {
+    char name[64], desc[256];
+    printf("devices:\n");
+    for (int i = 0; celer_device_at(i, name, sizeof name, desc, sizeof desc); i++) printf("  %-8s %s\n", name, desc);
+}
+
 int cmd_inspect(int argc, char **argv) {
     cli_model_opts o = {0};
     for (int i = 0; i < argc; i++)
-        if (!cli_model_flag(&o, argc, argv, &i)) cli_die("inspect: unknown option %s\nusage: celer inspect -m MODEL [-c CTX]", argv[i]);
+        if (!cli_model_flag(&o, argc, argv, &i))
+            cli_die("inspect: unknown option %s\nusage: celer inspect [-m MODEL] [-c CTX]", argv[i]);
+    if (!o.model) {
+        print_devices();
+        return 0;
+    }
     celer_model *m = cli_open_model(&o);
     const celer_model_info info = celer_model_get_info(m);
     int64_t n_ctx = o.n_ctx ? o.n_ctx : celer_model_n_ctx_train(m);
@@ -26,6 +38,7 @@ int cmd_inspect(int argc, char **argv) {
     printf("KV cache:      %.1f KiB per token (fp16)\n", (double)info.kv_bytes_per_token / 1024.0);
     printf("memory at -c %lld: %.1f MiB (weights + KV cache)\n", (long long)n_ctx,
            ((double)info.weight_bytes + (double)info.kv_bytes_per_token * (double)n_ctx) / mib);
+    print_devices();
     celer_model_close(m);
     return 0;
 }

@@ -12,7 +12,7 @@ static void usage(FILE *f) {
           "  generate -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
           "           [--repeat-penalty R] [--seed S] [--system TEXT] [--no-chat-template] [--ignore-eos]\n"
           "  run [MODEL] [-p TEXT]                                  chat (REPL), or one answer with -p\n"
-          "  inspect -m MODEL [-c CTX]                              architecture, size, memory\n"
+          "  inspect [-m MODEL] [-c CTX]                            architecture, size, memory; devices\n"
           "  perplexity -m MODEL -f FILE [-c CTX]                   perplexity of a text\n"
           "  convert -m MODEL.gguf -o DIR                           GGUF to an MLX-layout checkpoint\n"
           "  tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]   ids of a text\n"
@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "        [--memory]                                       prefill/decode speed, as llama-bench\n"
           "  serve [-m MODEL] [--host H] [--port P] [-np N] [-c KV_POSITIONS] [--api-key K] [--metrics] ...\n"
           "                                                         OpenAI-compatible HTTP server\n"
-          "common options: -t THREADS, -c CTX\n"
+          "common options: -t THREADS, -c CTX, --cache-type f16|f32, --device cpu|cuda[:N] (or $CELER_DEVICE)\n"
           "MODEL is a checkpoint directory (config.json + *.safetensors) or a .gguf file\n",
           f);
 }

@@ -78,6 +78,7 @@ static celer_context *open_kernels(const cli_model_opts *o, celer_model *m, int6
     cp.n_threads = o->n_threads;
     cp.kernels = kernels;
     cp.kv_type = kv_type;
+    cp.device = "cpu"; /* a CPU kernel set, whatever device the measured context runs on */
     celer_context *ctx;
     if (celer_context_create(m, &cp, &ctx, err, sizeof err) != CELER_OK)
         cli_die("--compare %s: %s", kernels, err);

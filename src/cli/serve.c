@@ -122,6 +122,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.n_api_keys = n_keys;
     cfg.engine.n_threads = o.n_threads;
     cfg.engine.kv_type = o.kv_type;
+    cfg.engine.device = o.device;
     cfg.engine.kv_positions = o.n_ctx;
 
     char err[512];

@@ -77,6 +77,7 @@ void cli_session_open(cli_session *s, const cli_model_opts *o, celer_model *m, c
     ep.n_ctx = n_ctx;
     ep.n_threads = o->n_threads;
     ep.kv_type = o->kv_type;
+    ep.device = o->device;
     if (celer_engine_create(m, tok, &ep, &s->eng, err, sizeof err) != CELER_OK) cli_die("%s", err);
     /* The eos_token of tokenizer_config.json stops generation too (chat models name their
      * end-of-turn token there). */

@@ -26,7 +26,9 @@ typedef struct backend_cpu_sizes {
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16);
 
 /* The "cpu" class: the kernels of backend_params.kernels (the reference backend for
- * "ref"), weights packed once per model. */
+ * "ref"), weights packed once per model. With CELER_CPU_STAGED=1 in the environment its
+ * backends say their memory is their own (backend.host false): callers then move inputs
+ * and outputs as they do for a GPU, which tests that path on any machine. */
 extern const backend_class backend_cpu_class;
 
 #endif
