@@ -21,9 +21,23 @@ LDLIBS  := $(SAN) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -pthread
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c))
+
+# The CUDA backend, built when nvcc is found (CUDA=0 leaves it out): sm_90 machine code
+# plus PTX for later GPUs. cudart is linked statically, so the binary starts without a
+# driver; cuBLAS comes from the toolkit (rpath).
+NVCC    ?= $(shell command -v nvcc 2>/dev/null)
+CUDA    ?= $(if $(NVCC),1,0)
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
+NVFLAGS   := -O3 -std=c++20 -Iinclude -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CFLAGS  += -DCELER_CUDA
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+endif
 CLI_SRC := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -53,6 +67,15 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(ISA_FLAGS) -c -o $@ $<
 
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+# The registry lists the CUDA class only when it is built: rebuilt when CUDA changes.
+$(BUILD)/cuda-$(CUDA).stamp:
+	@mkdir -p $(@D) && rm -f $(BUILD)/cuda-*.stamp && touch $@
+$(BUILD)/src/backend/registry.o: $(BUILD)/cuda-$(CUDA).stamp
+
 $(BUILD)/tests/%: tests/%.c tests/harness.c $(BUILD)/libceler.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< tests/harness.c $(BUILD)/libceler.a $(LDLIBS)
@@ -79,7 +102,7 @@ test: deps model
 	@$(MAKE) --no-print-directory check-tests
 
 asan: deps model
-	@$(MAKE) --no-print-directory BUILD=build/asan CC=clang OPT="-O1 -g" SAN="$(SAN_FLAGS)" \
+	@$(MAKE) --no-print-directory BUILD=build/asan CC=clang OPT="-O1 -g" SAN="$(SAN_FLAGS)" CUDA=0 \
 	    check-tests
 
 fuzz: deps

@@ -259,3 +259,8 @@ bool tokenizer_dir(const char *name, char *out, size_t cap) {
     snprintf(out, cap, "%s", dir);
     return true;
 }
+
+const char *harness_device(void) {
+    const char *d = getenv("CELER_TEST_DEVICE");
+    return d && *d ? d : NULL;
+}

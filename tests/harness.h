@@ -30,6 +30,10 @@ void skip_(bool required, const char *file, int line, const char *fmt, ...)
 /* Prints the summary line; returns the exit status (0 when nothing failed). */
 int harness_done(const char *name);
 
+/* The device the model tests also run on besides the CPU: $CELER_TEST_DEVICE ("cuda",
+ * "cuda:1", set by make test-cuda), or NULL. */
+const char *harness_device(void);
+
 /* The fixture root: $CELER_FIXTURES or tests/fixtures. */
 const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */

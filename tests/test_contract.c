@@ -12,6 +12,11 @@
  * whose image token expands to the image's encoded rows, as a batch mixing token rows and
  * embedding rows; the three entry points equal the full forward's last row, the LM head
  * runs on one row (celer_context_head_rows), and a slice shifted by one row is caught.
+ *
+ * Everything runs on the CPU, then on the device CELER_TEST_DEVICE names (make test-cuda).
+ * "Equal" is 1e-6 relative on the CPU, whose products sum in the same order whatever the
+ * rows of a call; a GPU's matrix library picks its kernels (and so the order of its sums)
+ * by the shape of a call, so there it is 1e-5. A shifted slice differs by far more.
  */
 #include "harness.h"
 
@@ -22,12 +27,15 @@
 
 static celer_model *model;
 static int64_t V, D;
+static const char *device = "cpu";
+static double same = 1e-6; /* relative difference that counts as equal on device */
 
 static celer_context *ctx_new(int64_t n_ctx, int32_t n_seq) {
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq = n_seq;
     cp.n_threads = 2;
+    cp.device = device;
     celer_context *ctx = NULL;
     char err[512];
     if (celer_context_create(model, &cp, &ctx, err, sizeof err) != CELER_OK) CHECK(false, "%s", err);
@@ -58,10 +66,10 @@ static void check_entry_points(const int32_t *ids, int64_t n) {
         else s = celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, embd, n, 2, last, row);
         CHECK(s == CELER_OK, "%s n=%lld: %s", names[k], (long long)n, celer_context_last_error(ctx));
         double d = rel_diff(row, want);
-        CHECK(d <= 1e-6, "%s n=%lld: differs from forward row %lld by %g", names[k], (long long)n, (long long)last, d);
+        CHECK(d <= same, "%s n=%lld: differs from forward row %lld by %g", names[k], (long long)n, (long long)last, d);
         if (shifted) {
             double ds = rel_diff(row, shifted);
-            CHECK(ds > 1e-6, "%s n=%lld: also matches row %lld (%g): the shifted-slice check cannot fail", names[k],
+            CHECK(ds > same, "%s n=%lld: also matches row %lld (%g): the shifted-slice check cannot fail", names[k],
                   (long long)n, (long long)(last - 1), ds);
         }
     }
@@ -71,7 +79,7 @@ static void check_entry_points(const int32_t *ids, int64_t n) {
     if (n > 2) {
         celer_seq_reset(ctx, 1);
         CHECK(celer_forward_last_logits_with_sequence_id(ctx, &b, 1, 1, row) == CELER_OK, "last_pos 1");
-        CHECK(rel_diff(row, all + V) <= 1e-6, "n=%lld last_pos=1 equals forward row 1", (long long)n);
+        CHECK(rel_diff(row, all + V) <= same, "n=%lld last_pos=1 equals forward row 1", (long long)n);
     }
     CHECK(celer_forward_last_logits(ctx, &b, n, row) == CELER_STATUS_INVALID_ARGUMENT, "last_pos n is refused");
     free(all), free(row), free(embd);
@@ -123,7 +131,7 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
     celer_forward_last_logits_with_sequence_id(ctx, &one, 1, 0, got + V);
     one = celer_batch_tokens(&next_a, 1);
     celer_forward_last_logits_with_sequence_id(ctx, &one, 0, 0, got);
-    CHECK(rel_diff(got, ref_a) <= 1e-6 && rel_diff(got + V, ref_b) <= 1e-6,
+    CHECK(rel_diff(got, ref_a) <= same && rel_diff(got + V, ref_b) <= same,
           "two interleaved sequences equal their solo runs (%g, %g)", rel_diff(got, ref_a), rel_diff(got + V, ref_b));
 
     /* One mixed batch: a decode row of sequence 0 beside sequence 1's prefill. */
@@ -143,7 +151,7 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
     x = celer_batch_tokens(bb, nb);
     celer_forward_last_logits(s2, &x, nb - 1, pre_b);
     celer_context_destroy(s2);
-    CHECK(rel_diff(got, ref_a) <= 1e-6 && rel_diff(got + V, pre_b) <= 1e-6,
+    CHECK(rel_diff(got, ref_a) <= same && rel_diff(got + V, pre_b) <= same,
           "mixed decode+prefill batch equals separate calls (%g, %g)", rel_diff(got, ref_a), rel_diff(got + V, pre_b));
     free(pre_b);
 
@@ -225,8 +233,8 @@ static void check_vlm(const char *name) {
                                   : celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, merged, n, 2, last, row);
         CHECK(s == CELER_OK, "%s %s: %s", name, names[k], celer_context_last_error(ctx));
         const double d = rel_diff(row, all + last * V), ds = rel_diff(row, all + (last - 1) * V);
-        CHECK(d <= 1e-6, "%s %s: differs from the forward's last row by %g", name, names[k], d);
-        CHECK(ds > 1e-6, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail", name, names[k],
+        CHECK(d <= same, "%s %s: differs from the forward's last row by %g", name, names[k], d);
+        CHECK(ds > same, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail", name, names[k],
               (long long)(last - 1), ds);
         CHECK(celer_context_head_rows(ctx) == 1, "%s %s: the head ran on %lld rows, expected 1", name, names[k],
               (long long)celer_context_head_rows(ctx));
@@ -245,7 +253,7 @@ out:
     celer_model_close(model);
 }
 
-int main(void) {
+static void run_all(void) {
     /* cohere2: parallel blocks, global layers without RoPE, a window of 8, logit_scale */
     const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32", "cohere2-q4g64"};
     for (int f = 0; f < 4; f++) {
@@ -257,7 +265,7 @@ int main(void) {
         int32_t ids[32];
         uint64_t rng = 1234 + (uint64_t)f;
         for (int i = 0; i < 32; i++) ids[i] = 3 + (int32_t)((rand_uniform(&rng) + 1.0f) * 0.5f * (float)(V - 4));
-        printf("  %s\n", names[f]);
+        printf("  %s (%s)\n", names[f], device);
         check_entry_points(ids, 1);
         check_entry_points(ids, 7);
         check_entry_points(ids, 13);
@@ -271,6 +279,14 @@ int main(void) {
     for (int i = 0; i < nv; i++) {
         check_vlm(vlms[i]);
         free(vlms[i]);
+    }
+}
+
+int main(void) {
+    run_all();
+    if ((device = harness_device())) {
+        same = 1e-5;
+        run_all();
     }
     return harness_done("test_contract");
 }

@@ -13,13 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *kernels = "ref", *kv_type = "f32";
+static const char *kernels = "ref", *kv_type = "f32", *device = "cpu";
 static double tol = 1e-4;
 
 typedef struct gen_state {
     int32_t ids[64];
     int n;
 } gen_state;
+
+/* What the output lines call the set under test. */
+static const char *label(void) { return strcmp(device, "cpu") ? device : kernels; }
 
 static void on_event(void *user, const celer_event *ev) {
     gen_state *g = user;
@@ -42,6 +45,7 @@ static void engine_greedy(celer_model *m, const int32_t *text, int64_t n, celer_
     ep.n_threads = 2;
     ep.kernels = kernels;
     ep.kv_type = kv_type;
+    ep.device = device;
     celer_engine *eng;
     if (!CHECK(celer_engine_create(m, NULL, &ep, &eng, err, sizeof err) == CELER_OK, "%s", err)) return;
     celer_request_params rp = celer_request_default_params();
@@ -81,6 +85,7 @@ static void check_case(const char *name, const char *dir, celer_model *m, const 
     cp.n_threads = 2;
     cp.kernels = kernels;
     cp.kv_type = kv_type;
+    cp.device = device;
     celer_context *ctx;
     if (!CHECK(celer_context_create(m, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err)) goto out;
     /* the batch: text ids, and the image's rows where its tokens are */
@@ -96,15 +101,15 @@ static void check_case(const char *name, const char *dir, celer_model *m, const 
     CHECK(celer_forward(ctx, &b, logits) == CELER_OK, "forward: %s", celer_context_last_error(ctx));
     const double dl = max_abs_diff(logits, gl, n_input * v) / max_abs(gl, n_input * v);
     CHECK(df <= tol, "%s/%s %s: image rows differ from transformers by %.3g relative (tolerance %g)", name, cname,
-          kernels, df, tol);
-    CHECK(dl <= tol, "%s/%s %s: logits differ from transformers by %.3g relative (tolerance %g)", name, cname, kernels,
+          label(), df, tol);
+    CHECK(dl <= tol, "%s/%s %s: logits differ from transformers by %.3g relative (tolerance %g)", name, cname, label(),
           dl, tol);
     gen_state g = {0};
     engine_greedy(m, text, n_text, img, &g);
     CHECK(g.n == n_greedy && !memcmp(g.ids, greedy, sizeof *greedy * (size_t)n_greedy),
-          "%s/%s %s: greedy continuation through the engine differs from transformers", name, cname, kernels);
+          "%s/%s %s: greedy continuation through the engine differs from transformers", name, cname, label());
     printf("  %-22s %-6s %-4s %-3s KV  %3lld image rows  rows rel %.2e  logits rel %.2e  greedy %s\n", name, cname,
-           kernels, kv_type, (long long)rows, df, dl, g.n == n_greedy ? "same" : "DIFFERENT");
+           label(), kv_type, (long long)rows, df, dl, g.n == n_greedy ? "same" : "DIFFERENT");
     free(tok), free(embd), free(logits);
     celer_context_destroy(ctx);
 out:
@@ -116,7 +121,9 @@ int main(void) {
     char *names[64];
     const int n = vlm_fixture_names(names, 64);
     CHECK(n >= 4, "at least 4 vision-language fixtures (found %d)", n);
-    const char *sets[][2] = {{"ref", "f32"}, {"auto", "f16"}, {"auto", "f32"}};
+    /* the CPU's kernel sets, then those of the device under test (CELER_TEST_DEVICE) */
+    const char *sets[][3] = {{"ref", "f32", "cpu"}, {"auto", "f16", "cpu"}, {"auto", "f32", "cpu"},
+                             {"auto", "f16", harness_device()}, {"auto", "f32", harness_device()}};
     for (int i = 0; i < n; i++) {
         char err[512], path[4400];
         const char *dir = fixture_path(names[i]);
@@ -127,8 +134,8 @@ int main(void) {
             CHECK(celer_model_open(dir, NULL, &m, err, sizeof err) == CELER_OK, "%s", err)) {
             const json_t *cases = json_object_get(gold, "cases");
             CHECK(json_array_size(cases) >= 3, "%s: at least 3 image cases", names[i]);
-            for (int s = 0; s < 3; s++) {
-                kernels = sets[s][0], kv_type = sets[s][1], tol = s == 0 ? 1e-4 : 2e-3;
+            for (int s = 0; s < 5 && sets[s][2]; s++) {
+                kernels = sets[s][0], kv_type = sets[s][1], device = sets[s][2], tol = s == 0 ? 1e-4 : 2e-3;
                 for (size_t k = 0; k < json_array_size(cases); k++) check_case(names[i], dir, m, json_array_get(cases, k));
             }
         }

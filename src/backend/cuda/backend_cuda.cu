@@ -1,0 +1,447 @@
+/*
+ * backend_cuda.cu - the "cuda" backend class: devices, the weights' device copy, a
+ * backend's stream and memory, and the op table that queues kernels (kernels.cu,
+ * attention.cu) and cuBLAS products on that stream.
+ *
+ * Every op is queued on the backend's one stream and returns at once; only download waits.
+ * Products run through cuBLAS in fp32: dense weights directly, affine ones dequantized a
+ * slab of rows at a time into a buffer sized at creation. No op allocates.
+ */
+#include "backend/cuda/cuda_internal.h"
+
+extern "C" {
+#include "base/error.h"
+}
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The dequantization buffer holds at most this many floats (256 MiB). */
+#define DEQ_FLOATS ((int64_t)64 << 20)
+
+void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    fprintf(stderr, "celer: %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
+    abort();
+}
+
+void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "celer: %s:%d: %s: cuBLAS status %d\n", file, line, what, (int)st);
+    abort();
+}
+
+const float *cuda_vec(const cuda_backend *cb, const float *host) {
+    if (!host) return NULL;
+    const cuda_weights *w = (const cuda_weights *)cb->base.weights;
+    const char *p = (const char *)host;
+    for (int64_t i = 0; w && i < w->n_vec; i++)
+        if (p >= w->vec[i].host && p < w->vec[i].host + w->vec[i].bytes)
+            return (const float *)(w->vec[i].dev + (p - w->vec[i].host));
+    CELER_ASSERT(!"a weight vector outside the model's vector arenas");
+    return NULL;
+}
+
+const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
+    const cuda_weights *cw = (const cuda_weights *)cb->base.weights;
+    CELER_ASSERT(cw && w->id > 0 && w->id <= cw->n);
+    return &cw->mats[w->id - 1];
+}
+
+/* ==== Devices ==== */
+
+static int cuda_device_count(celer_error *e) {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        error_set(e, CELER_STATUS_UNSUPPORTED, "%s", cudaGetErrorString(err));
+        return 0;
+    }
+    return n;
+}
+
+static void cuda_device_name(int device, char *out, size_t size) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        snprintf(out, size, "CUDA device %d (unreadable)", device);
+        return;
+    }
+    snprintf(out, size, "%s, %.0f GiB, sm_%d%d, %d SMs", prop.name, (double)prop.totalGlobalMem / (1 << 30),
+             prop.major, prop.minor, prop.multiProcessorCount);
+}
+
+/* ==== Weights ==== */
+
+/* Device memory for bytes, or NULL with e set. */
+static void *dev_alloc(size_t bytes, celer_error *e) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory (%zu bytes)", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+/* dst[m] fp32 on the device = src[m] of type t on the host, through staging in slabs. */
+static celer_status upload_f32(cudaStream_t s, float *dst, const void *src, dtype t, int64_t m, void *stage,
+                               size_t stage_bytes) {
+    const size_t esz = dtype_size(t);
+    const int64_t per = (int64_t)(stage_bytes / esz);
+    for (int64_t i = 0; i < m; i += per) {
+        const int64_t k = m - i < per ? m - i : per;
+        CUDA_CHECK(cudaMemcpyAsync(stage, (const char *)src + (size_t)i * esz, (size_t)k * esz,
+                                   cudaMemcpyHostToDevice, s));
+        cuda_to_f32(s, dst + i, stage, (int)t, k);
+        CUDA_CHECK(cudaStreamSynchronize(s)); /* the stage is reused */
+    }
+    return CELER_OK;
+}
+
+static void free_mat(cuda_mat *m) {
+    cudaFree(m->f32);
+    cudaFree(m->codes);
+    cudaFree(m->scales);
+    cudaFree(m->biases);
+}
+
+static void cuda_unprepare(backend_weights *bw) {
+    cuda_weights *w = (cuda_weights *)bw;
+    if (!w) return;
+    cudaSetDevice(w->device);
+    for (int64_t i = 0; i < w->n; i++) free_mat(&w->mats[i]);
+    for (int64_t i = 0; i < w->n_vec; i++) cudaFree(w->vec[i].dev);
+    free(w->mats);
+    free(w->vec);
+    free(w);
+}
+
+static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, void *stage, size_t stage_bytes,
+                                int64_t *bytes, celer_error *e) {
+    d->rows = w->rows, d->cols = w->cols, d->bits = w->quant_bits, d->group = w->group;
+    if (!w->quant_bits) {
+        const size_t n = (size_t)(w->rows * w->cols);
+        if (!(d->f32 = (float *)dev_alloc(sizeof(float) * n, e))) return CELER_STATUS_OUT_OF_MEMORY;
+        *bytes += (int64_t)(sizeof(float) * n);
+        return upload_f32(s, d->f32, w->data, w->type, (int64_t)n, stage, stage_bytes);
+    }
+    if ((w->quant_bits != 4 && w->quant_bits != 8) || w->group <= 0 || w->cols % w->group)
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "cuda: %d-bit affine weights with group %lld are not supported",
+                         w->quant_bits, (long long)w->group);
+    const size_t code_bytes = (size_t)(w->rows * w->cols * w->quant_bits / 8);
+    const int64_t groups = w->rows * (w->cols / w->group);
+    d->codes = (uint32_t *)dev_alloc(code_bytes, e);
+    d->scales = d->codes ? (float *)dev_alloc(sizeof(float) * (size_t)groups, e) : NULL;
+    d->biases = d->scales ? (float *)dev_alloc(sizeof(float) * (size_t)groups, e) : NULL;
+    if (!d->biases) return CELER_STATUS_OUT_OF_MEMORY;
+    *bytes += (int64_t)code_bytes + 2 * (int64_t)sizeof(float) * groups;
+    CUDA_CHECK(cudaMemcpyAsync(d->codes, w->data, code_bytes, cudaMemcpyHostToDevice, s));
+    upload_f32(s, d->scales, w->scales, w->scale_type, groups, stage, stage_bytes);
+    return upload_f32(s, d->biases, w->biases, w->scale_type, groups, stage, stage_bytes);
+}
+
+static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, backend_weights **out,
+                                 celer_error *e) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *out = NULL;
+    CUDA_CHECK(cudaSetDevice(p->device));
+    cuda_weights *w = (cuda_weights *)calloc(1, sizeof *w);
+    celer_status s = CELER_OK;
+    cudaStream_t st = NULL;
+    const size_t stage_bytes = (size_t)64 << 20;
+    void *stage = NULL;
+    if (!w || !(w->mats = (cuda_mat *)calloc((size_t)(ws->n_mats > 0 ? ws->n_mats : 1), sizeof *w->mats))) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        goto out;
+    }
+    w->base.cls = &backend_cuda_class;
+    w->device = p->device;
+    w->n = ws->n_mats;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    if (!(stage = dev_alloc(stage_bytes, e))) {
+        s = CELER_STATUS_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (int64_t i = 0; i < ws->n_mats && s == CELER_OK; i++) {
+        CELER_ASSERT(ws->mats[i]->id == i + 1);
+        s = prepare_mat(st, &w->mats[i], ws->mats[i], stage, stage_bytes, &w->base.bytes, e);
+        if (s == CELER_OK && ws->done) ws->done(ws->arg, ws->mats[i]);
+    }
+    /* every block of the vector arenas, mirrored as it is */
+    for (int64_t a = 0; a < ws->n_vectors && s == CELER_OK; a++) {
+        const void *base;
+        size_t used;
+        for (int64_t b = 0; s == CELER_OK && arena_block_at(ws->vectors[a], b, &base, &used); b++) {
+            cuda_vec_block *nv = (cuda_vec_block *)realloc(w->vec, sizeof *w->vec * (size_t)(w->n_vec + 1));
+            if (!nv) {
+                s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+                break;
+            }
+            w->vec = nv;
+            cuda_vec_block *vb = &w->vec[w->n_vec];
+            vb->host = (const char *)base, vb->bytes = used;
+            if (!(vb->dev = (char *)dev_alloc(used, e))) {
+                s = CELER_STATUS_OUT_OF_MEMORY;
+                break;
+            }
+            w->n_vec++;
+            w->base.bytes += (int64_t)used;
+            CUDA_CHECK(cudaMemcpyAsync(vb->dev, base, used, cudaMemcpyHostToDevice, st));
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));
+out:
+    if (stage) cudaFree(stage);
+    if (st) cudaStreamDestroy(st);
+    if (s != CELER_OK) {
+        cuda_unprepare(w ? &w->base : NULL);
+        return s;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    w->base.ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    *out = &w->base;
+    return CELER_OK;
+}
+
+/* ==== Memory ==== */
+
+static cuda_backend *cb_of(backend *be) { return (cuda_backend *)be; }
+
+static void *cuda_alloc(backend *be, size_t bytes) {
+    cuda_backend *cb = cb_of(be);
+    CUDA_CHECK(cudaSetDevice(cb->device));
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cb->stream));
+    return p;
+}
+
+static void cuda_release(backend *be, void *p) {
+    CUDA_CHECK(cudaSetDevice(cb_of(be)->device));
+    CUDA_CHECK(cudaFree(p));
+}
+
+static void cuda_upload(backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = cb_of(be);
+    CUDA_CHECK(cudaSetDevice(cb->device));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
+}
+
+static void cuda_download(backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = cb_of(be);
+    CUDA_CHECK(cudaSetDevice(cb->device));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static void cuda_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d) {
+    CUDA_CHECK(cudaMemcpy2DAsync(y, sizeof(float) * (size_t)ldy, x, sizeof(float) * (size_t)ldx,
+                                 sizeof(float) * (size_t)d, (size_t)n, cudaMemcpyDeviceToDevice, cb_of(be)->stream));
+}
+
+static void cuda_gather(backend *be, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
+                        int64_t d) {
+    cuda_backend *cb = cb_of(be);
+    cuda_gather_rows(cb->stream, y, x, idx, cuda_vec(cb, fill), n, d);
+}
+
+static void cuda_begin(backend *be) { CUDA_CHECK(cudaSetDevice(cb_of(be)->device)); }
+
+static void cuda_end(backend *be) { CUDA_CHECK(cudaGetLastError()); }
+
+/* ==== Ops ==== */
+
+/* y[n, rows] = x[n, cols] @ W^T with W [rows, cols] row-major: in cuBLAS's column-major
+ * terms Y^T (rows x n, ld rows) = W (cols x rows, ld cols)^T X^T (cols x n, ld cols). */
+static void gemm_f32(cuda_backend *cb, float *y, int64_t ldy, const float *w, const float *x, int64_t rows,
+                     int64_t cols, int64_t n) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasSgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one, w, (int)cols,
+                             x, (int)cols, &zero, y, (int)ldy));
+}
+
+static void cuda_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
+    cuda_backend *cb = cb_of(be);
+    const cuda_mat *m = cuda_mat_of(cb, w);
+    CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
+    if (!m->bits) {
+        gemm_f32(cb, y, m->rows, m->f32, x, m->rows, m->cols, n);
+        return;
+    }
+    /* a slab of rows dequantized, then its columns of y */
+    const int64_t slab = cb->deq_rows;
+    for (int64_t r0 = 0; r0 < m->rows; r0 += slab) {
+        const int64_t r1 = m->rows - r0 < slab ? m->rows : r0 + slab;
+        cuda_dequant(cb->stream, cb->deq, m, r0, r1);
+        gemm_f32(cb, y + r0, m->rows, cb->deq, x, r1 - r0, m->cols, n);
+    }
+}
+
+static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
+    cuda_backend *cb = cb_of(be);
+    cuda_embed(cb->stream, y, cuda_mat_of(cb, w), ids, n);
+}
+
+static void cuda_op_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
+    cuda_backend *cb = cb_of(be);
+    cuda_rmsnorm(cb->stream, y, x, cuda_vec(cb, w), n, d, eps);
+}
+
+static void cuda_op_layernorm(backend *be, float *y, const float *x, const float *w, const float *b, int64_t n,
+                              int64_t d, float eps) {
+    cuda_backend *cb = cb_of(be);
+    cuda_layernorm(cb->stream, y, x, cuda_vec(cb, w), cuda_vec(cb, b), n, d, eps);
+}
+
+/* cos and sin of every position and pair, scaled, made once per rope_params: the angle in
+ * fp32, its cosine in double, as the reference does. */
+static void rope_table(cuda_backend *cb, const rope_params *rp) {
+    if (cb->rope_of == rp) return;
+    const int64_t half = cb->p.hd / 2, n = cb->p.max_keys;
+    float *cs = (float *)malloc(sizeof(float) * (size_t)(n * half * 2));
+    CELER_ASSERT(cs != NULL);
+    for (int64_t p = 0; p < n; p++)
+        for (int64_t i = 0; i < half; i++) {
+            const float ang = (float)p * rp->inv_freq[i];
+            cs[(p * half + i) * 2] = (float)cos((double)ang) * rp->mscale;
+            cs[(p * half + i) * 2 + 1] = (float)sin((double)ang) * rp->mscale;
+        }
+    CUDA_CHECK(cudaMemcpyAsync(cb->rope_cs, cs, sizeof(float) * (size_t)(n * half * 2), cudaMemcpyHostToDevice,
+                               cb->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    free(cs);
+    cb->rope_of = rp;
+}
+
+static void cuda_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+                         const rope_params *rp) {
+    cuda_backend *cb = cb_of(be);
+    CELER_ASSERT(hd == cb->p.hd);
+    rope_table(cb, rp);
+    cuda_rope(cb->stream, x, pos, n, h, hd, cb->rope_cs, rp->traditional);
+}
+
+static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float *k, const float *v,
+                             const int32_t *slot, int64_t n, int64_t kvd) {
+    cuda_kv_store(cb_of(be)->stream, kpool, vpool, k, v, slot, n, kvd, be->kv_f16);
+}
+
+static void cuda_op_attention(backend *be, float *out, const float *q, const void *kpool, const void *vpool,
+                              const attn_rows *rows) {
+    cuda_attention(cb_of(be)->stream, out, q, kpool, vpool, rows, be->kv_f16);
+}
+
+static void cuda_op_attention_full(backend *be, float *out, const float *q, const float *k, const float *v,
+                                   int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale) {
+    cuda_attention_full(cb_of(be)->stream, out, q, k, v, n, seg, h, hk, hd, scale);
+}
+
+static void cuda_op_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
+    cuda_swiglu(cb_of(be)->stream, y, gate, up, m);
+}
+
+static void cuda_op_act(backend *be, float *y, const float *x, int64_t m, backend_act kind) {
+    cuda_act(cb_of(be)->stream, y, x, m, kind);
+}
+
+static void cuda_op_add(backend *be, float *y, const float *x, int64_t m) { cuda_add(cb_of(be)->stream, y, x, m); }
+
+static void cuda_op_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
+    cuda_backend *cb = cb_of(be);
+    cuda_add_bias(cb->stream, y, cuda_vec(cb, bias), n, d);
+}
+
+static void cuda_op_scale(backend *be, float *y, float s, int64_t m) { cuda_scale(cb_of(be)->stream, y, s, m); }
+
+static void cuda_op_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
+                            bool channels_last, bool lead) {
+    cuda_patches(cb_of(be)->stream, y, x, n, s, p, channels_last, lead);
+}
+
+static void cuda_destroy(backend *be) {
+    cuda_backend *cb = cb_of(be);
+    cudaSetDevice(cb->device);
+    if (cb->stream) cudaStreamSynchronize(cb->stream);
+    cudaFree(cb->deq);
+    cudaFree(cb->rope_cs);
+    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    free(cb);
+}
+
+static const backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .release = cuda_release,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .copy_rows = cuda_copy_rows,
+    .gather_rows = cuda_gather,
+    .begin = cuda_begin,
+    .end = cuda_end,
+    .matmul = cuda_matmul,
+    .embed = cuda_op_embed,
+    .rmsnorm = cuda_op_rmsnorm,
+    .layernorm = cuda_op_layernorm,
+    .rope = cuda_op_rope,
+    .kv_store = cuda_op_kv_store,
+    .attention = cuda_op_attention,
+    .attention_full = cuda_op_attention_full,
+    .swiglu = cuda_op_swiglu,
+    .act = cuda_op_act,
+    .add = cuda_op_add,
+    .add_bias = cuda_op_add_bias,
+    .scale = cuda_op_scale,
+    .patches = cuda_op_patches,
+};
+
+static backend *cuda_create(const backend_params *p, const backend_weights *w, celer_error *e) {
+    if (p->kernels && *p->kernels && strcmp(p->kernels, "auto") != 0) {
+        error_set(e, CELER_STATUS_INVALID_ARGUMENT, "kernels \"%s\": the cuda device has one kernel set (auto)",
+                  p->kernels);
+        return NULL;
+    }
+    CUDA_CHECK(cudaSetDevice(p->device));
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) {
+        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    cb->base.ops = &cuda_ops;
+    cb->base.kernels = "cuda";
+    cb->base.kv_f16 = p->kv_f16;
+    cb->base.host = false;
+    cb->base.weights = w;
+    cb->device = p->device;
+    cb->p = *p;
+    cb->deq_rows = DEQ_FLOATS / (p->max_cols > 0 ? p->max_cols : 1);
+    const size_t cs = sizeof(float) * (size_t)(p->max_keys * (p->hd / 2) * 2);
+    if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
+        cudaMalloc((void **)&cb->deq, sizeof(float) * (size_t)(cb->deq_rows * p->max_cols)) != cudaSuccess ||
+        cudaMalloc((void **)&cb->rope_cs, cs ? cs : 1) != cudaSuccess) {
+        cudaGetLastError();
+        cuda_destroy(&cb->base);
+        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
+        return NULL;
+    }
+    CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
+    return &cb->base;
+}
+
+const backend_class backend_cuda_class = {
+    .name = "cuda",
+    .device_count = cuda_device_count,
+    .device_name = cuda_device_name,
+    .prepare = cuda_prepare,
+    .unprepare = cuda_unprepare,
+    .create = cuda_create,
+};

@@ -1,0 +1,23 @@
+/*
+ * backend_cuda.h - the CUDA backend: the op interface of backend.h run as kernels on one
+ * stream of an NVIDIA GPU, with weights, KV pools and activations in device memory.
+ *
+ * Built only where nvcc exists (CUDA=0 leaves it out); a binary with it still runs on
+ * machines without a GPU, where the "cuda" class reports no device and the reason.
+ */
+#ifndef CELER_BACKEND_CUDA_BACKEND_CUDA_H
+#define CELER_BACKEND_CUDA_BACKEND_CUDA_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const backend_class backend_cuda_class;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

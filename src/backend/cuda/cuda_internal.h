@@ -1,0 +1,104 @@
+/*
+ * cuda_internal.h - what the CUDA backend's files share: the prepared weights, the
+ * backend struct and the kernel launchers (each .cu file owns one concern: the class and
+ * its memory, elementwise kernels, attention, matrix products).
+ *
+ * Device layouts. Dense matrices are fp32 [rows, cols] (converted at load, so products are
+ * exact fp32 through cuBLAS). Affine matrices keep the checkpoint's uint32 codes
+ * [rows, cols * bits / 32] as they are, with fp32 scales and biases [rows, cols / group].
+ * K and V pools are [slot, hk * hd] of fp16 or fp32.
+ */
+#ifndef CELER_BACKEND_CUDA_INTERNAL_H
+#define CELER_BACKEND_CUDA_INTERNAL_H
+
+extern "C" {
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+}
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+/* A failed CUDA call inside a step is a bug or a lost device: file, line, message, abort. */
+#define CUDA_CHECK(x) cuda_check((x), #x, __FILE__, __LINE__)
+void cuda_check(cudaError_t err, const char *what, const char *file, int line);
+#define CUBLAS_CHECK(x) cublas_check((x), #x, __FILE__, __LINE__)
+void cublas_check(cublasStatus_t st, const char *what, const char *file, int line);
+
+/* One matrix on the device. */
+typedef struct cuda_mat {
+    int64_t rows, cols;
+    int bits;             /* 0: dense fp32 in f32; 4 or 8: affine */
+    int64_t group;
+    float *f32;           /* dense [rows, cols] */
+    uint32_t *codes;      /* affine [rows, cols * bits / 32] */
+    float *scales, *biases; /* affine [rows, cols / group] */
+} cuda_mat;
+
+/* A block of a model's vector arena and its device mirror. */
+typedef struct cuda_vec_block {
+    const char *host;
+    char *dev;
+    size_t bytes;
+} cuda_vec_block;
+
+typedef struct cuda_weights {
+    backend_weights base;
+    int device;
+    cuda_mat *mats; /* [n] by matview id - 1 */
+    int64_t n;
+    cuda_vec_block *vec;
+    int64_t n_vec;
+} cuda_weights;
+
+typedef struct cuda_backend {
+    backend base;
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    backend_params p;
+    float *deq;              /* [deq_rows, max_cols] dequantized weight rows of a product */
+    int64_t deq_rows;
+    const rope_params *rope_of; /* the parameters rope_cs was made for */
+    float *rope_cs;          /* [max_keys, hd / 2, 2] cos and sin */
+} cuda_backend;
+
+/* The device copy of a weight vector (a pointer into a model's vector arena). */
+const float *cuda_vec(const cuda_backend *cb, const float *host);
+/* The device matrix of a matview. */
+const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
+
+/* ==== Kernels (kernels.cu) ==== */
+
+/* y[m] = x[m] of type t (F32, F16 or BF16) as fp32 */
+void cuda_to_f32(cudaStream_t s, float *y, const void *x, int t, int64_t m);
+/* y[rows r0..r1, cols] = the dequantized rows of an affine matrix */
+void cuda_dequant(cudaStream_t s, float *y, const cuda_mat *w, int64_t r0, int64_t r1);
+void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n);
+void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps);
+void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
+                    int64_t d, float eps);
+void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+               const float *cs, bool traditional);
+void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
+                   int64_t n, int64_t kvd, bool f16);
+void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m);
+void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act kind);
+void cuda_add(cudaStream_t s, float *y, const float *x, int64_t m);
+void cuda_add_bias(cudaStream_t s, float *y, const float *bias, int64_t n, int64_t d);
+void cuda_scale(cudaStream_t s, float *y, float a, int64_t m);
+void cuda_gather_rows(cudaStream_t s, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
+                      int64_t d);
+void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t p, bool channels_last,
+                  bool lead);
+
+/* ==== Attention (attention.cu) ==== */
+
+void cuda_attention(cudaStream_t s, float *out, const float *q, const void *kpool, const void *vpool,
+                    const attn_rows *ar, bool f16);
+void cuda_attention_full(cudaStream_t s, float *out, const float *q, const float *k, const float *v, int64_t n,
+                         int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
+
+#endif
