@@ -12,8 +12,11 @@
  * pointers into the model's vector arena, which a backend with memory of its own mirrors
  * when it prepares. A backend never sees a model, a config or a tokenizer.
  *
- * A step (one forward) runs between begin and end: a GPU backend may queue its ops and
- * replay a step it has seen before; download waits for the work queued before it.
+ * A step (one forward) runs between begin and end, and is run again while end answers
+ * false: a GPU backend may first only note the ops of a step (not run them) and replay a
+ * recorded step that made the very same calls, or ask for the step again to record it.
+ * So between begin and end, ops are the only effects a step may have. download waits for
+ * the work queued before it.
  *
  * attention reads the paged KV cache causally (text models); attention_full has no cache
  * and no mask (a vision encoder): its n rows form n / seg independent segments of seg
@@ -85,8 +88,9 @@ typedef struct backend_ops {
     void (*gather_rows)(backend *be, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
                         int64_t d);
     /* ---- steps ---- */
-    void (*begin)(backend *be);
-    void (*end)(backend *be);
+    /* a step of rows rows starts; its end: false when the ops must be called again */
+    void (*begin)(backend *be, int64_t rows);
+    bool (*end)(backend *be);
 
     /* ---- ops ---- */
     /* y[n, w.rows] = x[n, w.cols] @ W^T */
@@ -100,7 +104,8 @@ typedef struct backend_ops {
     /* y[n, d] = (x[n, d] - mean) / sqrt(var + eps) * w[d] + b[d], per row; b may be NULL */
     void (*layernorm)(backend *be, float *y, const float *x, const float *w, const float *b,
                       int64_t n, int64_t d, float eps);
-    /* x[n, h, hd] rotated in place, row r at position pos[r] */
+    /* x[n, h, hd] rotated in place, row r at position pos[r] (rp->inv_freq is a weight
+     * vector) */
     void (*rope)(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                  const rope_params *rp);
     /* k, v [n, hk*hd] stored into the pools at slots slot[n], as fp16 or fp32 values
@@ -225,12 +230,11 @@ static inline void backend_destroy(backend *be) {
     if (be) be->ops->destroy(be);
 }
 
-static inline void backend_begin(backend *be) {
-    if (be->ops->begin) be->ops->begin(be);
+static inline void backend_begin(backend *be, int64_t rows) {
+    if (be->ops->begin) be->ops->begin(be, rows);
 }
 
-static inline void backend_end(backend *be) {
-    if (be->ops->end) be->ops->end(be);
-}
+/* Whether the step ran; false: call its ops again (from backend_begin). */
+static inline bool backend_end(backend *be) { return be->ops->end ? be->ops->end(be) : true; }
 
 #endif

@@ -399,22 +399,27 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
          * the rows made come down */
         float *dst = be->host ? out : kind == RUN_HIDDEN ? ctx->hidden : ctx->out;
         int64_t rows = 0, width = v;
-        backend_begin(be);
-        switch (kind) {
-        case RUN_HIDDEN:
-            model_hidden_states(m, be, &st, &kv, ctx->scratch, be->host ? out + off * d : dst);
-            rows = n, width = d;
-            break;
-        case RUN_ALL: rows = model_forward(m, be, &st, &kv, ctx->scratch, ctx->hidden, be->host ? out + off * v : dst); break;
-        case RUN_ROW:
-            if (last_pos >= off && last_pos < off + n)
-                rows = model_forward_last_logits(m, be, &st, &kv, ctx->scratch, ctx->hidden, last_pos - off, dst);
-            else
-                model_hidden_states(m, be, &st, &kv, ctx->scratch, ctx->hidden);
-            break;
-        case RUN_WANTED: rows = model_forward_rows(m, be, &st, &kv, ctx->scratch, ctx->hidden, b->logits + off, dst); break;
-        }
-        backend_end(be);
+        do {
+            backend_begin(be, n);
+            switch (kind) {
+            case RUN_HIDDEN:
+                model_hidden_states(m, be, &st, &kv, ctx->scratch, be->host ? out + off * d : dst);
+                rows = n, width = d;
+                break;
+            case RUN_ALL:
+                rows = model_forward(m, be, &st, &kv, ctx->scratch, ctx->hidden, be->host ? out + off * v : dst);
+                break;
+            case RUN_ROW:
+                if (last_pos >= off && last_pos < off + n)
+                    rows = model_forward_last_logits(m, be, &st, &kv, ctx->scratch, ctx->hidden, last_pos - off, dst);
+                else
+                    model_hidden_states(m, be, &st, &kv, ctx->scratch, ctx->hidden);
+                break;
+            case RUN_WANTED:
+                rows = model_forward_rows(m, be, &st, &kv, ctx->scratch, ctx->hidden, b->logits + off, dst);
+                break;
+            }
+        } while (!backend_end(be));
         if (!be->host && rows)
             be->ops->download(be, kind == RUN_HIDDEN || kind == RUN_ALL ? out + off * width : out, dst,
                               sizeof(float) * (size_t)(rows * width));
@@ -475,7 +480,10 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
     for (int64_t off = 0; off < n; off += ctx->n_batch) {
         const int64_t k = n - off < ctx->n_batch ? n - off : ctx->n_batch;
         be->ops->upload(be, ctx->in_token, ids + off, sizeof(int32_t) * (size_t)k);
-        model_embed(ctx->model, be, ctx->in_token, k, ctx->hidden);
+        do {
+            backend_begin(be, k);
+            model_embed(ctx->model, be, ctx->in_token, k, ctx->hidden);
+        } while (!backend_end(be));
         be->ops->download(be, embd + off * d, ctx->hidden, sizeof(float) * (size_t)(k * d));
     }
     return CELER_OK;

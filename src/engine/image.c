@@ -165,9 +165,10 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
         be->ops->upload(be, layout_be, layout, sizeof(int32_t) * (size_t)positions);
         be->ops->upload(be, pixels_be, pixels, pixel_bytes);
     }
-    backend_begin(be);
-    m->family->encode_image(m, be, pixels_be, &g, tiles_per_call, scratch, tiles, layout_be, out_be);
-    backend_end(be);
+    do {
+        backend_begin(be, g.n_tiles * vs.tile_rows);
+        m->family->encode_image(m, be, pixels_be, &g, tiles_per_call, scratch, tiles, layout_be, out_be);
+    } while (!backend_end(be));
     if (!be->host) be->ops->download(be, out, out_be, sizeof(float) * (size_t)positions * d);
 out:
     if (tiles) be->ops->release(be, tiles);

@@ -123,7 +123,8 @@ celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out,
     double theta;
     celer_status s = config_num(ck, params ? params : cfg, "rope_theta", 10000.0, &theta, e);
     if (s != CELER_OK) return s;
-    float *inv_freq = arena_alloc(&m->mem, sizeof(float) * (size_t)(m->dims.hd / 2));
+    /* a weight vector: a backend with memory of its own reads its mirror */
+    float *inv_freq = arena_alloc(&m->vectors, sizeof(float) * (size_t)(m->dims.hd / 2));
     if (!inv_freq) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     *out = (rope_params){.inv_freq = inv_freq, .mscale = 1.0f, .traditional = traditional};
     return rope_frequencies(m, scaling, theta, inv_freq, &out->mscale, e);

@@ -6,6 +6,10 @@
  * Every op is queued on the backend's one stream and returns at once; only download waits.
  * Products run through cuBLAS in fp32: dense weights directly, affine ones dequantized a
  * slab of rows at a time into a buffer sized at creation. No op allocates.
+ *
+ * Steps of few rows (decode) are recorded as CUDA graphs and replayed: a step first only
+ * hashes its calls (op, pointers, sizes, scalars); when a recorded step made the very same
+ * calls its graph is launched, otherwise end asks for the step again and records it.
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -21,6 +25,7 @@ extern "C" {
 
 /* The dequantization buffer holds at most this many floats (256 MiB). */
 #define DEQ_FLOATS ((int64_t)64 << 20)
+#define BLAS_WORKSPACE ((size_t)32 << 20)
 
 void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
     if (err == cudaSuccess) return;
@@ -49,6 +54,33 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
     const cuda_weights *cw = (const cuda_weights *)cb->base.weights;
     CELER_ASSERT(cw && w->id > 0 && w->id <= cw->n);
     return &cw->mats[w->id - 1];
+}
+
+/* ==== Step signatures ==== */
+
+enum {
+    OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
+    OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS,
+};
+
+/* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
+template <typename T> static void mix(uint64_t *h, const T &v) {
+    const unsigned char *p = (const unsigned char *)&v;
+    for (size_t i = 0; i < sizeof v; i++) *h = (*h ^ p[i]) * 0x100000001b3ull;
+}
+static void mix_all(uint64_t *h) { (void)h; }
+template <typename T, typename... R> static void mix_all(uint64_t *h, const T &v, const R &...r) {
+    mix(h, v);
+    mix_all(h, r...);
+}
+
+/* Adds a call to the step's signature; true when it must not be queued (a step being
+ * checked against its recorded graph). */
+template <typename... A> static bool noted(cuda_backend *cb, int op, const A &...a) {
+    if (cb->mode == STEP_EAGER) return false;
+    mix(&cb->sig, op);
+    mix_all(&cb->sig, a...);
+    return cb->mode == STEP_CHECK;
 }
 
 /* ==== Devices ==== */
@@ -213,6 +245,7 @@ static cuda_backend *cb_of(backend *be) { return (cuda_backend *)be; }
 
 static void *cuda_alloc(backend *be, size_t bytes) {
     cuda_backend *cb = cb_of(be);
+    CELER_ASSERT(cb->mode == STEP_EAGER);
     CUDA_CHECK(cudaSetDevice(cb->device));
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
@@ -230,18 +263,21 @@ static void cuda_release(backend *be, void *p) {
 
 static void cuda_upload(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cb_of(be);
+    CELER_ASSERT(cb->mode == STEP_EAGER); /* inputs go up before a step */
     CUDA_CHECK(cudaSetDevice(cb->device));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
 }
 
 static void cuda_download(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cb_of(be);
+    CELER_ASSERT(cb->mode == STEP_EAGER); /* rows come down after a step */
     CUDA_CHECK(cudaSetDevice(cb->device));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
 
 static void cuda_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d) {
+    if (noted(cb_of(be), OP_COPY_ROWS, y, ldy, x, ldx, n, d)) return;
     CUDA_CHECK(cudaMemcpy2DAsync(y, sizeof(float) * (size_t)ldy, x, sizeof(float) * (size_t)ldx,
                                  sizeof(float) * (size_t)d, (size_t)n, cudaMemcpyDeviceToDevice, cb_of(be)->stream));
 }
@@ -249,12 +285,70 @@ static void cuda_copy_rows(backend *be, float *y, int64_t ldy, const float *x, i
 static void cuda_gather(backend *be, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
                         int64_t d) {
     cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_GATHER_ROWS, y, x, idx, fill, n, d)) return;
     cuda_gather_rows(cb->stream, y, x, idx, cuda_vec(cb, fill), n, d);
 }
 
-static void cuda_begin(backend *be) { CUDA_CHECK(cudaSetDevice(cb_of(be)->device)); }
+static void cuda_begin(backend *be, int64_t rows) {
+    cuda_backend *cb = cb_of(be);
+    CUDA_CHECK(cudaSetDevice(cb->device));
+    cb->sig = 0xcbf29ce484222325ull;
+    mix(&cb->sig, rows);
+    if (rows > GRAPH_ROWS) {
+        cb->mode = STEP_EAGER;
+    } else if (cb->recapture) {
+        cb->mode = STEP_CAPTURE;
+        CUDA_CHECK(cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal));
+    } else {
+        cb->mode = STEP_CHECK;
+    }
+}
 
-static void cuda_end(backend *be) { CUDA_CHECK(cudaGetLastError()); }
+static cuda_graph *graph_find(cuda_backend *cb, uint64_t sig) {
+    for (int i = 0; i < GRAPH_CACHE; i++)
+        if (cb->graphs[i].exec && cb->graphs[i].sig == sig) return &cb->graphs[i];
+    return NULL;
+}
+
+/* The slot a new graph goes to: a free one, else the least recently used. */
+static cuda_graph *graph_slot(cuda_backend *cb) {
+    cuda_graph *g = &cb->graphs[0];
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        if (!cb->graphs[i].exec) return &cb->graphs[i];
+        if (cb->graphs[i].used < g->used) g = &cb->graphs[i];
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(g->exec));
+    g->exec = NULL;
+    return g;
+}
+
+static bool cuda_end(backend *be) {
+    cuda_backend *cb = cb_of(be);
+    const step_mode mode = cb->mode;
+    cb->mode = STEP_EAGER;
+    if (mode == STEP_EAGER) {
+        CUDA_CHECK(cudaGetLastError());
+        return true;
+    }
+    cuda_graph *g;
+    if (mode == STEP_CHECK) {
+        if (!(g = graph_find(cb, cb->sig))) {
+            cb->recapture = true; /* never seen: call the ops again, recording them */
+            return false;
+        }
+    } else {
+        cudaGraph_t graph;
+        CUDA_CHECK(cudaStreamEndCapture(cb->stream, &graph));
+        g = graph_slot(cb);
+        CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        g->sig = cb->sig;
+        cb->recapture = false;
+    }
+    g->used = ++cb->tick;
+    CUDA_CHECK(cudaGraphLaunch(g->exec, cb->stream));
+    return true;
+}
 
 /* ==== Ops ==== */
 
@@ -269,6 +363,7 @@ static void gemm_f32(cuda_backend *cb, float *y, int64_t ldy, const float *w, co
 
 static void cuda_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_MATMUL, y, w, x, n)) return;
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
     if (!m->bits) {
@@ -286,82 +381,80 @@ static void cuda_matmul(backend *be, float *y, const matview *w, const float *x,
 
 static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
     cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_EMBED, y, w, ids, n)) return;
     cuda_embed(cb->stream, y, cuda_mat_of(cb, w), ids, n);
 }
 
 static void cuda_op_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
     cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_RMSNORM, y, x, w, n, d, eps)) return;
     cuda_rmsnorm(cb->stream, y, x, cuda_vec(cb, w), n, d, eps);
 }
 
 static void cuda_op_layernorm(backend *be, float *y, const float *x, const float *w, const float *b, int64_t n,
                               int64_t d, float eps) {
     cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_LAYERNORM, y, x, w, b, n, d, eps)) return;
     cuda_layernorm(cb->stream, y, x, cuda_vec(cb, w), cuda_vec(cb, b), n, d, eps);
-}
-
-/* cos and sin of every position and pair, scaled, made once per rope_params: the angle in
- * fp32, its cosine in double, as the reference does. */
-static void rope_table(cuda_backend *cb, const rope_params *rp) {
-    if (cb->rope_of == rp) return;
-    const int64_t half = cb->p.hd / 2, n = cb->p.max_keys;
-    float *cs = (float *)malloc(sizeof(float) * (size_t)(n * half * 2));
-    CELER_ASSERT(cs != NULL);
-    for (int64_t p = 0; p < n; p++)
-        for (int64_t i = 0; i < half; i++) {
-            const float ang = (float)p * rp->inv_freq[i];
-            cs[(p * half + i) * 2] = (float)cos((double)ang) * rp->mscale;
-            cs[(p * half + i) * 2 + 1] = (float)sin((double)ang) * rp->mscale;
-        }
-    CUDA_CHECK(cudaMemcpyAsync(cb->rope_cs, cs, sizeof(float) * (size_t)(n * half * 2), cudaMemcpyHostToDevice,
-                               cb->stream));
-    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-    free(cs);
-    cb->rope_of = rp;
 }
 
 static void cuda_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                          const rope_params *rp) {
     cuda_backend *cb = cb_of(be);
-    CELER_ASSERT(hd == cb->p.hd);
-    rope_table(cb, rp);
-    cuda_rope(cb->stream, x, pos, n, h, hd, cb->rope_cs, rp->traditional);
+    if (noted(cb, OP_ROPE, x, pos, n, h, hd, rp)) return;
+    cuda_rope(cb->stream, x, pos, n, h, hd, cuda_vec(cb, rp->inv_freq), rp->mscale, rp->traditional);
 }
 
 static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                              const int32_t *slot, int64_t n, int64_t kvd) {
+    if (noted(cb_of(be), OP_KV_STORE, kpool, vpool, k, v, slot, n, kvd)) return;
     cuda_kv_store(cb_of(be)->stream, kpool, vpool, k, v, slot, n, kvd, be->kv_f16);
 }
 
 static void cuda_op_attention(backend *be, float *out, const float *q, const void *kpool, const void *vpool,
                               const attn_rows *rows) {
+    const attn_rows *r = rows;
+    if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
+              r->block_size, r->window, r->h, r->hk, r->hd, r->scale))
+        return;
     cuda_attention(cb_of(be)->stream, out, q, kpool, vpool, rows, be->kv_f16);
 }
 
 static void cuda_op_attention_full(backend *be, float *out, const float *q, const float *k, const float *v,
                                    int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale) {
+    if (noted(cb_of(be), OP_ATTENTION_FULL, out, q, k, v, n, seg, h, hk, hd, scale)) return;
     cuda_attention_full(cb_of(be)->stream, out, q, k, v, n, seg, h, hk, hd, scale);
 }
 
 static void cuda_op_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
+    if (noted(cb_of(be), OP_SWIGLU, y, gate, up, m)) return;
     cuda_swiglu(cb_of(be)->stream, y, gate, up, m);
 }
 
 static void cuda_op_act(backend *be, float *y, const float *x, int64_t m, backend_act kind) {
+    if (noted(cb_of(be), OP_ACT, y, x, m, kind)) return;
     cuda_act(cb_of(be)->stream, y, x, m, kind);
 }
 
-static void cuda_op_add(backend *be, float *y, const float *x, int64_t m) { cuda_add(cb_of(be)->stream, y, x, m); }
+static void cuda_op_add(backend *be, float *y, const float *x, int64_t m) {
+    if (noted(cb_of(be), OP_ADD, y, x, m)) return;
+    cuda_add(cb_of(be)->stream, y, x, m);
+}
 
 static void cuda_op_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
     cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_ADD_BIAS, y, bias, n, d)) return;
     cuda_add_bias(cb->stream, y, cuda_vec(cb, bias), n, d);
 }
 
-static void cuda_op_scale(backend *be, float *y, float s, int64_t m) { cuda_scale(cb_of(be)->stream, y, s, m); }
+static void cuda_op_scale(backend *be, float *y, float s, int64_t m) {
+    if (noted(cb_of(be), OP_SCALE, y, s, m)) return;
+    cuda_scale(cb_of(be)->stream, y, s, m);
+}
 
 static void cuda_op_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                             bool channels_last, bool lead) {
+    if (noted(cb_of(be), OP_PATCHES, y, x, n, s, p, channels_last, lead)) return;
     cuda_patches(cb_of(be)->stream, y, x, n, s, p, channels_last, lead);
 }
 
@@ -369,8 +462,10 @@ static void cuda_destroy(backend *be) {
     cuda_backend *cb = cb_of(be);
     cudaSetDevice(cb->device);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < GRAPH_CACHE; i++)
+        if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     cudaFree(cb->deq);
-    cudaFree(cb->rope_cs);
+    cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb);
@@ -423,17 +518,17 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->device = p->device;
     cb->p = *p;
     cb->deq_rows = DEQ_FLOATS / (p->max_cols > 0 ? p->max_cols : 1);
-    const size_t cs = sizeof(float) * (size_t)(p->max_keys * (p->hd / 2) * 2);
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc((void **)&cb->deq, sizeof(float) * (size_t)(cb->deq_rows * p->max_cols)) != cudaSuccess ||
-        cudaMalloc((void **)&cb->rope_cs, cs ? cs : 1) != cudaSuccess) {
+        cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess) {
         cudaGetLastError();
         cuda_destroy(&cb->base);
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
         return NULL;
     }
     CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
+    CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
     return &cb->base;
 }
 

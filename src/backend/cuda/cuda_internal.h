@@ -53,16 +53,36 @@ typedef struct cuda_weights {
     int64_t n_vec;
 } cuda_weights;
 
+/* How a step's ops are run (backend.h: begin/end). */
+typedef enum step_mode {
+    STEP_EAGER,   /* queued as called (outside steps, and steps of many rows) */
+    STEP_CHECK,   /* only noted: end replays the recorded graph of the same calls */
+    STEP_CAPTURE, /* queued into a graph that end records, then launches */
+} step_mode;
+
+#define GRAPH_ROWS 32  /* steps of at most this many rows are recorded and replayed */
+#define GRAPH_CACHE 16 /* recorded steps kept (least recently used goes) */
+
+typedef struct cuda_graph {
+    uint64_t sig; /* what the step's calls hash to */
+    cudaGraphExec_t exec;
+    uint64_t used;
+} cuda_graph;
+
 typedef struct cuda_backend {
     backend base;
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *blas_work;         /* cuBLAS's workspace, so products can be captured */
     backend_params p;
     float *deq;              /* [deq_rows, max_cols] dequantized weight rows of a product */
     int64_t deq_rows;
-    const rope_params *rope_of; /* the parameters rope_cs was made for */
-    float *rope_cs;          /* [max_keys, hd / 2, 2] cos and sin */
+    step_mode mode;
+    uint64_t sig;            /* hash of the current step's calls */
+    bool recapture;          /* the last check found no graph: record the step again */
+    cuda_graph graphs[GRAPH_CACHE];
+    uint64_t tick;
 } cuda_backend;
 
 /* The device copy of a weight vector (a pointer into a model's vector arena). */
@@ -81,7 +101,7 @@ void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int6
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
                     int64_t d, float eps);
 void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
-               const float *cs, bool traditional);
+               const float *inv_freq, float mscale, bool traditional);
 void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                    int64_t n, int64_t kvd, bool f16);
 void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m);

@@ -1,7 +1,7 @@
 /*
  * kernels.cu - the CUDA backend's elementwise and data-movement kernels: type
  * conversion and dequantization, embedding rows, RMSNorm/LayerNorm (one block per row),
- * RoPE from a cos/sin table, K/V stores, SwiGLU and the GELU family, adds, scales, row
+ * RoPE, K/V stores, SwiGLU and the GELU family, adds, scales, row
  * gathers and the patch layout of a vision tower. Each computes what the scalar
  * reference in src/kernels/ref computes, in fp32; none allocates.
  */
@@ -117,26 +117,27 @@ void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, co
 
 /* ==== RoPE and the KV cache ==== */
 
-/* x[n, h, hd]: pair i of every head of row t turned by the angle of position pos[t]
- * (cs[pos, i] = cos, sin, already scaled). */
-__global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *cs,
-                              bool traditional, int64_t m) {
+/* x[n, h, hd]: pair i of every head of row t turned by the angle pos[t] * inv_freq[i],
+ * formed in fp32 with its cosine and sine in double, as the reference does. */
+__global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *inv_freq,
+                              float mscale, bool traditional, int64_t m) {
     const int64_t half = hd / 2;
     GRID_STRIDE(j, m) { /* j = (t * h + head) * half + i */
         const int64_t i = j % half, th = j / half, t = th / h;
-        const float *c = cs + ((int64_t)pos[t] * half + i) * 2;
+        const float ang = (float)pos[t] * inv_freq[i];
+        const float c = (float)cos((double)ang) * mscale, sn = (float)sin((double)ang) * mscale;
         float *v = x + th * hd;
         const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
         const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c[0] - x1 * c[1];
-        v[b] = x1 * c[0] + x0 * c[1];
+        v[a] = x0 * c - x1 * sn;
+        v[b] = x1 * c + x0 * sn;
     }
 }
 
-void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, const float *cs,
-               bool traditional) {
+void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, const float *inv_freq,
+               float mscale, bool traditional) {
     const int64_t m = n * h * (hd / 2);
-    k_rope<<<blocks_for(m), THREADS, 0, s>>>(x, pos, h, hd, cs, traditional, m);
+    k_rope<<<blocks_for(m), THREADS, 0, s>>>(x, pos, h, hd, inv_freq, mscale, traditional, m);
 }
 
 __global__ static void k_kv_store(void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
