@@ -1,0 +1,857 @@
+/*
+ * test_device_ops.c - every op of the backend on the device under test
+ * ($CELER_TEST_DEVICE: "cuda", "cuda:1"; make test-cuda sets it) against the reference
+ * backend, on random inputs of awkward sizes, each max difference printed beside its
+ * tolerance: products of dense (F32, F16, BF16) and 4/8-bit affine matrices (groups 32,
+ * 64, 128; F16, BF16 and F32 scales; one with more rows than one dequantization slab),
+ * embedding rows (negative ids leave their rows alone), RMSNorm, LayerNorm with and
+ * without bias (out of place and in place), RoPE (half-split and traditional, mscale),
+ * K/V stores read back by paged causal attention (two sequences with shuffled block
+ * tables in one call: a prefill run and decode rows; GQA, windows 0 and 9, fp16 and fp32
+ * pools, head dims 40 and 128), full attention over segments, SwiGLU, the GELU family,
+ * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
+ * image patches). Matrices and weight vectors reach the device as a model's do: prepared
+ * by the device's class, vectors mirrored from an arena; every input moves up with upload
+ * and every output comes down with download, and outputs start as NaN (or a pattern where
+ * the op must leave some of them alone), so an element an op forgets is seen. Negative
+ * cases (one weight code off by one quantum, a causal bound one key short, a window one
+ * key wider, segments moved by a row, positions moved by one) show that the bounds see
+ * such bugs.
+ *
+ * It does not test steps (begin/end, and what a backend records in them: test_parity
+ * and test_contract run whole models on the device), speed, or the CPU kernels
+ * (test_cpu_kernels). The bounds are those of a device computing in fp32: the cpu
+ * class's int8 activations fall outside the product bounds. With no device named it
+ * prints one SKIP line.
+ *
+ * Tolerances. Data movement (embedding of dense rows, add, add_bias, scale, copies,
+ * gathers, patches) is exact. Products and norms: 1e-5 of the largest reference value
+ * (fp32 sums in another order; a contracted multiply-add). Dequantized embedding rows
+ * and RoPE: 1e-6 of the largest value (one multiply-add apart). Activations and SwiGLU:
+ * 1e-5 of max(1, |y|) per element (device expf, erff, tanhf against libm). Attention:
+ * 2e-5 absolute on unit-scale values; with fp16 pools both backends read the same
+ * rounded values, so the bound is that of fp32 pools.
+ */
+#include "harness.h"
+
+#include "backend/backend.h"
+#include "base/arena.h"
+#include "base/half.h"
+#include "kernels/ref/backend_ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_THREADS 4
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static const backend_class *cls; /* the device under test */
+static int dev_index;
+
+static void fill_rand(float *v, int64_t n, float scale, float offset) {
+    for (int64_t i = 0; i < n; i++) v[i] = rand_uniform(&rng) * scale + offset;
+}
+
+/* n random floats (malloc'd). */
+static float *rand_vec(int64_t n, float scale) {
+    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    CELER_ASSERT(v != NULL);
+    fill_rand(v, n, scale, 0.0f);
+    return v;
+}
+
+/* A random integer in [0, k). */
+static int32_t rand_below(int32_t k) {
+    const int32_t r = (int32_t)((rand_uniform(&rng) * 0.5f + 0.5f) * (float)k);
+    return r < k ? r : k - 1;
+}
+
+static void report(const char *what, double diff, double tol) {
+    printf("  %-72s max diff %.3g (tol %.3g)\n", what, diff, tol);
+    CHECK(diff <= tol, "%s: max diff %g > %g", what, diff, tol);
+}
+
+/* A negative case: the device against a deliberately wrong reference must be over tol. */
+static void report_wrong(const char *what, double diff, double tol) {
+    printf("  %-72s max diff %.3g (must be > %.3g)\n", what, diff, tol);
+    CHECK(diff > tol, "%s: max diff %g <= %g: the check above cannot fail", what, diff, tol);
+}
+
+/* max |a - b| / max(1, |b|) over n floats (NaN counts as infinite). */
+static double max_rel_diff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - (double)b[i]) / fmax(1.0, fabs((double)b[i]));
+        m = d != d ? INFINITY : fmax(m, d);
+    }
+    return m;
+}
+
+/* ==== The device under test ==== */
+
+typedef struct device {
+    backend *be;
+    backend_weights *w;
+} device;
+
+static backend_params params(bool kv_f16, int64_t rows, int64_t cols, int64_t keys, int64_t hd) {
+    return (backend_params){.device = dev_index,
+                            .n_threads = N_THREADS,
+                            .kv_f16 = kv_f16,
+                            .max_rows = rows,
+                            .max_cols = cols,
+                            .max_keys = keys,
+                            .hd = hd};
+}
+
+/* The device's backend running with its class's prepared copy of ws; false (a failed
+ * check) when the class refuses. */
+static bool device_open(device *d, const weight_set *ws, const backend_params *p) {
+    celer_error e = {{0}};
+    d->be = NULL, d->w = NULL;
+    if (!CHECK(cls->prepare(ws, p, &d->w, &e) == CELER_OK, "%s: prepare: %s", cls->name, e.msg))
+        return false;
+    d->be = cls->create(p, d->w, &e);
+    if (!CHECK(d->be != NULL, "%s: create: %s", cls->name, e.msg)) {
+        if (d->w) cls->unprepare(d->w);
+        return false;
+    }
+    return true;
+}
+
+static void device_close(device *d) {
+    backend_destroy(d->be);
+    if (d->w) cls->unprepare(d->w);
+}
+
+/* Backend memory holding bytes of src (zeroed when src is NULL); release with drop. */
+static void *put(backend *be, const void *src, size_t bytes) {
+    void *p = be->ops->alloc(be, bytes);
+    CELER_ASSERT(p != NULL);
+    if (src) be->ops->upload(be, p, src, bytes);
+    return p;
+}
+
+/* Backend memory of n floats, each NaN: an output the op must write in full. */
+static float *put_nan(backend *be, int64_t n) {
+    float *h = malloc(sizeof(float) * (size_t)n);
+    CELER_ASSERT(h != NULL);
+    for (int64_t i = 0; i < n; i++) h[i] = NAN;
+    float *p = put(be, h, sizeof(float) * (size_t)n);
+    free(h);
+    return p;
+}
+
+/* dst[bytes] = backend memory src, after the work queued before. */
+static void get(backend *be, void *dst, const void *src, size_t bytes) {
+    be->ops->download(be, dst, src, bytes);
+}
+
+static void drop(backend *be, void *p) {
+    be->ops->release(be, p);
+}
+
+/* A weight vector of n random floats in arena a, which the device mirrors. */
+static float *weight_vec(arena *a, int64_t n, float scale, float offset) {
+    float *v = arena_alloc(a, sizeof(float) * (size_t)n);
+    CELER_ASSERT(v != NULL);
+    fill_rand(v, n, scale, offset);
+    return v;
+}
+
+/* ==== Matrices ==== */
+
+/* A random matrix and the memory it owns. */
+typedef struct test_mat {
+    matview w;
+    void *data, *scales, *biases;
+    char desc[64];
+} test_mat;
+
+static void store_scale(dtype st, void *p, int64_t i, float v) {
+    if (st == DTYPE_F32)
+        ((float *)p)[i] = v;
+    else if (st == DTYPE_F16)
+        ((uint16_t *)p)[i] = f32_to_f16(v);
+    else
+        ((uint16_t *)p)[i] = f32_to_bf16(v);
+}
+
+/* W[rows, cols] of dense type t, values in [-1, 1). */
+static void mat_dense(test_mat *m, dtype t, int64_t rows, int64_t cols) {
+    const int64_t k = rows * cols;
+    memset(m, 0, sizeof *m);
+    m->data = malloc(dtype_size(t) * (size_t)k);
+    CELER_ASSERT(m->data != NULL);
+    for (int64_t i = 0; i < k; i++) store_scale(t, m->data, i, rand_uniform(&rng));
+    m->w = (matview){.rows = rows, .cols = cols, .type = t, .data = m->data};
+    snprintf(m->desc, sizeof m->desc, "%s [%lld x %lld]", dtype_name(t), (long long)rows,
+             (long long)cols);
+}
+
+/* An MLX affine matrix: uniform codes, scales of 0.01..0.03 and biases that centre the
+ * weights near zero, in scale type st. */
+static void mat_affine(test_mat *m, int bits, int64_t group, dtype st, int64_t rows, int64_t cols) {
+    const int64_t per = 32 / bits, words = cols / per, groups = cols / group;
+    CELER_ASSERT(cols % group == 0 && cols % per == 0);
+    memset(m, 0, sizeof *m);
+    uint32_t *codes = calloc((size_t)(rows * words), sizeof(uint32_t));
+    m->scales = malloc(dtype_size(st) * (size_t)(rows * groups));
+    m->biases = malloc(dtype_size(st) * (size_t)(rows * groups));
+    CELER_ASSERT(codes && m->scales && m->biases);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            codes[r * words + c / per] |= (uint32_t)rand_below(1 << bits) << ((c % per) * bits);
+    for (int64_t i = 0; i < rows * groups; i++) {
+        const float s = 0.01f + 0.02f * fabsf(rand_uniform(&rng));
+        store_scale(st, m->scales, i, s);
+        store_scale(st, m->biases, i,
+                    -s * (float)(1 << (bits - 1)) * (1.0f + 0.1f * rand_uniform(&rng)));
+    }
+    m->data = codes;
+    m->w = (matview){.rows = rows,
+                     .cols = cols,
+                     .type = DTYPE_U32,
+                     .data = codes,
+                     .quant_bits = bits,
+                     .group = group,
+                     .scale_type = st,
+                     .scales = m->scales,
+                     .biases = m->biases};
+    snprintf(m->desc, sizeof m->desc, "%d-bit g%lld %s [%lld x %lld]", bits, (long long)group,
+             dtype_name(st), (long long)rows, (long long)cols);
+}
+
+static void mat_free(test_mat *m) {
+    free(m->data), free(m->scales), free(m->biases);
+}
+
+/* The prepared set of mats[n]: ids 1..n in order. */
+static weight_set mats_set(test_mat *mats, matview **list, int n, const arena *const *vectors,
+                           int n_vectors) {
+    for (int i = 0; i < n; i++) mats[i].w.id = i + 1, list[i] = &mats[i].w;
+    return (weight_set){.mats = list, .n_mats = n, .vectors = vectors, .n_vectors = n_vectors};
+}
+
+/* ==== matmul ==== */
+
+#define MAX_MATS    64
+#define MM_MAX_N    37
+#define MM_MAX_COLS 640
+/* An LM head's worth of rows: more than the CUDA backend dequantizes at once for a
+ * backend of max_cols 4096 (64 Mi floats / 4096 = 16384 rows), ending in a partial slab. */
+#define HEAD_ROWS (2 * 16384 + 37)
+
+static void test_matmul(void) {
+    static test_mat mats[MAX_MATS];
+    matview *list[MAX_MATS];
+    int nm = 0;
+    const dtype dense[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    const int64_t dense_shape[3][2] = {{1, 77}, {33, 130}, {100, 320}};
+    for (int t = 0; t < 3; t++)
+        for (int s = 0; s < 3; s++)
+            mat_dense(&mats[nm++], dense[t], dense_shape[s][0], dense_shape[s][1]);
+    const int bits[] = {4, 8};
+    const int64_t groups[] = {32, 64, 128}, rows[] = {1, 33, 100};
+    const int64_t cols_small[] = {64, 192, 320}, cols_g128[] = {128, 384, 640};
+    const dtype sts[] = {DTYPE_F16, DTYPE_BF16};
+    int wrong = -1; /* the matrix of the negative case */
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 3; g++)
+            for (int st = 0; st < 2; st++)
+                for (int s = 0; s < 3; s++) {
+                    const int64_t cols = groups[g] == 128 ? cols_g128[s] : cols_small[s];
+                    if (bits[b] == 4 && groups[g] == 32 && st == 0 && s == 1) wrong = nm;
+                    mat_affine(&mats[nm++], bits[b], groups[g], sts[st], rows[s], cols);
+                }
+    mat_affine(&mats[nm++], 4, 64, DTYPE_F32, 37, 192); /* F32 scales, not exact in f16 */
+    const int head = nm;
+    mat_affine(&mats[nm++], 4, 64, DTYPE_F16, HEAD_ROWS, 64);
+    CELER_ASSERT(nm <= MAX_MATS);
+    const weight_set ws = mats_set(mats, list, nm, NULL, 0);
+    const backend_params p = params(false, MM_MAX_N, 4096, 16, 64);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 4096, 16, false);
+    CELER_ASSERT(ref != NULL);
+    if (device_open(&d, &ws, &p)) {
+        backend *be = d.be;
+        float *x = malloc(sizeof(float) * MM_MAX_N * MM_MAX_COLS);
+        float *yr = malloc(sizeof(float) * MM_MAX_N * HEAD_ROWS),
+              *yd = malloc(sizeof(float) * MM_MAX_N * HEAD_ROWS);
+        float *dx = put(be, NULL, sizeof(float) * MM_MAX_N * MM_MAX_COLS);
+        const int64_t ns[] = {1, 3, 8, 37};
+        for (int i = 0; i < nm; i++) {
+            const matview *w = &mats[i].w;
+            double diff = 0, mx = 0;
+            for (int k = 0; k < 4; k++) {
+                const int64_t n = ns[k], m = n * w->rows;
+                fill_rand(x, n * w->cols, 1.0f, 0.0f);
+                be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
+                float *dy = put_nan(be, m);
+                be->ops->matmul(be, dy, w, dx, n);
+                ref->ops->matmul(ref, yr, w, x, n);
+                get(be, yd, dy, sizeof(float) * (size_t)m);
+                drop(be, dy);
+                diff = fmax(diff, max_abs_diff(yd, yr, m));
+                mx = fmax(mx, max_abs(yr, m));
+            }
+            char what[128];
+            snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc,
+                     i == head ? " (past a slab)" : "");
+            report(what, diff, 1e-5 * mx);
+        }
+        /* the reference with one code of the matrix one quantum off must be seen */
+        const matview *w = &mats[wrong].w;
+        const int64_t n = 8, words = w->cols / 8, m = n * w->rows, r = 17, c = 101;
+        uint32_t *codes = malloc(sizeof(uint32_t) * (size_t)(w->rows * words));
+        memcpy(codes, w->data, sizeof(uint32_t) * (size_t)(w->rows * words));
+        uint32_t *word = &codes[r * words + c / 8];
+        const unsigned shift = (unsigned)(c % 8) * 4;
+        const uint32_t q = (*word >> shift) & 15u;
+        *word = (*word & ~(15u << shift)) | ((q == 15u ? 14u : q + 1u) << shift);
+        matview off = *w;
+        off.data = codes;
+        fill_rand(x, n * w->cols, 1.0f, 0.0f);
+        x[3 * w->cols + c] = 1.0f; /* a row where that weight counts in full */
+        be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
+        float *dy = put_nan(be, m);
+        be->ops->matmul(be, dy, w, dx, n);
+        get(be, yd, dy, sizeof(float) * (size_t)m);
+        ref->ops->matmul(ref, yr, w, x, n);
+        const double tol = 1e-5 * max_abs(yr, m);
+        ref->ops->matmul(ref, yr, &off, x, n);
+        char what[128];
+        snprintf(what, sizeof what, "  ... %s against one code one quantum off", mats[wrong].desc);
+        report_wrong(what, max_abs_diff(yd, yr, m), tol);
+        drop(be, dy);
+        drop(be, dx);
+        free(codes), free(x), free(yr), free(yd);
+        device_close(&d);
+    }
+    backend_destroy(ref);
+    for (int i = 0; i < nm; i++) mat_free(&mats[i]);
+}
+
+/* ==== embed ==== */
+
+static void test_embed(void) {
+    enum { N_TABLES = 6, VOCAB = 61, N = 37 };
+    test_mat mats[N_TABLES];
+    matview *list[N_TABLES];
+    mat_dense(&mats[0], DTYPE_F32, VOCAB, 77);
+    mat_dense(&mats[1], DTYPE_F16, VOCAB, 130);
+    mat_dense(&mats[2], DTYPE_BF16, VOCAB, 96);
+    mat_affine(&mats[3], 4, 32, DTYPE_F16, VOCAB, 96);
+    mat_affine(&mats[4], 8, 64, DTYPE_BF16, VOCAB, 192);
+    mat_affine(&mats[5], 4, 128, DTYPE_F32, VOCAB, 256);
+    const weight_set ws = mats_set(mats, list, N_TABLES, NULL, 0);
+    const backend_params p = params(false, N, 256, 16, 64);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 256, 16, false);
+    CELER_ASSERT(ref != NULL);
+    int32_t ids[N];
+    for (int t = 0; t < N; t++) ids[t] = rand_below(VOCAB);
+    ids[0] = VOCAB - 1, ids[1] = 0, ids[4] = ids[19] = ids[N - 1] = -1;
+    if (device_open(&d, &ws, &p)) {
+        backend *be = d.be;
+        int32_t *dids = put(be, ids, sizeof ids);
+        float *yr = malloc(sizeof(float) * N * 256), *yd = malloc(sizeof(float) * N * 256);
+        for (int i = 0; i < N_TABLES; i++) {
+            const matview *w = &mats[i].w;
+            const int64_t m = N * w->cols;
+            for (int64_t j = 0; j < m; j++) yr[j] = 1000.0f + (float)j; /* what negative ids keep */
+            float *dy = put(be, yr, sizeof(float) * (size_t)m);
+            be->ops->embed(be, dy, w, dids, N);
+            ref->ops->embed(ref, yr, w, ids, N);
+            get(be, yd, dy, sizeof(float) * (size_t)m);
+            drop(be, dy);
+            double mx = 0;
+            bool kept = true;
+            for (int t = 0; t < N; t++)
+                for (int64_t c = 0; c < w->cols; c++) {
+                    const int64_t j = t * w->cols + c;
+                    if (ids[t] >= 0)
+                        mx = fmax(mx, fabs(yr[j]));
+                    else
+                        kept = kept && yd[j] == 1000.0f + (float)j;
+                }
+            CHECK(kept, "embed %s: a row of a negative id was written", mats[i].desc);
+            char what[128];
+            snprintf(what, sizeof what, "embed %s n=37, 3 ids negative", mats[i].desc);
+            report(what, max_abs_diff(yd, yr, m), w->quant_bits ? 1e-6 * mx : 0.0);
+        }
+        drop(be, dids);
+        free(yr), free(yd);
+        device_close(&d);
+    }
+    backend_destroy(ref);
+    for (int i = 0; i < N_TABLES; i++) mat_free(&mats[i]);
+}
+
+/* ==== Norms, elementwise ops and data movement ==== */
+
+#define VEC_N 37
+#define ACT_M (37 * 1031)
+
+typedef struct vectors {
+    float *rms_w[2], *ln_w[2], *ln_b[2], *bias[2]; /* [d] for d = 77, 1030 */
+    float *fill;                                   /* [130], gather_rows */
+} vectors;
+
+static const int64_t norm_d[2] = {77, 1030};
+
+/* op of y[n, d] from x[n, d] on both backends, out of place and in place (y = x): the
+ * max difference, and the largest reference value in *mx. kind: 0 rmsnorm, 1 layernorm,
+ * 2 layernorm without bias. */
+static double norm_diff(backend *be, backend *ref, const vectors *v, int di, int kind, double *mx) {
+    const int64_t d = norm_d[di], m = VEC_N * d;
+    float *x = rand_vec(m, 2.0f), *yr = malloc(sizeof(float) * (size_t)m),
+          *yd = malloc(sizeof(float) * (size_t)m);
+    for (int64_t i = 0; i < m; i++) x[i] += kind ? 3.0f : 0.25f; /* a mean far from zero */
+    double diff = 0;
+    *mx = 0;
+    for (int inplace = 0; inplace < 2; inplace++) {
+        float *dx = put(be, x, sizeof(float) * (size_t)m), *dy = inplace ? dx : put_nan(be, m);
+        if (inplace) memcpy(yr, x, sizeof(float) * (size_t)m);
+        const float *xr = inplace ? yr : x;
+        if (kind == 0) {
+            be->ops->rmsnorm(be, dy, dx, v->rms_w[di], VEC_N, d, 1e-6f);
+            ref->ops->rmsnorm(ref, yr, xr, v->rms_w[di], VEC_N, d, 1e-6f);
+        } else {
+            const float *b = kind == 1 ? v->ln_b[di] : NULL;
+            be->ops->layernorm(be, dy, dx, v->ln_w[di], b, VEC_N, d, 1e-5f);
+            ref->ops->layernorm(ref, yr, xr, v->ln_w[di], b, VEC_N, d, 1e-5f);
+        }
+        get(be, yd, dy, sizeof(float) * (size_t)m);
+        diff = fmax(diff, max_abs_diff(yd, yr, m));
+        *mx = fmax(*mx, max_abs(yr, m));
+        if (!inplace) drop(be, dy);
+        drop(be, dx);
+    }
+    free(x), free(yr), free(yd);
+    return diff;
+}
+
+static void test_norms(backend *be, backend *ref, const vectors *v) {
+    const char *const names[3] = {"rmsnorm", "layernorm with bias", "layernorm without bias"};
+    for (int kind = 0; kind < 3; kind++)
+        for (int di = 0; di < 2; di++) {
+            double mx;
+            const double diff = norm_diff(be, ref, v, di, kind, &mx);
+            char what[128];
+            snprintf(what, sizeof what, "%s [37 x %lld], out of place and in place", names[kind],
+                     (long long)norm_d[di]);
+            report(what, diff, 1e-5 * mx);
+        }
+    for (int di = 0; di < 2; di++) {
+        const int64_t d = norm_d[di], m = VEC_N * d;
+        float *y = rand_vec(m, 1.0f), *yd = malloc(sizeof(float) * (size_t)m);
+        float *dy = put(be, y, sizeof(float) * (size_t)m);
+        be->ops->add_bias(be, dy, v->bias[di], VEC_N, d);
+        ref->ops->add_bias(ref, y, v->bias[di], VEC_N, d);
+        get(be, yd, dy, sizeof(float) * (size_t)m);
+        char what[128];
+        snprintf(what, sizeof what, "add_bias [37 x %lld]", (long long)d);
+        report(what, max_abs_diff(yd, y, m), 0.0);
+        drop(be, dy);
+        free(y), free(yd);
+    }
+}
+
+static void test_elementwise(backend *be, backend *ref) {
+    const int64_t ms[2] = {13, ACT_M};
+    float *x = malloc(sizeof(float) * ACT_M), *x2 = malloc(sizeof(float) * ACT_M);
+    float *yr = malloc(sizeof(float) * ACT_M), *yd = malloc(sizeof(float) * ACT_M);
+    char what[128];
+    for (int mi = 0; mi < 2; mi++) {
+        const int64_t m = ms[mi];
+        const size_t bytes = sizeof(float) * (size_t)m;
+        /* swiglu, out of place and in place (y = gate, as the MLP calls it) */
+        fill_rand(x, m, 10.0f, 0.0f);
+        fill_rand(x2, m, 1.0f, 0.0f);
+        float *dg = put(be, x, bytes), *du = put(be, x2, bytes), *dy = put_nan(be, m);
+        be->ops->swiglu(be, dy, dg, du, m);
+        ref->ops->swiglu(ref, yr, x, x2, m);
+        get(be, yd, dy, bytes);
+        double diff = max_rel_diff(yd, yr, m);
+        be->ops->swiglu(be, dg, dg, du, m);
+        get(be, yd, dg, bytes);
+        diff = fmax(diff, max_rel_diff(yd, yr, m));
+        snprintf(what, sizeof what, "swiglu m=%lld, out of place and in place (relative)",
+                 (long long)m);
+        report(what, diff, 1e-5);
+        /* the GELU family on [-8, 8) and a few far values, out of place and in place */
+        const float far[12] = {-1e4f, -100.0f, -30.0f, -15.0f, -0.0f,  1e-30f,
+                               15.0f, 30.0f,   100.0f, 1e4f,   -1e-7f, 0.5f};
+        const backend_act kinds[3] = {BACKEND_ACT_GELU_ERF, BACKEND_ACT_GELU_TANH,
+                                      BACKEND_ACT_QUICK_GELU};
+        const char *const kind_names[3] = {"gelu erf", "gelu tanh", "quick gelu"};
+        for (int k = 0; k < 3; k++) {
+            fill_rand(x, m, 8.0f, 0.0f);
+            for (int i = 0; i < 12 && i < m; i++) x[m - 1 - i] = far[i];
+            be->ops->upload(be, dg, x, bytes);
+            be->ops->act(be, dy, dg, m, kinds[k]);
+            ref->ops->act(ref, yr, x, m, kinds[k]);
+            get(be, yd, dy, bytes);
+            diff = max_rel_diff(yd, yr, m);
+            be->ops->act(be, dg, dg, m, kinds[k]);
+            get(be, yd, dg, bytes);
+            diff = fmax(diff, max_rel_diff(yd, yr, m));
+            snprintf(what, sizeof what, "act %s m=%lld, out of place and in place (relative)",
+                     kind_names[k], (long long)m);
+            report(what, diff, 1e-5);
+        }
+        /* add and scale: exact */
+        fill_rand(x, m, 1.0f, 0.0f);
+        fill_rand(x2, m, 1.0f, 0.0f);
+        be->ops->upload(be, dy, x, bytes);
+        be->ops->upload(be, du, x2, bytes);
+        be->ops->add(be, dy, du, m);
+        ref->ops->add(ref, x, x2, m);
+        get(be, yd, dy, bytes);
+        snprintf(what, sizeof what, "add m=%lld", (long long)m);
+        report(what, max_abs_diff(yd, x, m), 0.0);
+        be->ops->scale(be, dy, -0.37f, m);
+        ref->ops->scale(ref, x, -0.37f, m);
+        get(be, yd, dy, bytes);
+        snprintf(what, sizeof what, "scale m=%lld", (long long)m);
+        report(what, max_abs_diff(yd, x, m), 0.0);
+        drop(be, dg), drop(be, du), drop(be, dy);
+    }
+    free(x), free(x2), free(yr), free(yd);
+}
+
+static void test_movement(backend *be, backend *ref, const vectors *v) {
+    char what[128];
+    /* copy_rows: strided both sides, then contiguous; the gaps keep their pattern */
+    const struct { int64_t n, d, ldy, ldx; } copies[2] = {{37, 77, 100, 1031}, {5, 130, 130, 130}};
+    for (int c = 0; c < 2; c++) {
+        const int64_t n = copies[c].n, d = copies[c].d, ldy = copies[c].ldy, ldx = copies[c].ldx;
+        float *x = rand_vec(n * ldx, 1.0f), *y = malloc(sizeof(float) * (size_t)(n * ldy));
+        float *yd = malloc(sizeof(float) * (size_t)(n * ldy));
+        for (int64_t i = 0; i < n * ldy; i++) y[i] = -7.0f - (float)i;
+        float *dx = put(be, x, sizeof(float) * (size_t)(n * ldx)),
+              *dy = put(be, y, sizeof(float) * (size_t)(n * ldy));
+        be->ops->copy_rows(be, dy, ldy, dx, ldx, n, d);
+        ref->ops->copy_rows(ref, y, ldy, x, ldx, n, d);
+        get(be, yd, dy, sizeof(float) * (size_t)(n * ldy));
+        snprintf(what, sizeof what, "copy_rows [%lld x %lld], ldy %lld, ldx %lld", (long long)n,
+                 (long long)d, (long long)ldy, (long long)ldx);
+        report(what, max_abs_diff(yd, y, n * ldy), 0.0);
+        drop(be, dx), drop(be, dy);
+        free(x), free(y), free(yd);
+    }
+    /* gather_rows: repeats, the first and last rows, and -1 rows taking the fill vector */
+    {
+        const int64_t rows = 61, d = 130, n = 37;
+        int32_t idx[37];
+        for (int i = 0; i < n; i++) idx[i] = rand_below((int32_t)rows);
+        idx[0] = (int32_t)rows - 1, idx[1] = 0, idx[2] = idx[3] = 5,
+        idx[7] = idx[8] = idx[n - 1] = -1;
+        float *x = rand_vec(rows * d, 1.0f), *y = malloc(sizeof(float) * (size_t)(n * d));
+        float *yd = malloc(sizeof(float) * (size_t)(n * d));
+        float *dx = put(be, x, sizeof(float) * (size_t)(rows * d)), *dy = put_nan(be, n * d);
+        int32_t *didx = put(be, idx, sizeof idx);
+        be->ops->gather_rows(be, dy, dx, didx, v->fill, n, d);
+        ref->ops->gather_rows(ref, y, x, idx, v->fill, n, d);
+        get(be, yd, dy, sizeof(float) * (size_t)(n * d));
+        report("gather_rows [37 x 130] of 61 rows, 3 fill rows", max_abs_diff(yd, y, n * d), 0.0);
+        drop(be, dx), drop(be, dy), drop(be, didx);
+        free(x), free(y), free(yd);
+    }
+    /* patches: a size the patch does not divide (the rest cropped), a ViT-like one */
+    const struct { int64_t n, s, p; } pc[3] = {{2, 30, 7}, {1, 28, 14}, {3, 16, 4}};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n = pc[c].n, s = pc[c].s, p = pc[c].p, g = s / p, cols = 3 * p * p;
+        float *x = rand_vec(n * 3 * s * s, 1.0f);
+        float *dx = put(be, x, sizeof(float) * (size_t)(n * 3 * s * s));
+        for (int cl = 0; cl < 2; cl++)
+            for (int lead = 0; lead < 2; lead++) {
+                const int64_t m = n * (g * g + lead) * cols;
+                float *y = malloc(sizeof(float) * (size_t)m),
+                      *yd = malloc(sizeof(float) * (size_t)m);
+                float *dy = put_nan(be, m);
+                be->ops->patches(be, dy, dx, n, s, p, cl, lead);
+                ref->ops->patches(ref, y, x, n, s, p, cl, lead);
+                get(be, yd, dy, sizeof(float) * (size_t)m);
+                snprintf(what, sizeof what, "patches %lld x [3, %lld, %lld] p=%lld, %s, %s",
+                         (long long)n, (long long)s, (long long)s, (long long)p,
+                         cl ? "channels last" : "channels first",
+                         lead ? "lead row" : "no lead row");
+                report(what, max_abs_diff(yd, y, m), 0.0);
+                drop(be, dy);
+                free(y), free(yd);
+            }
+        drop(be, dx);
+        free(x);
+    }
+}
+
+static void test_vector_ops(void) {
+    arena mem = {0};
+    vectors v;
+    for (int di = 0; di < 2; di++) {
+        v.rms_w[di] = weight_vec(&mem, norm_d[di], 0.5f, 1.0f);
+        v.ln_w[di] = weight_vec(&mem, norm_d[di], 0.5f, 1.0f);
+        v.ln_b[di] = weight_vec(&mem, norm_d[di], 0.5f, 0.0f);
+        v.bias[di] = weight_vec(&mem, norm_d[di], 1.0f, 0.0f);
+    }
+    v.fill = weight_vec(&mem, 130, 1.0f, 0.0f);
+    const arena *const vl[1] = {&mem};
+    const weight_set ws = {.vectors = vl, .n_vectors = 1};
+    const backend_params p = params(false, 64, 1031, 16, 64);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 1031, 16, false);
+    CELER_ASSERT(ref != NULL);
+    if (device_open(&d, &ws, &p)) {
+        test_norms(d.be, ref, &v);
+        test_elementwise(d.be, ref);
+        test_movement(d.be, ref, &v);
+        device_close(&d);
+    }
+    backend_destroy(ref);
+    arena_free(&mem);
+}
+
+/* ==== RoPE ==== */
+
+#define MAX_KEYS 80 /* positions of the rope and attention backends */
+
+static void test_rope(int64_t hd) {
+    const int64_t n = 37, half = hd / 2;
+    arena mem = {0};
+    float *inv[2] = {arena_alloc(&mem, sizeof(float) * (size_t)half),
+                     arena_alloc(&mem, sizeof(float) * (size_t)half)};
+    CELER_ASSERT(inv[0] && inv[1]);
+    for (int64_t i = 0; i < half; i++) {
+        inv[0][i] = powf(10000.0f, -(float)(2 * i) / (float)hd);
+        inv[1][i] =
+            powf(500000.0f, -(float)(2 * i) / (float)hd) * 0.25f; /* a scaled base, as YaRN makes */
+    }
+    /* distinct parameter sets, each in its own place, as models keep them */
+    const rope_params rp[3] = {{.inv_freq = inv[0], .mscale = 1.1f, .traditional = false},
+                               {.inv_freq = inv[0], .mscale = 1.1f, .traditional = true},
+                               {.inv_freq = inv[1], .mscale = 1.0f, .traditional = false}};
+    const char *const names[3] = {"half-split, mscale 1.1", "traditional, mscale 1.1",
+                                  "half-split, other frequencies, mscale 1"};
+    int32_t pos[37], pos1[37];
+    for (int t = 0; t < n; t++) pos[t] = rand_below(MAX_KEYS);
+    pos[0] = 0, pos[1] = MAX_KEYS - 1, pos[2] = 1;
+    for (int t = 0; t < n; t++) pos1[t] = pos[t] + 1 < MAX_KEYS ? pos[t] + 1 : pos[t] - 1;
+    const arena *const vl[1] = {&mem};
+    const weight_set ws = {.vectors = vl, .n_vectors = 1};
+    const backend_params p = params(false, n, 6 * hd, MAX_KEYS, hd);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 6 * hd, MAX_KEYS, false);
+    CELER_ASSERT(ref != NULL);
+    if (device_open(&d, &ws, &p)) {
+        backend *be = d.be;
+        const int64_t m = n * 6 * hd;
+        float *x = malloc(sizeof(float) * (size_t)m), *xr = malloc(sizeof(float) * (size_t)m);
+        float *xd = malloc(sizeof(float) * (size_t)m);
+        int32_t *dpos = put(be, pos, sizeof pos);
+        float *dx = put(be, NULL, sizeof(float) * (size_t)m);
+        for (int k = 0; k < 3; k++) {
+            double diff = 0, mx = 0;
+            for (int64_t h = 6; h >= 2; h -= 4) { /* a query's heads, then a key's */
+                const int64_t mh = n * h * hd;
+                fill_rand(x, mh, 1.0f, 0.0f);
+                memcpy(xr, x, sizeof(float) * (size_t)mh);
+                be->ops->upload(be, dx, x, sizeof(float) * (size_t)mh);
+                be->ops->rope(be, dx, dpos, n, h, hd, &rp[k]);
+                ref->ops->rope(ref, xr, pos, n, h, hd, &rp[k]);
+                get(be, xd, dx, sizeof(float) * (size_t)mh);
+                diff = fmax(diff, max_abs_diff(xd, xr, mh));
+                mx = fmax(mx, max_abs(xr, mh));
+                if (k == 0 && h == 6) { /* the reference one position off must be seen */
+                    memcpy(xr, x, sizeof(float) * (size_t)mh);
+                    ref->ops->rope(ref, xr, pos1, n, h, hd, &rp[k]);
+                    char what[128];
+                    snprintf(what, sizeof what, "  ... rope hd=%lld against positions moved by one",
+                             (long long)hd);
+                    report_wrong(what, max_abs_diff(xd, xr, mh), 1e-6 * max_abs(xr, mh));
+                }
+            }
+            char what[128];
+            snprintf(what, sizeof what, "rope hd=%lld %s, 6 and 2 heads, n=37", (long long)hd,
+                     names[k]);
+            report(what, diff, 1e-6 * mx);
+        }
+        drop(be, dpos), drop(be, dx);
+        free(x), free(xr), free(xd);
+        device_close(&d);
+    }
+    backend_destroy(ref);
+    arena_free(&mem);
+}
+
+/* ==== kv_store and attention ==== */
+
+/* Two sequences of MAX_KEYS positions in blocks of 16, their tables shuffled (and one
+ * column more than they use); rows 0..29 a prefill run of sequence 0 ending at the last
+ * position, rows 30..36 decode rows of sequence 1 at the first position, both sides of a
+ * block boundary, and the last. Each backend fills its own pools with its own kv_store. */
+static void test_attention(int64_t hd, bool kv_f16) {
+    enum { H = 6, HK = 2, BS = 16, N_BLOCKS = 11, COLS = 6, N = 37, STORED = 2 * MAX_KEYS };
+    const int64_t kvd = HK * hd, qd = H * hd;
+    const int32_t tables[2 * COLS] = {3, 0, 7, 5, 9, 10, 1, 2, 4, 6, 8, 10};
+    const int32_t decode[7] = {0, 8, 15, 16, 40, 63, MAX_KEYS - 1};
+    const weight_set ws = {0};
+    const backend_params p = params(kv_f16, 64, 1024, MAX_KEYS, hd);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 1024, MAX_KEYS, kv_f16);
+    CELER_ASSERT(ref != NULL);
+    if (!device_open(&d, &ws, &p)) {
+        backend_destroy(ref);
+        return;
+    }
+    backend *be = d.be;
+    float *k = rand_vec(STORED * kvd, 1.0f), *v = rand_vec(STORED * kvd, 1.0f);
+    int32_t slot[STORED];
+    for (int s = 0; s < 2; s++)
+        for (int q = 0; q < MAX_KEYS; q++)
+            slot[s * MAX_KEYS + q] = tables[s * COLS + q / BS] * BS + q % BS;
+    const size_t pool = (size_t)(N_BLOCKS * BS * kvd * backend_kv_bytes(kv_f16));
+    void *kp = calloc(1, pool), *vp = calloc(1, pool), *dkp = put(be, NULL, pool),
+         *dvp = put(be, NULL, pool);
+    float *dk = put(be, k, sizeof(float) * (size_t)(STORED * kvd)),
+          *dv = put(be, v, sizeof(float) * (size_t)(STORED * kvd));
+    int32_t *dslot = put(be, slot, sizeof slot);
+    for (int64_t r0 = 0; r0 < STORED; r0 += N) { /* calls of up to N rows, across both sequences */
+        const int64_t c = STORED - r0 < N ? STORED - r0 : N;
+        be->ops->kv_store(be, dkp, dvp, dk + r0 * kvd, dv + r0 * kvd, dslot + r0, c, kvd);
+        ref->ops->kv_store(ref, kp, vp, k + r0 * kvd, v + r0 * kvd, slot + r0, c, kvd);
+    }
+    int32_t pos[N], seq[N], short_pos[N];
+    for (int r = 0; r < N; r++) {
+        pos[r] = r < 30 ? MAX_KEYS - 30 + r : decode[r - 30];
+        seq[r] = r < 30 ? 0 : 1;
+        short_pos[r] = pos[r] > 0 ? pos[r] - 1 : 0;
+    }
+    float *q = rand_vec(N * qd, 2.0f), *out = malloc(sizeof(float) * N * qd),
+          *outd = malloc(sizeof(float) * N * qd);
+    float *dq = put(be, q, sizeof(float) * N * qd);
+    int32_t *dpos = put(be, pos, sizeof pos), *dseq = put(be, seq, sizeof seq),
+            *dtab = put(be, tables, sizeof tables);
+    const int64_t windows[2] = {0, 9};
+    for (int wi = 0; wi < 2; wi++) {
+        const attn_rows rows = {.n = N,
+                                .pos = pos,
+                                .seq = seq,
+                                .tables = tables,
+                                .table_cols = COLS,
+                                .block_size = BS,
+                                .window = windows[wi],
+                                .h = H,
+                                .hk = HK,
+                                .hd = hd,
+                                .scale = 2.0f / sqrtf((float)hd)};
+        attn_rows drows = rows;
+        drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
+        float *dout = put_nan(be, N * qd);
+        be->ops->attention(be, dout, dq, dkp, dvp, &drows);
+        ref->ops->attention(ref, out, q, kp, vp, &rows);
+        get(be, outd, dout, sizeof(float) * N * qd);
+        drop(be, dout);
+        const double tol = 2e-5;
+        char what[128];
+        snprintf(what, sizeof what,
+                 "attention hd=%lld GQA 6/2, 2 sequences paged, %s KV, window %lld", (long long)hd,
+                 kv_f16 ? "fp16" : "fp32", (long long)windows[wi]);
+        report(what, max_abs_diff(outd, out, N * qd), tol);
+        /* the reference one key short (window 0) or one key wider (window 9) must be seen */
+        attn_rows wrong = rows;
+        if (windows[wi] == 0)
+            wrong.pos = short_pos;
+        else
+            wrong.window = windows[wi] + 1;
+        ref->ops->attention(ref, out, q, kp, vp, &wrong);
+        snprintf(what, sizeof what, "  ... against the reference %s",
+                 windows[wi] ? "with window 10" : "one key short");
+        report_wrong(what, max_abs_diff(outd, out, N * qd), tol);
+    }
+    drop(be, dkp), drop(be, dvp), drop(be, dk), drop(be, dv), drop(be, dslot);
+    drop(be, dq), drop(be, dpos), drop(be, dseq), drop(be, dtab);
+    free(k), free(v), free(kp), free(vp), free(q), free(out), free(outd);
+    device_close(&d);
+    backend_destroy(ref);
+}
+
+/* ==== attention_full ==== */
+
+static void test_attention_full(void) {
+    const struct {
+        int64_t n, seg, h, hk, hd;
+    } cases[] = {
+        {3 * 37, 37, 6, 2, 40}, {2 * 50, 50, 4, 4, 80},    {4 * 32, 32, 8, 1, 64},
+        {3 * 5, 5, 2, 1, 16},   {2 * 17, 17, 16, 16, 128}, {2 * 577, 577, 4, 4, 64},
+        {2 * 9, 9, 2, 1, 256},
+    };
+    const weight_set ws = {0};
+    const backend_params p = params(false, 2 * 577, 1024, 64, 256);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 1024, 64, false);
+    CELER_ASSERT(ref != NULL);
+    if (!device_open(&d, &ws, &p)) {
+        backend_destroy(ref);
+        return;
+    }
+    backend *be = d.be;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t n = cases[c].n, seg = cases[c].seg, h = cases[c].h, hk = cases[c].hk,
+                      hd = cases[c].hd;
+        const int64_t qd = h * hd, kvd = hk * hd;
+        const float scale = 1.0f / sqrtf((float)hd);
+        /* one K and V row more than the op reads: the shifted negative case reads it */
+        float *q = rand_vec(n * qd, 2.0f), *k = rand_vec((n + 1) * kvd, 1.0f),
+              *v = rand_vec((n + 1) * kvd, 1.0f);
+        float *out = malloc(sizeof(float) * (size_t)(n * qd)),
+              *outd = malloc(sizeof(float) * (size_t)(n * qd));
+        float *dq = put(be, q, sizeof(float) * (size_t)(n * qd)),
+              *dk = put(be, k, sizeof(float) * (size_t)(n * kvd));
+        float *dv = put(be, v, sizeof(float) * (size_t)(n * kvd)), *dout = put_nan(be, n * qd);
+        be->ops->attention_full(be, dout, dq, dk, dv, n, seg, h, hk, hd, scale);
+        ref->ops->attention_full(ref, out, q, k, v, n, seg, h, hk, hd, scale);
+        get(be, outd, dout, sizeof(float) * (size_t)(n * qd));
+        char what[128];
+        snprintf(what, sizeof what, "attention_full %lld x %lld rows, heads %lld/%lld, hd %lld",
+                 (long long)(n / seg), (long long)seg, (long long)h, (long long)hk, (long long)hd);
+        report(what, max_abs_diff(outd, out, n * qd), 2e-5);
+        if (c == 0) { /* every segment's keys and values one row later must be seen */
+            ref->ops->attention_full(ref, out, q, k + kvd, v + kvd, n, seg, h, hk, hd, scale);
+            report_wrong("  ... against segments moved by one row", max_abs_diff(outd, out, n * qd),
+                         2e-5);
+        }
+        drop(be, dq), drop(be, dk), drop(be, dv), drop(be, dout);
+        free(q), free(k), free(v), free(out), free(outd);
+    }
+    device_close(&d);
+    backend_destroy(ref);
+}
+
+int main(void) {
+    const char *dev = harness_device();
+    if (!dev) {
+        SKIP("no device under test (make test-cuda sets CELER_TEST_DEVICE)");
+        return harness_done("test_device_ops");
+    }
+    celer_error e = {{0}};
+    if (!CHECK(backend_find(dev, &cls, &dev_index, &e) == CELER_OK, "%s", e.msg))
+        return harness_done("test_device_ops");
+    char name[256];
+    cls->device_name(dev_index, name, sizeof name);
+    printf("%s (%s) against the reference backend:\n", dev, name);
+    test_matmul();
+    test_embed();
+    test_vector_ops();
+    const int64_t hds[2] = {40, 128};
+    for (int i = 0; i < 2; i++) {
+        test_rope(hds[i]);
+        test_attention(hds[i], false);
+        test_attention(hds[i], true);
+    }
+    test_attention_full();
+    return harness_done("test_device_ops");
+}
