@@ -4,8 +4,7 @@
  * attention.cu) and cuBLAS products on that stream.
  *
  * Every op is queued on the backend's one stream and returns at once; only download waits.
- * Products run through cuBLAS in fp32: dense weights directly, affine ones dequantized a
- * slab of rows at a time into a buffer sized at creation. No op allocates.
+ * Products are matmul.cu's. No op allocates.
  *
  * Steps of few rows (decode) are recorded as CUDA graphs and replayed: a step first only
  * hashes its calls (op, pointers, sizes, scalars); when a recorded step made the very same
@@ -23,8 +22,9 @@ extern "C" {
 #include <string.h>
 #include <time.h>
 
-/* The dequantization buffer holds at most this many floats (256 MiB). */
-#define DEQ_FLOATS ((int64_t)64 << 20)
+/* The dequantized slab of a product holds at most this many weights (two fp16 parts:
+ * 512 MiB). */
+#define DEQ_VALUES ((int64_t)128 << 20)
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 
 void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
@@ -134,7 +134,7 @@ static celer_status upload_f32(cudaStream_t s, float *dst, const void *src, dtyp
 }
 
 static void free_mat(cuda_mat *m) {
-    cudaFree(m->f32);
+    cudaFree(m->dense);
     cudaFree(m->codes);
     cudaFree(m->scales);
     cudaFree(m->biases);
@@ -153,12 +153,13 @@ static void cuda_unprepare(backend_weights *bw) {
 
 static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, void *stage, size_t stage_bytes,
                                 int64_t *bytes, celer_error *e) {
-    d->rows = w->rows, d->cols = w->cols, d->bits = w->quant_bits, d->group = w->group;
+    d->rows = w->rows, d->cols = w->cols, d->bits = w->quant_bits, d->group = w->group, d->type = w->type;
     if (!w->quant_bits) {
-        const size_t n = (size_t)(w->rows * w->cols);
-        if (!(d->f32 = (float *)dev_alloc(sizeof(float) * n, e))) return CELER_STATUS_OUT_OF_MEMORY;
-        *bytes += (int64_t)(sizeof(float) * n);
-        return upload_f32(s, d->f32, w->data, w->type, (int64_t)n, stage, stage_bytes);
+        const size_t n = (size_t)(w->rows * w->cols) * dtype_size(w->type);
+        if (!(d->dense = dev_alloc(n, e))) return CELER_STATUS_OUT_OF_MEMORY;
+        *bytes += (int64_t)n;
+        CUDA_CHECK(cudaMemcpyAsync(d->dense, w->data, n, cudaMemcpyHostToDevice, s));
+        return CELER_OK;
     }
     if ((w->quant_bits != 4 && w->quant_bits != 8) || w->group <= 0 || w->cols % w->group)
         return error_set(e, CELER_STATUS_UNSUPPORTED, "cuda: %d-bit affine weights with group %lld are not supported",
@@ -352,31 +353,12 @@ static bool cuda_end(backend *be) {
 
 /* ==== Ops ==== */
 
-/* y[n, rows] = x[n, cols] @ W^T with W [rows, cols] row-major: in cuBLAS's column-major
- * terms Y^T (rows x n, ld rows) = W (cols x rows, ld cols)^T X^T (cols x n, ld cols). */
-static void gemm_f32(cuda_backend *cb, float *y, int64_t ldy, const float *w, const float *x, int64_t rows,
-                     int64_t cols, int64_t n) {
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasSgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one, w, (int)cols,
-                             x, (int)cols, &zero, y, (int)ldy));
-}
-
 static void cuda_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_MATMUL, y, w, x, n)) return;
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
-    if (!m->bits) {
-        gemm_f32(cb, y, m->rows, m->f32, x, m->rows, m->cols, n);
-        return;
-    }
-    /* a slab of rows dequantized, then its columns of y */
-    const int64_t slab = cb->deq_rows;
-    for (int64_t r0 = 0; r0 < m->rows; r0 += slab) {
-        const int64_t r1 = m->rows - r0 < slab ? m->rows : r0 + slab;
-        cuda_dequant(cb->stream, cb->deq, m, r0, r1);
-        gemm_f32(cb, y + r0, m->rows, cb->deq, x, r1 - r0, m->cols, n);
-    }
+    cuda_product(cb, y, m, x, n);
 }
 
 static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
@@ -465,6 +447,7 @@ static void cuda_destroy(backend *be) {
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     cudaFree(cb->deq);
+    cudaFree(cb->xs);
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -517,10 +500,11 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->base.weights = w;
     cb->device = p->device;
     cb->p = *p;
-    cb->deq_rows = DEQ_FLOATS / (p->max_cols > 0 ? p->max_cols : 1);
+    cb->deq_rows = DEQ_VALUES / (p->max_cols > 0 ? p->max_cols : 1);
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc((void **)&cb->deq, sizeof(float) * (size_t)(cb->deq_rows * p->max_cols)) != cudaSuccess ||
+        cudaMalloc(&cb->deq, 4 * (size_t)(cb->deq_rows * p->max_cols)) != cudaSuccess ||
+        cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess) {
         cudaGetLastError();
         cuda_destroy(&cb->base);

@@ -3,9 +3,9 @@
  * backend struct and the kernel launchers (each .cu file owns one concern: the class and
  * its memory, elementwise kernels, attention, matrix products).
  *
- * Device layouts. Dense matrices are fp32 [rows, cols] (converted at load, so products are
- * exact fp32 through cuBLAS). Affine matrices keep the checkpoint's uint32 codes
- * [rows, cols * bits / 32] as they are, with fp32 scales and biases [rows, cols / group].
+ * Device layouts. Dense matrices stay in their checkpoint type (F32, F16, BF16)
+ * [rows, cols]. Affine matrices keep the checkpoint's uint32 codes [rows, cols * bits / 32]
+ * as they are, with fp32 scales and biases [rows, cols / group].
  * K and V pools are [slot, hk * hd] of fp16 or fp32.
  */
 #ifndef CELER_BACKEND_CUDA_INTERNAL_H
@@ -30,9 +30,10 @@ void cublas_check(cublasStatus_t st, const char *what, const char *file, int lin
 /* One matrix on the device. */
 typedef struct cuda_mat {
     int64_t rows, cols;
-    int bits;             /* 0: dense fp32 in f32; 4 or 8: affine */
+    int bits;             /* 0: dense; 4 or 8: affine */
     int64_t group;
-    float *f32;           /* dense [rows, cols] */
+    int type;             /* dense: DTYPE_F32, DTYPE_F16 or DTYPE_BF16 */
+    void *dense;          /* dense [rows, cols] */
     uint32_t *codes;      /* affine [rows, cols * bits / 32] */
     float *scales, *biases; /* affine [rows, cols / group] */
 } cuda_mat;
@@ -76,8 +77,9 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *blas_work;         /* cuBLAS's workspace, so products can be captured */
     backend_params p;
-    float *deq;              /* [deq_rows, max_cols] dequantized weight rows of a product */
+    void *deq;               /* [2, deq_rows, max_cols] fp16: dequantized weight rows of a product */
     int64_t deq_rows;
+    void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */
@@ -90,12 +92,17 @@ const float *cuda_vec(const cuda_backend *cb, const float *host);
 /* The device matrix of a matview. */
 const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
+/* ==== Products (matmul.cu) ==== */
+
+#define GEMV_ROWS 8 /* products of at most this many rows stream affine weights in a GEMV */
+
+/* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
+void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
+
 /* ==== Kernels (kernels.cu) ==== */
 
 /* y[m] = x[m] of type t (F32, F16 or BF16) as fp32 */
 void cuda_to_f32(cudaStream_t s, float *y, const void *x, int t, int64_t m);
-/* y[rows r0..r1, cols] = the dequantized rows of an affine matrix */
-void cuda_dequant(cudaStream_t s, float *y, const cuda_mat *w, int64_t r0, int64_t r1);
 void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n);
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps);
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,

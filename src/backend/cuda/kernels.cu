@@ -20,7 +20,7 @@ static unsigned blocks_for(int64_t m) {
 #define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
                                i += (int64_t)gridDim.x * blockDim.x)
 
-/* ==== Conversion and dequantization ==== */
+/* ==== Conversion, embedding rows ==== */
 
 __device__ static float load_any(const void *x, int t, int64_t i) {
     switch (t) {
@@ -47,21 +47,12 @@ __device__ static float affine_at(const cuda_mat w, int64_t r, int64_t c) {
     return w.scales[g] * (float)q + w.biases[g];
 }
 
-__global__ static void k_dequant(float *y, const cuda_mat w, int64_t r0, int64_t m) {
-    GRID_STRIDE(i, m) y[i] = affine_at(w, r0 + i / w.cols, i % w.cols);
-}
-
-void cuda_dequant(cudaStream_t s, float *y, const cuda_mat *w, int64_t r0, int64_t r1) {
-    const int64_t m = (r1 - r0) * w->cols;
-    k_dequant<<<blocks_for(m), THREADS, 0, s>>>(y, *w, r0, m);
-}
-
 __global__ static void k_embed(float *y, const cuda_mat w, const int32_t *ids, int64_t m) {
     GRID_STRIDE(i, m) {
         const int64_t t = i / w.cols, c = i % w.cols;
         const int32_t id = ids[t];
         if (id < 0) continue; /* an embedding row: left as it is */
-        y[i] = w.bits ? affine_at(w, id, c) : w.f32[(int64_t)id * w.cols + c];
+        y[i] = w.bits ? affine_at(w, id, c) : load_any(w.dense, w.type, (int64_t)id * w.cols + c);
     }
 }
 
