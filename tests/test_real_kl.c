@@ -10,6 +10,9 @@
  * perplexities within 1% of each other. A negative control runs the same statistics on
  * ref rows against the ref rows one position later, which must fail all three bounds.
  *
+ * With CELER_TEST_DEVICE set (make test-cuda), the device's rows are held to the same
+ * bounds against the same reference rows, with mean KL <= 0.001 nats.
+ *
  * Without the model (or the text) the test is a required skip (a failure under CI=true),
  * as test_real_model is; under AddressSanitizer a plain skip, since ~1,000
  * reference-kernel rows take too long there.
@@ -35,6 +38,7 @@
 #define N_WINDOWS   2
 #define N_THREADS   2
 #define MAX_MEAN_KL 0.005
+#define MAX_MEAN_KL_DEVICE 0.001
 #define MIN_TOP1    0.99
 #define MAX_PPL_REL 0.01
 
@@ -118,12 +122,13 @@ static char *read_text(const char *path, size_t *len) {
     return buf;
 }
 
-static celer_context *open_ctx(celer_model *m, const char *kernels) {
+static celer_context *open_ctx(celer_model *m, const char *kernels, const char *device) {
     char err[512];
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = WINDOW;
     cp.n_threads = N_THREADS;
     cp.kernels = kernels;
+    cp.device = device;
     celer_context *ctx = NULL;
     CHECK(celer_context_create(m, &cp, &ctx, err, sizeof err) == CELER_OK, "context %s: %s",
           kernels, err);
@@ -180,12 +185,15 @@ int main(void) {
                (long long)n, N_WINDOWS * WINDOW))
         goto out;
     const int64_t v = celer_model_n_vocab(m), cap = N_WINDOWS * (WINDOW - 1);
-    celer_context *ref = open_ctx(m, "ref"), *fst = open_ctx(m, fast);
+    const char *device = harness_device();
+    celer_context *ref = open_ctx(m, "ref", "cpu"), *fst = open_ctx(m, fast, "cpu");
+    celer_context *dev = device ? open_ctx(m, NULL, device) : NULL;
     float *lr = malloc(sizeof(float) * (size_t)(WINDOW * v)),
           *lf = malloc(sizeof(float) * (size_t)(WINDOW * v));
     kl_stats st = {.kl = malloc(sizeof(double) * (size_t)cap), .cap = cap};
     kl_stats ctl = {.kl = malloc(sizeof(double) * (size_t)cap), .cap = cap};
-    if (!ref || !fst || !CHECK(lr && lf && st.kl && ctl.kl, "out of memory")) goto done;
+    kl_stats sd = {.kl = malloc(sizeof(double) * (size_t)cap), .cap = cap};
+    if (!ref || !fst || (device && !dev) || !CHECK(lr && lf && st.kl && ctl.kl && sd.kl, "out of memory")) goto done;
     printf("  %s: %lld tokens; %d windows of %d; %s vs ref, %d threads\n", TEXT_PATH, (long long)n,
            N_WINDOWS, WINDOW, celer_context_kernels(fst), N_THREADS);
     for (int64_t w = 0; w < N_WINDOWS; w++) {
@@ -202,6 +210,11 @@ int main(void) {
         kl_stats_add(&st, lr, lf, win + 1, WINDOW - 1, v);
         /* Control: ref row r against ref row r + 1, both scored on token r + 1. */
         kl_stats_add(&ctl, lr, lr + v, win + 1, WINDOW - 2, v);
+        if (!dev) continue;
+        celer_seq_reset(dev, 0);
+        if (!CHECK(celer_forward(dev, &b, lf) == CELER_OK, "%s forward: %s", device, celer_context_last_error(dev)))
+            goto done;
+        kl_stats_add(&sd, lr, lf, win + 1, WINDOW - 1, v);
     }
     kl_summary r = kl_stats_summary(&st), c = kl_stats_summary(&ctl);
     print_summary("fast", "ref", celer_context_kernels(fst), &r, st.n);
@@ -219,10 +232,20 @@ int main(void) {
     CHECK(c.mean > MAX_MEAN_KL && c.top1 < MIN_TOP1 && !within_bounds(&c),
           "negative control: shifted rows pass the bounds (mean KL %g, top-1 %.2f%%)", c.mean,
           100 * c.top1);
+    if (dev) {
+        kl_summary g = kl_stats_summary(&sd);
+        print_summary(device, "ref", device, &g, sd.n);
+        CHECK(sd.n == cap, "%s: scored %lld positions, expected %lld", device, (long long)sd.n, (long long)cap);
+        CHECK(g.mean <= MAX_MEAN_KL_DEVICE, "%s: mean KL %g > %g", device, g.mean, MAX_MEAN_KL_DEVICE);
+        CHECK(g.top1 >= MIN_TOP1, "%s: top-1 agreement %.2f%% < %g%%", device, 100 * g.top1, 100 * MIN_TOP1);
+        CHECK(fabs(g.ppl_q / g.ppl_p - 1) <= MAX_PPL_REL, "%s: perplexity %.4f vs ref %.4f: more than %g%% apart",
+              device, g.ppl_q, g.ppl_p, 100 * MAX_PPL_REL);
+    }
 done:
-    free(st.kl), free(ctl.kl), free(lr), free(lf);
+    free(st.kl), free(ctl.kl), free(sd.kl), free(lr), free(lf);
     celer_context_destroy(ref);
     celer_context_destroy(fst);
+    celer_context_destroy(dev);
 out:
     free(ids), free(text);
     celer_tokenizer_close(tok);

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU suite (make test-cuda), on a machine with the device: every backend op against
+# the reference backend (test_device_ops), every fixture against the transformers goldens
+# and the model contract on the device (test_parity, test_vlm, test_contract:
+# CELER_TEST_DEVICE), the engine wholly on the device (test_engine: CELER_DEVICE), the
+# real model's KL against the CPU reference (test_real_kl), and the affine product
+# kernels' own test when built (BUILD/cuda/test_affine). Same summary lines as run.sh.
+#   bash tests/run_cuda.sh [BUILD] [DEVICE]      DEVICE: cuda (default), cuda:N
+set -u
+build=${1:-build}
+device=${2:-cuda}
+export CELER_BIN="$build/celer" CELER_TEST_DEVICE="$device"
+# shellcheck source=tests/summary.sh
+. "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
+for t in test_device_ops test_parity test_vlm test_contract test_real_kl; do
+    run_one "$t ($device)" "$build/tests/$t"
+done
+run_one "test_engine ($device)" env CELER_DEVICE="$device" "$build/tests/test_engine"
+[ -x "$build/cuda/test_affine" ] && run_one "test_affine ($device)" "$build/cuda/test_affine"
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]
