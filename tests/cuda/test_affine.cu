@@ -1,0 +1,316 @@
+/*
+ * test_affine.cu - the CUDA affine products against the double reference of affine.cu
+ * (one thread per output, reading the checkpoint layout, not the tiled copy).
+ *
+ * Every bits x group x scale dtype on awkward sizes (rows not a multiple of 16, columns
+ * one group, three groups, or not a whole tile), n = 1..8, through the host upload path,
+ * with every plan (row tiles per block, K split) and with programmatic dependent launch.
+ * Data: x ~ N(0, 1), codes uniform, scales ~ U(0.005, 0.02), biases ~ -8 * scale. A case
+ * passes when max|y - ref| <= 1e-3 max|ref| (max|ref| over the matrix's 8 token rows; on
+ * matrices of >= 1000 rows also over the n rows of the case, see test_matrix), every
+ * output was written (y is poisoned with NaN before each product) and nothing past it (a
+ * poisoned guard after y). The last line is "N passed, N failed"; the exit code is
+ * non-zero on any failure.
+ */
+#include "backend/cuda/affine.h"
+#include "base/half.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(call)                                                                          \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+#define TOL 1e-3
+#define GUARD 1024 /* floats after y that must stay untouched */
+
+static int passed, failed;
+
+static void expect(int ok, const char *what) {
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+        printf("FAIL %s\n", what);
+    }
+}
+
+/* ==== Random data ==== */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
+
+static double rng_normal(void) {
+    const double u = rng_unit() + 1e-300, v = rng_unit();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static const char *scale_name(dtype t) { return t == DTYPE_BF16 ? "BF16" : "F16"; }
+
+static uint16_t to_dtype(dtype t, float f) { return t == DTYPE_BF16 ? f32_to_bf16(f) : f32_to_f16(f); }
+
+/* A host matrix in the checkpoint layout; free with host_free. */
+static matview host_matrix(int64_t rows, int64_t cols, int bits, int64_t group, dtype st) {
+    matview w;
+    memset(&w, 0, sizeof w);
+    w.rows = rows;
+    w.cols = cols;
+    w.type = DTYPE_U32;
+    w.quant_bits = bits;
+    w.group = group;
+    w.scale_type = st;
+    const int64_t words = rows * cols * bits / 32, groups = rows * (cols / group);
+    uint32_t *codes = (uint32_t *)malloc((size_t)words * 4);
+    uint16_t *s = (uint16_t *)malloc((size_t)groups * 2), *b = (uint16_t *)malloc((size_t)groups * 2);
+    for (int64_t i = 0; i < words; i++) codes[i] = (uint32_t)rng_next();
+    for (int64_t i = 0; i < groups; i++) {
+        const float sc = (float)(0.005 + 0.015 * rng_unit());
+        s[i] = to_dtype(st, sc);
+        b[i] = to_dtype(st, sc * (float)(-8.0 + (rng_unit() - 0.5)));
+    }
+    w.data = codes;
+    w.scales = s;
+    w.biases = b;
+    return w;
+}
+
+static void host_free(matview *w) {
+    free((void *)w->data);
+    free((void *)w->scales);
+    free((void *)w->biases);
+}
+
+/* The same matrix with its arrays copied to the device (for the reference). */
+static matview device_copy(const matview *h) {
+    matview d = *h;
+    const size_t cb = (size_t)(h->rows * h->cols * h->quant_bits / 8);
+    const size_t sb = (size_t)(h->rows * (h->cols / h->group)) * 2;
+    void *p;
+    CHECK(cudaMalloc(&p, cb));
+    CHECK(cudaMemcpy(p, h->data, cb, cudaMemcpyHostToDevice));
+    d.data = p;
+    CHECK(cudaMalloc(&p, sb));
+    CHECK(cudaMemcpy(p, h->scales, sb, cudaMemcpyHostToDevice));
+    d.scales = p;
+    CHECK(cudaMalloc(&p, sb));
+    CHECK(cudaMemcpy(p, h->biases, sb, cudaMemcpyHostToDevice));
+    d.biases = p;
+    return d;
+}
+
+static void device_free(matview *d) {
+    cudaFree((void *)d->data);
+    cudaFree((void *)d->scales);
+    cudaFree((void *)d->biases);
+}
+
+/* ==== One matrix ==== */
+
+typedef struct ctx {
+    cudaStream_t s;
+    float *x, *y;   /* device x[8, cols_max], y[8, rows_max] + GUARD */
+    double *ref;    /* device */
+    void *work;
+    size_t work_size;
+    float *hy;
+    double *href;
+} ctx;
+
+/* Largest |y - ref| over n token rows, divided by mag; -1 if an output is unwritten or the
+ * guard after y was touched. */
+static double compare(ctx *c, int64_t n, int64_t rows, double mag) {
+    CHECK(cudaMemcpy(c->hy, c->y, (size_t)(n * rows + GUARD) * 4, cudaMemcpyDeviceToHost));
+    double err = 0;
+    for (int64_t i = 0; i < n * rows; i++) {
+        if (!isfinite(c->hy[i])) return -1;
+        err = fmax(err, fabs(c->hy[i] - c->href[i]));
+    }
+    for (int64_t i = n * rows; i < n * rows + GUARD; i++)
+        if (!isnan(c->hy[i])) return -1;
+    return err / mag;
+}
+
+static double run_plan(ctx *c, const cuda_affine *w, int64_t n, int plan_given, cuda_affine_plan p,
+                       unsigned flags, double mag) {
+    CHECK(cudaMemsetAsync(c->y, 0xff, (size_t)(n * w->rows + GUARD) * 4, c->s)); /* NaN */
+    cudaError_t e = plan_given ? cuda_affine_gemv_plan(c->y, c->x, n, w, c->work, c->s, flags, p)
+                               : cuda_affine_gemv(c->y, c->x, n, w, c->work, c->s, flags);
+    CHECK(e);
+    CHECK(cudaStreamSynchronize(c->s));
+    return compare(c, n, w->rows, mag);
+}
+
+/* The figure of one product is max|y - ref| / max|ref|. With a handful of outputs (rows 1
+ * or 7 at n = 1) max|ref| is one or a few random draws and can sit near zero, so every n
+ * is held to 1e-3 of the largest |ref| of the matrix's 8-token reference; *strict gets
+ * the worst figure with max|ref| over the n token rows themselves (the two agree at n = 8
+ * and on large matrices). Returns the worst figure; counts each check. */
+static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t group, dtype st,
+                          double *strict) {
+    char what[160], err[256];
+    matview h = host_matrix(rows, cols, bits, group, st);
+    matview d = device_copy(&h);
+    cuda_affine w;
+    snprintf(what, sizeof what, "%d-bit g%lld %s %lld x %lld", bits, (long long)group, scale_name(st),
+             (long long)rows, (long long)cols);
+    if (cuda_affine_upload(&w, &h, c->s, err, sizeof err)) {
+        printf("%s: %s\n", what, err);
+        expect(0, what);
+        return 1;
+    }
+    {
+        float *hx = (float *)malloc((size_t)(8 * cols) * 4);
+        for (int64_t i = 0; i < 8 * cols; i++) hx[i] = (float)rng_normal();
+        CHECK(cudaMemcpy(c->x, hx, (size_t)(8 * cols) * 4, cudaMemcpyHostToDevice));
+        free(hx);
+    }
+    CHECK(cuda_affine_ref(c->ref, c->x, 8, &d, c->s));
+    CHECK(cudaMemcpy(c->href, c->ref, (size_t)(8 * rows) * 8, cudaMemcpyDeviceToHost));
+    double mag8 = 0;
+    for (int64_t i = 0; i < 8 * rows; i++) mag8 = fmax(mag8, fabs(c->href[i]));
+    double worst = 0;
+    const cuda_affine_plan plans[] = {{1, 1}, {2, 1}, {1, 2}, {2, 3}, {1, 4}, {2, 8}};
+    for (int64_t n = 1; n <= 8; n++) {
+        /* the reference rows for n tokens are the first n of the 8-token reference */
+        double mag = 0;
+        for (int64_t i = 0; i < n * rows; i++) mag = fmax(mag, fabs(c->href[i]));
+        for (int pi = -1; pi < (int)(sizeof plans / sizeof plans[0]); pi++) {
+            const cuda_affine_plan p = pi < 0 ? cuda_affine_plan_for(&w, n) : plans[pi];
+            if (cuda_affine_plan_work_size(&w, n, p) > c->work_size) {
+                printf("%s: work buffer too small\n", what);
+                expect(0, what);
+                continue;
+            }
+            const unsigned flags = (pi == -1 && n % 2 == 0) ? CUDA_AFFINE_PDL : 0;
+            const double e = run_plan(c, &w, n, pi >= 0, p, flags, mag8);
+            const double es = e < 0 ? e : e * mag8 / mag;
+            char line[256];
+            snprintf(line, sizeof line, "%s n=%lld plan rb=%d split=%d%s: %.3g (of max|ref| over n rows %.3g)",
+                     what, (long long)n, p.rb, p.split, flags ? " pdl" : "", e, es);
+            expect(e >= 0 && e <= TOL && (rows < 1000 || es <= TOL), line);
+            if (e < 0 || e > worst) worst = e < 0 ? 1e9 : e;
+            if (es < 0 || es > *strict) *strict = es < 0 ? 1e9 : es;
+        }
+    }
+    cuda_affine_free(&w);
+    device_free(&d);
+    host_free(&h);
+    return worst;
+}
+
+/* A test must be able to fail: one flipped code word in the tiled copy must show. */
+static void test_detects_corruption(ctx *c) {
+    char err[256];
+    matview h = host_matrix(33, 256, 4, 64, DTYPE_F16);
+    matview d = device_copy(&h);
+    cuda_affine w;
+    if (cuda_affine_upload(&w, &h, c->s, err, sizeof err)) {
+        expect(0, err);
+        return;
+    }
+    float hx[8 * 256];
+    for (int i = 0; i < 8 * 256; i++) hx[i] = (float)rng_normal();
+    CHECK(cudaMemcpy(c->x, hx, sizeof hx, cudaMemcpyHostToDevice));
+    CHECK(cuda_affine_ref(c->ref, c->x, 1, &d, c->s));
+    CHECK(cudaMemcpy(c->href, c->ref, 33 * 8, cudaMemcpyDeviceToHost));
+    double mag = 0;
+    for (int i = 0; i < 33; i++) mag = fmax(mag, fabs(c->href[i]));
+    const double clean = run_plan(c, &w, 1, 0, cuda_affine_plan_for(&w, 1), 0, mag);
+    uint32_t word;
+    CHECK(cudaMemcpy(&word, w.codes + 300, 4, cudaMemcpyDeviceToHost));
+    word ^= 0x77777777u;
+    CHECK(cudaMemcpy(w.codes + 300, &word, 4, cudaMemcpyHostToDevice));
+    const double bad = run_plan(c, &w, 1, 0, cuda_affine_plan_for(&w, 1), 0, mag);
+    printf("corruption check: clean %.3g, one flipped word %.3g\n", clean, bad);
+    expect(clean >= 0 && clean <= TOL, "clean product before corruption");
+    expect(bad > TOL, "a flipped code word is detected");
+    cuda_affine_free(&w);
+    device_free(&d);
+    host_free(&h);
+}
+
+static void test_bad_input(ctx *c) {
+    char err[256] = "";
+    matview h = host_matrix(16, 96, 4, 32, DTYPE_F16);
+    cuda_affine w;
+    matview b = h;
+    b.quant_bits = 3;
+    expect(cuda_affine_upload(&w, &b, c->s, err, sizeof err) != 0 && strstr(err, "bits"), "3 bits refused");
+    b = h;
+    b.group = 64; /* 96 is not a multiple of 64 */
+    expect(cuda_affine_upload(&w, &b, c->s, err, sizeof err) != 0 && strstr(err, "multiple"), "cols % group refused");
+    b = h;
+    b.scale_type = DTYPE_F32;
+    expect(cuda_affine_upload(&w, &b, c->s, err, sizeof err) != 0, "F32 scales refused");
+    if (cuda_affine_upload(&w, &h, c->s, err, sizeof err) == 0) {
+        expect(cuda_affine_gemv(c->y, c->x, 9, &w, c->work, c->s, 0) == cudaErrorInvalidValue, "n = 9 refused");
+        expect(cuda_affine_gemv(c->y, c->x, 0, &w, c->work, c->s, 0) == cudaErrorInvalidValue, "n = 0 refused");
+        cuda_affine_free(&w);
+    } else {
+        expect(0, err);
+    }
+    host_free(&h);
+}
+
+int main(void) {
+    int dev = 0;
+    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) {
+        printf("no CUDA device\n0 passed, 1 failed\n");
+        return 1;
+    }
+    ctx c;
+    memset(&c, 0, sizeof c);
+    const int64_t rows_max = 4097, cols_max = 4224;
+    CHECK(cudaStreamCreate(&c.s));
+    CHECK(cudaMalloc((void **)&c.x, (size_t)(8 * cols_max) * 4));
+    CHECK(cudaMalloc((void **)&c.y, (size_t)(8 * rows_max + GUARD) * 4));
+    CHECK(cudaMalloc((void **)&c.ref, (size_t)(8 * rows_max) * 8));
+    c.work_size = (size_t)64 << 20;
+    CHECK(cudaMalloc(&c.work, c.work_size));
+    CHECK(cudaMemset(c.work, 0, c.work_size));
+    c.hy = (float *)malloc((size_t)(8 * rows_max + GUARD) * 4);
+    c.href = (double *)malloc((size_t)(8 * rows_max) * 8);
+
+    test_bad_input(&c);
+    test_detects_corruption(&c);
+
+    const int64_t rows[] = {1, 7, 33, 1000, 4097};
+    printf("max |y - ref| / max |ref| per configuration, n = 1..8, every plan:\n");
+    printf("%-5s %-6s %-5s %12s %16s %18s\n", "bits", "group", "scale", "all sizes", "per n, all sizes",
+           "per n, rows >= 1000");
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int64_t group = 32; group <= 128; group *= 2)
+            for (int si = 0; si < 2; si++) {
+                const dtype st = si ? DTYPE_BF16 : DTYPE_F16;
+                const int64_t cols[] = {group, 3 * group, 4160 % group == 0 ? 4160 : 33 * group};
+                double worst = 0, strict_all = 0, strict_big = 0;
+                for (int ri = 0; ri < 5; ri++)
+                    for (int ci = 0; ci < 3; ci++) {
+                        double strict = 0;
+                        const double e = test_matrix(&c, rows[ri], cols[ci], bits, group, st, &strict);
+                        worst = fmax(worst, e);
+                        strict_all = fmax(strict_all, strict);
+                        if (rows[ri] >= 1000) strict_big = fmax(strict_big, strict);
+                    }
+                printf("%-5d %-6lld %-5s %12.3g %16.3g %18.3g\n", bits, (long long)group, scale_name(st), worst,
+                       strict_all, strict_big);
+            }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
