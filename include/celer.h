@@ -127,7 +127,7 @@ void celer_context_destroy(celer_context *ctx);
 
 /* The kernel set ctx runs ("ref", "avx2", ..., "cuda"); static. */
 const char *celer_context_kernels(const celer_context *ctx);
-/* The device ctx runs on ("cpu", "cuda:0"); static. */
+/* The device ctx runs on ("cpu", "cuda:0"); valid until celer_context_destroy. */
 const char *celer_context_device(const celer_context *ctx);
 
 /* Device i of this machine and build (i = 0, 1, ...): its name for params.device

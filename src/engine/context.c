@@ -25,7 +25,7 @@ struct celer_context {
     celer_model *model;
     const backend_class *cls;
     char device[32];          /* "cpu", "cuda:0" */
-    char kernels[16];         /* the kernel set the backend runs */
+    const char *kernels;      /* the kernel set the backend runs (a static string) */
     backend *be;
     backend *vbe;             /* the vision tower's backend (vision-language models), or NULL */
     model_vision_sizes vsz;
@@ -220,7 +220,7 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     /* the kernel set is known (and checked) once a backend exists; weights are prepared for it */
     if ((s = model_prepare(model, ctx->cls, &bp, &w, &e)) != CELER_OK) goto fail;
     ctx->be->weights = w;
-    snprintf(ctx->kernels, sizeof ctx->kernels, "%s", ctx->be->kernels);
+    ctx->kernels = ctx->be->kernels;
     const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
     if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, backend_kv_bytes(kv_f16), p.n_ctx,
                              p.n_seq, n_blocks, KV_BLOCK_SIZE, ctx->be, &e)) != CELER_OK)
