@@ -7,11 +7,12 @@
  * token launched kernel by kernel and as one CUDA graph, each with and without
  * programmatic dependent launch; the weight bytes read over that time, against the device-to-device
  * copy bandwidth measured in the same run (bytes read + written); and the tok/s ceiling
- * that implies. For 4-bit group 64, each plan (row tiles per block x K split) per matrix
- * shape, and the token with each shape's fastest plan.
- * Medians of >= 20 repetitions, CUDA events.
+ * that implies. For 4-bit group 64, each plan (column tiles per block) per matrix shape,
+ * and the token with each shape's fastest plan.
+ * Medians of 25 repetitions (10 with --quick), CUDA events.
  *
  *     bench_affine            all of the above
+ *     bench_affine --quick    4-bit g64 at n = 1 and 8: launches and graph + PDL, the plans
  *     bench_affine --profile  4-bit g64, two tokens at n = 1, kernel by kernel (for ncu)
  */
 #include "backend/cuda/affine.h"
@@ -31,8 +32,10 @@
         }                                                                                    \
     } while (0)
 
-#define REPS 25
+#define MAX_REPS 25
 #define LAYERS 32
+
+static int reps = MAX_REPS;
 
 typedef struct shape {
     const char *name;
@@ -155,10 +158,10 @@ static int shape_set(int i) {
     return i >= LAYERS * PER_LAYER ? 4 : of_layer[i % PER_LAYER];
 }
 
-/* Plans per shape set (rb 0: the default plan), or NULL: the default everywhere. */
+/* Plans per shape set (slice 0: the default plan), or NULL: the default everywhere. */
 static const cuda_affine_plan *tuned;
 
-/* Matrices [first, first + count) stepping by `step`, at n rows, with plan p (rb 0: the
+/* Matrices [first, first + count) stepping by `step`, at n rows, with plan p (slice 0: the
  * tuned or default plan). Returns the first launch error (inside a capture, errors are the
  * caller's to report). */
 static cudaError_t enqueue(bench *b, const model *md, int first, int count, int step, int64_t n,
@@ -167,8 +170,10 @@ static cudaError_t enqueue(bench *b, const model *md, int first, int count, int 
         const int i = first + j * step;
         const cuda_affine *w = &md->m[i];
         cuda_affine_plan q = p;
-        if (!q.rb && tuned) q = tuned[shape_set(i)];
-        const cudaError_t e = q.rb ? cuda_affine_gemv_plan(b->y, b->x, n, w, b->work, b->s, flags, q)
+        if (!q.slice && tuned) q = tuned[shape_set(i)];
+        if (cuda_affine_plan_work_size(w, n, q.slice ? q : cuda_affine_plan_for(w, n)) > b->work_size)
+            return cudaErrorInvalidValue;
+        const cudaError_t e = q.slice ? cuda_affine_gemv_plan(b->y, b->x, n, w, b->work, b->s, flags, q)
                                    : cuda_affine_gemv(b->y, b->x, n, w, b->work, b->s, flags);
         if (e != cudaSuccess) return e;
     }
@@ -197,8 +202,8 @@ static double time_seq(bench *b, const model *md, int first, int count, int step
             return -1;
         }
     }
-    double t[REPS];
-    for (int r = -3; r < REPS; r++) {
+    double t[MAX_REPS];
+    for (int r = -3; r < reps; r++) {
         CHECK(cudaEventRecord(b->e0, b->s));
         if (graph) CHECK(cudaGraphLaunch(exec, b->s));
         else CHECK(enqueue(b, md, first, count, step, n, flags, p));
@@ -209,7 +214,7 @@ static double time_seq(bench *b, const model *md, int first, int count, int step
         if (r >= 0) t[r] = ms;
     }
     if (exec) CHECK(cudaGraphExecDestroy(exec));
-    return median(t, REPS);
+    return median(t, reps);
 }
 
 /* Device-to-device copy bandwidth, bytes read + written, GB/s. */
@@ -219,8 +224,8 @@ static double copy_bandwidth(bench *b) {
     CHECK(cudaMalloc(&src, bytes));
     CHECK(cudaMalloc(&dst, bytes));
     CHECK(cudaMemset(src, 1, bytes));
-    double t[REPS];
-    for (int r = -3; r < REPS; r++) {
+    double t[MAX_REPS];
+    for (int r = -3; r < reps; r++) {
         CHECK(cudaEventRecord(b->e0, b->s));
         CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, b->s));
         CHECK(cudaEventRecord(b->e1, b->s));
@@ -231,7 +236,7 @@ static double copy_bandwidth(bench *b) {
     }
     cudaFree(src);
     cudaFree(dst);
-    return 2.0 * (double)bytes / (median(t, REPS) * 1e-3) / 1e9;
+    return 2.0 * (double)bytes / (median(t, reps) * 1e-3) / 1e9;
 }
 
 static void setup(bench *b) {
@@ -241,7 +246,7 @@ static void setup(bench *b) {
     CHECK(cudaMalloc((void **)&b->y, (size_t)8 * 128256 * 4));
     k_fill_x<<<256, 256, 0, b->s>>>(b->x, (size_t)8 * 14336);
     CHECK(cudaGetLastError());
-    b->work_size = (size_t)64 << 20;
+    b->work_size = (size_t)128 << 20;
     CHECK(cudaMalloc(&b->work, b->work_size));
     CHECK(cudaMemset(b->work, 0, b->work_size));
     CHECK(cudaEventCreate(&b->e0));
@@ -256,12 +261,12 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
         {4, LAYERS, PER_LAYER, "gate 14336x4096"}, {6, LAYERS, PER_LAYER, "down 4096x14336"},
         {LAYERS * PER_LAYER, 1, 1, "head 128256x4096"},
     };
-    static const cuda_affine_plan plans[] = {{1, 1}, {1, 2}, {1, 4}, {2, 1}, {2, 2}, {2, 4}};
+    static const cuda_affine_plan plans[] = {{4}, {8}, {12}, {16}};
     const int np = (int)(sizeof plans / sizeof plans[0]);
     if (n == 1) {
         printf("\nplans per shape (graph + PDL over all matrices of the shape; GB/s, %% of copy)\n");
         printf("%-18s %-3s", "shape", "n");
-        for (int p = 0; p < np; p++) printf("   rb%d/s%d    ", plans[p].rb, plans[p].split);
+        for (int p = 0; p < np; p++) printf("   slice %-2d   ", plans[p].slice);
         printf("  default\n");
     }
     for (int si = 0; si < N_SETS; si++) {
@@ -270,7 +275,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
         printf("%-18s %-3lld", sets[si].name, (long long)n);
         double best_ms = 1e30;
         for (int p = 0; p <= np; p++) {
-            const cuda_affine_plan pl = p < np ? plans[p] : (cuda_affine_plan){0, 0};
+            const cuda_affine_plan pl = p < np ? plans[p] : (cuda_affine_plan){0};
             const double ms = time_seq(b, md, sets[si].first, sets[si].count, sets[si].step, n, 3, pl);
             const double gbs = (double)bytes / (ms * 1e-3) / 1e9;
             printf(" %5.0f %3.0f%%  ", gbs, 100.0 * gbs / copy_gbs);
@@ -280,12 +285,14 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
             }
         }
         const cuda_affine_plan d = cuda_affine_plan_for(&md->m[sets[si].first], n);
-        printf(" (rb%d/s%d) best rb%d/s%d\n", d.rb, d.split, best[si].rb, best[si].split);
+        printf(" (slice %d) best slice %d\n", d.slice, best[si].slice);
     }
 }
 
 int main(int argc, char **argv) {
     const int profile = argc > 1 && strcmp(argv[1], "--profile") == 0;
+    const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    if (quick) reps = 10;
     bench b;
     setup(&b);
     cudaDeviceProp prop;
@@ -294,7 +301,7 @@ int main(int argc, char **argv) {
     model *md = (model *)calloc(1, sizeof *md);
     if (profile) {
         build_model(md, 4, 64, b.s);
-        for (int i = 0; i < 2; i++) CHECK(enqueue(&b, md, 0, N_MATS, 1, 1, 0, (cuda_affine_plan){0, 0}));
+        for (int i = 0; i < 2; i++) CHECK(enqueue(&b, md, 0, N_MATS, 1, 1, 0, (cuda_affine_plan){0}));
         CHECK(cudaStreamSynchronize(b.s));
         free_model(md);
         printf("profile run done\n");
@@ -304,17 +311,20 @@ int main(int argc, char **argv) {
     printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
 
     static const struct { int bits; int64_t group; } configs[] = {{4, 64}, {4, 32}, {4, 128}, {8, 64}};
+    const size_t n_configs = quick ? 1 : sizeof configs / sizeof configs[0];
+    const int64_t n_step = quick ? 8 : 2;
     static const char *modes[] = {"launches", "launch+PDL", "graph", "graph+PDL"};
     char summary[64][160];
     int ns = 0;
-    for (size_t ci = 0; ci < sizeof configs / sizeof configs[0]; ci++) {
+    for (size_t ci = 0; ci < n_configs; ci++) {
         build_model(md, configs[ci].bits, configs[ci].group, b.s);
         printf("\n%d-bit group %lld: %.3f GB of weights in %d matrices\n", configs[ci].bits,
                (long long)configs[ci].group, (double)md->bytes / 1e9, N_MATS);
         printf("%-3s %-10s %9s %8s %7s %9s\n", "n", "mode", "ms/token", "GB/s", "% copy", "tok/s");
-        for (int64_t n = 1; n <= 8; n *= 2) {
+        for (int64_t n = 1; n <= 8; n *= n_step) {
             for (int mode = 0; mode < 4; mode++) {
-                const double ms = time_seq(&b, md, 0, N_MATS, 1, n, mode, (cuda_affine_plan){0, 0});
+                if (quick && (mode == 1 || mode == 2)) continue;
+                const double ms = time_seq(&b, md, 0, N_MATS, 1, n, mode, (cuda_affine_plan){0});
                 const double gbs = (double)md->bytes / (ms * 1e-3) / 1e9;
                 printf("%-3lld %-10s %9.3f %8.0f %6.1f%% %9.0f\n", (long long)n, modes[mode], ms, gbs,
                        100.0 * gbs / copy_gbs, 1e3 / ms);
@@ -325,11 +335,12 @@ int main(int argc, char **argv) {
             }
         }
         if (ci == 0) { /* each shape's best plan, then the token with those plans */
-            cuda_affine_plan best[4][N_SETS];
-            for (int ni = 0; ni < 4; ni++) sweep_plans(&b, md, copy_gbs, (int64_t)1 << ni, best[ni]);
-            for (int ni = 0; ni < 4; ni++) {
+            cuda_affine_plan best[4][N_SETS] = {};
+            const int ni_step = quick ? 3 : 1;
+            for (int ni = 0; ni < 4; ni += ni_step) sweep_plans(&b, md, copy_gbs, (int64_t)1 << ni, best[ni]);
+            for (int ni = 0; ni < 4; ni += ni_step) {
                 tuned = best[ni];
-                const double ms = time_seq(&b, md, 0, N_MATS, 1, (int64_t)1 << ni, 3, (cuda_affine_plan){0, 0});
+                const double ms = time_seq(&b, md, 0, N_MATS, 1, (int64_t)1 << ni, 3, (cuda_affine_plan){0});
                 tuned = NULL;
                 const double gbs = (double)md->bytes / (ms * 1e-3) / 1e9;
                 snprintf(summary[ns++], sizeof summary[0], "%d-bit g%-4lld n=%d  %7.3f ms  %5.0f GB/s  %5.1f%%  %6.0f tok/s  (best plan per shape)",

@@ -1,37 +1,45 @@
 /*
  * affine.cu - MLX affine weights on the GPU: the load-time repack into the tiled layout of
- * affine.h, the decode product y[n, rows] = x[n, cols] @ W^T for n = 1..8, and a double
- * reference for the tests.
+ * affine.h, the decode product y[n, rows] = x[n, cols] @ W^T for n = 1..8, the rows of W
+ * as fp32 (embeddings) or as fp16 hi/lo parts (prefill products), and a double reference
+ * for the tests.
  *
  * The product is bound by memory: every weight byte is read once, and at n <= 8 a byte
- * feeds at most 16 flops. Each warp takes a chunk of 8 (or 4 x 2 row tiles) 512-byte
- * tiles: it issues all their 16-byte code loads and the scale loads at once, then, while
- * they are in flight, copies the chunk's x into its own shared memory as fp16 B fragments
- * (one LDS.128 per lane and two mma steps later), then turns each code word into fp16
- * with one LOP3 (mask | 0x6400) and two half2 operations per pair (the code, then
- * s * q + b) and lets mma.m16n8k16 do the multiply-adds in fp32 with the tokens as its
- * 8 columns (columns of absent tokens are computed and dropped). A block of 8 warps owns
- * 16 or 32 rows and splits K among its warps; on long rows K is also split across
- * blocks, and the last block of a row block to finish adds the partial sums in a fixed
- * order (no atomics on y, so results do not depend on timing).
+ * feeds at most 16 flops. A block of 8 warps owns 8 row tiles (128 rows, one tile row a
+ * warp) and a slice of 4..16 column tiles. Each warp first puts every code and scale
+ * load of its slice in flight (cp.async into shared memory, one commit group per 4
+ * tiles), then the block waits for the previous kernel (programmatic dependent launch)
+ * and stages the slice of x once for all its warps as fp16 B fragments, hi and lo parts,
+ * with fp32 sums of x per group; then each warp takes its tiles as they land: one LOP3
+ * and one half2 op per two codes give the exact codes q, mma.m16n8k16 sums q * x per
+ * group in fp32, and s * sum(q x) + b * sum(x) goes to fp32 accumulators. Up to 4 tokens
+ * share one mma (hi parts in columns 0..3, lo parts in 4..7, added at the end); 5..8
+ * tokens take two mma a step (hi, then lo). Blocks along K write partial sums; the last
+ * block of a row block to finish adds them in a fixed order (no atomics on y, so results
+ * do not depend on timing).
  *
- * Measured (H200, Llama-3.1-8B 4-bit g64, n = 1, graph + PDL): about 52% of the
- * device-to-device copy bandwidth; the kernel is latency- and issue-bound, not DRAM-bound
+ * Measured (H200, Llama-3.1-8B 4-bit g64, graph + PDL): 42% of the device-to-device copy
+ * bandwidth at n = 1, 29% at n = 8; short-lived blocks are what limits it
  * (tests/cuda/NOTES.md).
  *
- * Not here: the prefill product, dense weights.
+ * Not here: dense weights, products of more than 8 rows (matmul.cu's cuBLAS path, fed by
+ * cuda_affine_dequant).
  */
 #include "backend/cuda/affine.h"
 
-#include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <stdio.h>
 #include <string.h>
 
-#define NW 8                  /* warps per block */
-#define TILE_WORDS 128        /* 512 bytes: 16 rows of one tile */
-#define MAX_N 8               /* columns of one mma: tokens per product */
+#define NW 8                      /* warps per block: one row tile each */
+#define TILE_WORDS 128            /* 512 bytes: 16 rows of one tile */
+#define CH 4                      /* tiles per cp.async commit group */
+#define MAX_SLICE 16              /* column tiles per block */
+#define MAX_G (MAX_SLICE / CH)    /* commit groups per warp */
+#define SMEM_MAX (160 * 1024)     /* dynamic shared memory the kernels may ask for */
+#define MAX_N CUDA_AFFINE_MAX_N
 
 /* On failure: the call, file:line and CUDA's message into err, then to the cleanup label. */
 #define CUDA_TRY(call)                                                                      \
@@ -44,8 +52,9 @@
         }                                                                                   \
     } while (0)
 
-__host__ __device__ static int tile_cols(int bits) { return 4096 / (16 * bits); } /* 64 at 4 bits, 32 at 8 */
-static int groups_per_block(int bits, int64_t group) { return bits == 4 && group == 32 ? 2 : 1; }
+__host__ __device__ static int tile_cols(int bits) { return bits == 4 ? 64 : 32; }
+__host__ __device__ static int groups_per_block(int bits, int64_t group) { return bits == 4 && group == 32 ? 2 : 1; }
+__host__ __device__ static int pair_words(int kind) { return kind == CUDA_AFFINE_SB_F32 ? 2 : 1; }
 
 /* ==== Load: repack into the tiled layout ==== */
 
@@ -88,29 +97,27 @@ __global__ static void k_pack_codes(uint32_t *out, const uint32_t *data, int64_t
     out[i] = w;
 }
 
-__device__ static uint16_t to_f16_bits(const uint16_t *p, int64_t i, int bf16) {
-    const float f = bf16 ? __bfloat162float(__ushort_as_bfloat16(p[i])) : __half2float(__ushort_as_half(p[i]));
-    return __half_as_ushort(__float2half_rn(f));
-}
-
-/* One word of sb per thread: [row_tiles][group_blocks][8][2 * gpb], word 2 * jg + h of
- * row r is half2 (scale, bias) of row r + 8h, group gb * gpb + jg. */
-__global__ static void k_pack_sb(uint32_t *out, const uint16_t *scales, const uint16_t *biases,
-                                 int bf16, int64_t rows, int64_t groups, int gpb,
-                                 int64_t group_blocks, int64_t words) {
+/* One (scale, bias) pair per thread: pair i of [row_tiles][group_blocks][8][2 * gpb] is
+ * row rt*16 + r + 8h, group gb * gpb + jg, with i % (2 gpb) = 2 jg + h. The checkpoint's
+ * values are kept exactly: 16-bit bits as stored (scale low, bias high), or fp32. */
+__global__ static void k_pack_sb(uint32_t *out, const void *scales, const void *biases, int kind,
+                                 int64_t rows, int64_t groups, int gpb, int64_t group_blocks,
+                                 int64_t pairs) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= words) return;
+    if (i >= pairs) return;
     const int wl = 2 * gpb;
     const int64_t rt = i / (group_blocks * 8 * wl);
     const int64_t gb = (i / (8 * wl)) % group_blocks;
     const int r = (int)(i / wl) % 8, w = (int)(i % wl);
     const int64_t row = rt * 16 + r + 8 * (w & 1), g = gb * gpb + w / 2;
-    uint32_t v = 0;
-    if (row < rows && g < groups) {
-        const int64_t k = row * groups + g;
-        v = (uint32_t)to_f16_bits(scales, k, bf16) | (uint32_t)to_f16_bits(biases, k, bf16) << 16;
+    const bool in = row < rows && g < groups;
+    const int64_t k = row * groups + g;
+    if (kind == CUDA_AFFINE_SB_F32) {
+        out[2 * i] = in ? ((const uint32_t *)scales)[k] : 0u;
+        out[2 * i + 1] = in ? ((const uint32_t *)biases)[k] : 0u;
+    } else {
+        out[i] = in ? (uint32_t)((const uint16_t *)scales)[k] | (uint32_t)((const uint16_t *)biases)[k] << 16 : 0u;
     }
-    out[i] = v;
 }
 
 static int check_view(const matview *w, char *err, size_t err_size) {
@@ -118,7 +125,8 @@ static int check_view(const matview *w, char *err, size_t err_size) {
     if (w->quant_bits != 4 && w->quant_bits != 8) why = "bits must be 4 or 8";
     else if (w->group != 32 && w->group != 64 && w->group != 128) why = "group must be 32, 64 or 128";
     else if (w->rows < 1 || w->cols < w->group || w->cols % w->group) why = "cols must be a multiple of the group";
-    else if (w->scale_type != DTYPE_F16 && w->scale_type != DTYPE_BF16) why = "scales must be F16 or BF16";
+    else if (w->scale_type != DTYPE_F16 && w->scale_type != DTYPE_BF16 && w->scale_type != DTYPE_F32)
+        why = "scales must be F16, BF16 or F32";
     else if ((double)w->rows * (double)w->cols * w->quant_bits / 32 >= 2147483647.0) why = "too large";
     if (!why) return 0;
     snprintf(err, err_size, "cuda affine: %lld x %lld, %d bits, group %lld: %s", (long long)w->rows,
@@ -126,10 +134,8 @@ static int check_view(const matview *w, char *err, size_t err_size) {
     return -1;
 }
 
-typedef void (*gemv_kernel)(float *, const float *, int, const uint4 *, const uint32_t *, int, int,
-                            int, int, int, int, float *, unsigned *);
-static gemv_kernel pick(int bits, int64_t group, int rb);
-static size_t gemv_smem(int bits, int rb, int64_t n);
+static void choose_plans(cuda_affine *a);
+static cudaError_t init_kernels(void);
 
 /* The tiled copy of w, whose pointers are device memory. */
 static int pack(cuda_affine *out, const matview *w, cudaStream_t s, char *err, size_t err_size) {
@@ -139,27 +145,29 @@ static int pack(cuda_affine *out, const matview *w, cudaStream_t s, char *err, s
     a.cols = w->cols;
     a.bits = w->quant_bits;
     a.group = w->group;
+    a.sb_kind = w->scale_type == DTYPE_F32 ? CUDA_AFFINE_SB_F32
+              : w->scale_type == DTYPE_BF16 ? CUDA_AFFINE_SB_BF16 : CUDA_AFFINE_SB_F16;
     a.row_tiles = (w->rows + 15) / 16;
     const int tc = tile_cols(a.bits), gpb = groups_per_block(a.bits, a.group);
     a.k_tiles = (w->cols + tc - 1) / tc;
     a.group_blocks = a.k_tiles * tc / a.group / gpb;
     if (a.group_blocks < 1) a.group_blocks = 1;
     const int64_t code_words = a.row_tiles * a.k_tiles * TILE_WORDS;
-    const int64_t sb_words = a.row_tiles * a.group_blocks * 16 * gpb;
+    const int64_t sb_pairs = a.row_tiles * a.group_blocks * 16 * gpb;
+    const int64_t sb_words = sb_pairs * pair_words(a.sb_kind);
     a.bytes = (size_t)(code_words + sb_words) * 4;
+    CUDA_TRY(init_kernels());
     CUDA_TRY(cudaMalloc((void **)&a.codes, (size_t)code_words * 4));
     CUDA_TRY(cudaMalloc((void **)&a.sb, (size_t)sb_words * 4));
     k_pack_codes<<<(unsigned)((code_words + 255) / 256), 256, 0, s>>>(
         a.codes, (const uint32_t *)w->data, w->rows, w->cols, a.bits, a.k_tiles, code_words);
     CUDA_TRY(cudaGetLastError());
-    k_pack_sb<<<(unsigned)((sb_words + 255) / 256), 256, 0, s>>>(
-        a.sb, (const uint16_t *)w->scales, (const uint16_t *)w->biases, w->scale_type == DTYPE_BF16,
-        w->rows, w->cols / w->group, gpb, a.group_blocks, sb_words);
+    k_pack_sb<<<(unsigned)((sb_pairs + 255) / 256), 256, 0, s>>>(a.sb, w->scales, w->biases, a.sb_kind, w->rows,
+                                                                 w->cols / w->group, gpb, a.group_blocks, sb_pairs);
     CUDA_TRY(cudaGetLastError());
     CUDA_TRY(cudaStreamSynchronize(s));
-    for (int rb = 1; rb <= 2; rb++) /* the x fragments of n = 8 can pass 48 KB */
-        CUDA_TRY(cudaFuncSetAttribute(pick(a.bits, a.group, rb), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)gemv_smem(a.bits, rb, MAX_N)));
+    choose_plans(&a);
+    CUDA_TRY(cudaGetLastError());
     *out = a;
     return 0;
 fail:
@@ -180,7 +188,7 @@ extern "C" int cuda_affine_upload(cuda_affine *out, const matview *w, cudaStream
     memset(out, 0, sizeof *out);
     if (check_view(w, err, err_size)) return -1;
     const size_t code_bytes = (size_t)(w->rows * w->cols * w->quant_bits / 8);
-    const size_t sb_bytes = (size_t)(w->rows * (w->cols / w->group)) * 2;
+    const size_t sb_bytes = (size_t)(w->rows * (w->cols / w->group)) * (w->scale_type == DTYPE_F32 ? 4 : 2);
     matview d = *w;
     void *codes = NULL, *scales = NULL, *biases = NULL;
     int rc = -1;
@@ -209,7 +217,7 @@ extern "C" void cuda_affine_free(cuda_affine *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* ==== Decode product ==== */
+/* ==== Device helpers ==== */
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
 __device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
@@ -221,34 +229,27 @@ template <uint32_t MASK> __device__ __forceinline__ uint32_t mask_or_magic(uint3
     return r;
 }
 
-/* Four A-register half2 (k-pairs of two mma steps) of one row from a 4-bit word:
- * (n0, n4), (n1, n5), (n2, n6), (n3, n7), each s * q + b; sb is half2 (s, b). */
-__device__ __forceinline__ void dequant4(uint32_t a[4], uint32_t w, __half2 sb) {
+/* The exact codes of one row from a 4-bit word as four A-register half2 (k-pairs of two
+ * mma steps): (n0, n4), (n1, n5), (n2, n6), (n3, n7). (1024 + q) - 1024 and
+ * (1024 + 16q) / 16 - 64 are exact in fp16. */
+__device__ __forceinline__ void codes4(uint32_t a[4], uint32_t w) {
     const uint32_t w8 = w >> 8;
-    const __half2 s = __low2half2(sb), b = __high2half2(sb);
     const __half2 k1024 = __float2half2_rn(1024.0f), k16th = __float2half2_rn(1.0f / 16.0f),
                   km64 = __float2half2_rn(-64.0f);
-    const __half2 q0 = __hsub2(bits_h2(mask_or_magic<0x000f000fu>(w)), k1024);
-    const __half2 q1 = __hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w)), k16th, km64);
-    const __half2 q2 = __hsub2(bits_h2(mask_or_magic<0x000f000fu>(w8)), k1024);
-    const __half2 q3 = __hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w8)), k16th, km64);
-    a[0] = h2_bits(__hfma2(q0, s, b));
-    a[1] = h2_bits(__hfma2(q1, s, b));
-    a[2] = h2_bits(__hfma2(q2, s, b));
-    a[3] = h2_bits(__hfma2(q3, s, b));
+    a[0] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w)), k1024));
+    a[1] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w)), k16th, km64));
+    a[2] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w8)), k1024));
+    a[3] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w8)), k16th, km64));
 }
 
-/* Two A-register half2 of one row from an 8-bit word: (b0, b2), (b1, b3). */
-__device__ __forceinline__ void dequant8(uint32_t a[2], uint32_t w, __half2 sb) {
-    const __half2 s = __low2half2(sb), b = __high2half2(sb);
+/* The exact codes of one row from an 8-bit word: (b0, b2), (b1, b3). */
+__device__ __forceinline__ void codes8(uint32_t a[2], uint32_t w) {
     const __half2 k1024 = __float2half2_rn(1024.0f);
-    const __half2 q0 = __hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4240)), k1024);
-    const __half2 q1 = __hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4341)), k1024);
-    a[0] = h2_bits(__hfma2(q0, s, b));
-    a[1] = h2_bits(__hfma2(q1, s, b));
+    a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4240)), k1024));
+    a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4341)), k1024));
 }
 
-/* c[16 rows, 8 tokens] += A[16, 16] @ B[16, 8], fp16 in, fp32 accumulate. */
+/* c[16 rows, 8 columns] += A[16, 16] @ B[16, 8], fp16 in, fp32 accumulate. */
 __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -257,303 +258,389 @@ __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, u
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint4 load_stream(const uint4 *p) { return __ldcs(p); }
+/* 16 bytes global -> shared, in flight until a cp.async wait; L2 only (streamed once). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+/* Waits until at most `pending` of this thread's commit groups are still in flight. */
+__device__ __forceinline__ void cp_async_wait_until(int pending) {
+    switch (pending) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+    }
+}
 
 /* Programmatic dependent launch: let the next kernel start; wait for the previous one. */
 __device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-/* Scale-bias words of one tile for one lane: rows r and r + 8 of gpb groups. */
-template <int GPB> struct sb_words;
-template <> struct sb_words<1> {
-    uint2 v;
-    __device__ __forceinline__ void load(const uint32_t *p) { v = __ldg((const uint2 *)p); }
-    __device__ __forceinline__ uint32_t at(int jg, int h) const { return h ? v.y : v.x; }
-};
-template <> struct sb_words<2> {
-    uint4 v;
-    __device__ __forceinline__ void load(const uint32_t *p) { v = __ldg((const uint4 *)p); }
-    __device__ __forceinline__ uint32_t at(int jg, int h) const {
-        return jg ? (h ? v.w : v.z) : (h ? v.y : v.x);
+/* (scale, bias) pair p of an sb array as fp32, exactly. */
+__device__ __forceinline__ void sb_pair(const uint32_t *sb, int kind, int64_t p, float &s, float &b) {
+    if (kind == CUDA_AFFINE_SB_F32) {
+        const float2 v = ((const float2 *)sb)[p];
+        s = v.x, b = v.y;
+        return;
     }
-};
-
-/* acc += tile (16 rows) @ B for the tile's mma steps. cw: the lane's codes; sb: its scales;
- * bq[mp]: B registers of steps 2mp, 2mp + 1. */
-template <int BITS, int GPB>
-__device__ __forceinline__ void tile_mma(float acc[4], uint4 cw, const sb_words<GPB> &sb,
-                                         const uint4 bq[]) {
-    const uint32_t wr[2] = {cw.x, cw.y}, w8[2] = {cw.z, cw.w};
-    if (BITS == 4) {
-#pragma unroll
-        for (int jj = 0; jj < 2; jj++) { /* steps 2jj, 2jj + 1 */
-            uint32_t ar[4], a8[4];
-            dequant4(ar, wr[jj], bits_h2(sb.at(GPB == 2 ? jj : 0, 0)));
-            dequant4(a8, w8[jj], bits_h2(sb.at(GPB == 2 ? jj : 0, 1)));
-            mma16816(acc, ar[0], a8[0], ar[1], a8[1], bq[jj].x, bq[jj].y);
-            mma16816(acc, ar[2], a8[2], ar[3], a8[3], bq[jj].z, bq[jj].w);
-        }
+    const uint32_t w = sb[p];
+    if (kind == CUDA_AFFINE_SB_BF16) {
+        s = __uint_as_float(w << 16), b = __uint_as_float(w & 0xffff0000u);
     } else {
-        uint32_t ar[2], a8[2];
-        dequant8(ar, wr[0], bits_h2(sb.at(0, 0)));
-        dequant8(a8, w8[0], bits_h2(sb.at(0, 1)));
-        mma16816(acc, ar[0], a8[0], ar[1], a8[1], bq[0].x, bq[0].y);
-        dequant8(ar, wr[1], bits_h2(sb.at(0, 0)));
-        dequant8(a8, w8[1], bits_h2(sb.at(0, 1)));
-        mma16816(acc, ar[0], a8[0], ar[1], a8[1], bq[0].z, bq[0].w);
+        const float2 f = __half22float2(bits_h2(w));
+        s = f.x, b = f.y;
     }
 }
 
-/* Tiles per chunk (a warp's unit of work) and shared memory of the x fragments. */
-__host__ __device__ constexpr int chunk_tiles(int rb) { return 8 / rb; }
-static size_t gemv_smem(int bits, int rb, int64_t n) {
-    return (size_t)NW * chunk_tiles(rb) * (bits == 4 ? 2 : 1) * 4 * (size_t)n * 16;
-}
+/* ==== Decode product ==== */
 
-/* Blocks per SM the register budget is cut for: three (80 registers) where the codes and
- * scales in flight fit, else two. */
-__host__ __device__ constexpr int min_blocks(int bits, int group, int rb) {
-    return rb == 1 && !(bits == 4 && group == 32) ? 3 : 2;
-}
-
-template <int BITS> struct tile_shape {
-    static constexpr int TC = BITS == 4 ? 64 : 32; /* columns of a tile */
-    static constexpr int STEPS = TC / 16;          /* mma steps of a tile */
-    static constexpr int MP = STEPS / 2;           /* B uint4 per lane and tile */
+template <int BITS, int GROUP> struct kshape {
+    static constexpr int TC = BITS == 4 ? 64 : 32;                    /* columns of a tile */
+    static constexpr int MP = TC / 32;                                /* B uint4 per lane, operand and tile */
+    static constexpr int GPB = (BITS == 4 && GROUP == 32) ? 2 : 1;    /* groups per sb block */
+    static constexpr int SH = GROUP * GPB == TC ? 0 : GROUP * GPB == 2 * TC ? 1 : 2; /* sb block = tile >> SH */
+    static constexpr int EU = TC / GPB;                               /* columns of one scaling */
 };
 
-/* One chunk of U tiles starting at tile k0 of row tiles rt0 .. rt0 + RB - 1 for one warp
- * (FULL: all U tiles exist, so nothing is predicated). xs: the warp's x fragments,
- * [U][MP][ln] uint4; lane bl reads them (lanes of tokens >= n read token 0's: their
- * output columns are never stored). first: the warp's first chunk, which waits for the
- * previous kernel after issuing its weight loads. */
-template <int BITS, int GROUP, int RB, bool FULL>
-__device__ __forceinline__ void gemv_chunk(float (&acc)[RB][4], const uint4 *__restrict__ codes,
-                                           const uint32_t *__restrict__ sbp, const float *__restrict__ x,
-                                           int n, int cols, int row_tiles, int k_tiles, int group_blocks,
-                                           int rt0, int k0, int cnt, uint4 *xs, int ln, int bl, bool first) {
-    constexpr int TC = tile_shape<BITS>::TC, STEPS = tile_shape<BITS>::STEPS, MP = tile_shape<BITS>::MP;
-    constexpr int GPB = (BITS == 4 && GROUP == 32) ? 2 : 1;
-    constexpr int U = chunk_tiles(RB);
-    /* group block of tile k: k >> SH */
-    constexpr int SH = (GROUP * GPB == TC) ? 0 : (GROUP * GPB == 2 * TC) ? 1 : 2;
-    const int lane = threadIdx.x & 31, r = lane >> 2;
-    const uint4 *cp[RB];
-    const uint32_t *sp[RB];
+/* Shared memory of a block, bytes: codes [NW][slice][32] uint4; per warp its sb blocks;
+ * x fragments [slice][MP][nb][32] uint4; x sums [slice * gpb][8] floats. */
+typedef struct gemv_layout {
+    int sb, sb_warp, xs, xsum, total;
+} gemv_layout;
+
+__host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int kind, int nb, int slice) {
+    const int tc = tile_cols(bits), gpb = groups_per_block(bits, group);
+    const int blocks = slice * tc / (group * gpb); /* sb blocks of a slice (slice is a multiple of 4) */
+    gemv_layout L;
+    L.sb = NW * slice * 512;
+    L.sb_warp = blocks * 16 * gpb * 4 * pair_words(kind);
+    L.xs = L.sb + NW * L.sb_warp;
+    L.xsum = L.xs + slice * (tc / 32) * nb * 512;
+    L.total = L.xsum + slice * gpb * 8 * 4;
+    return L;
+}
+
+/* The block's slice of x (tokens 0 .. n-1, columns of tiles kb .. kb + slice - 1; zero
+ * past the matrix) as B fragments: float4 unit c4 of a token holds columns 4c4 .. 4c4+3
+ * of the slice, which in tile kk, step m are k rows 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of
+ * lane 4 * column + t, with t = c4 & 3. With one operand, token tok's hi part is column
+ * tok and its lo part column tok + 4; with two, operand 0 holds the hi parts and 1 the lo
+ * parts. xsum[eu][column]: the fp32 sum of x over each scaling unit (0 for lo columns).
+ * Columns of tokens >= n are not written: the mma keeps columns apart, and their sums are
+ * never stored. */
+template <int BITS, int GROUP, int NB>
+__device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__restrict__ x, int n, int cols,
+                                        int kb, int slice) {
+    using K = kshape<BITS, GROUP>;
+    constexpr int UPT = K::TC / 4, UPE = K::EU / 4, TOKS = 4 * NB; /* float4 units per tile / scaling */
+    const int upt = slice * UPT;
+    const float *xb = x + (size_t)kb * K::TC;
+    const int lim = cols - kb * K::TC;
+    /* upt is a multiple of 32: whole warps take part in the shuffles, and a scaling
+     * unit's UPE units sit in aligned lanes of one warp */
+    for (int c4 = threadIdx.x; c4 < upt; c4 += NW * 32) {
+        float4 v[TOKS]; /* every load in flight first */
 #pragma unroll
-    for (int rb = 0; rb < RB; rb++) {
-        const int rt = min(rt0 + rb, row_tiles - 1);
-        cp[rb] = codes + ((size_t)rt * k_tiles + k0) * 32 + lane;
-        sp[rb] = sbp + (((size_t)rt * group_blocks + (k0 >> SH)) * 8 + r) * 2 * GPB;
-    }
-    uint4 cw[U][RB];
-    sb_words<GPB> sb[U][RB];
+        for (int tok = 0; tok < TOKS; tok++) {
+            v[tok] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (tok < n && 4 * c4 < lim) v[tok] = __ldcg((const float4 *)(xb + (size_t)tok * cols + 4 * c4));
+        }
+        const int kk = c4 / UPT, cc = c4 % UPT, m = cc >> 2, tt = cc & 3;
+        uint2 *d = (uint2 *)(xs + (kk * K::MP + (m >> 1)) * NB * 32 + tt) + (m & 1);
+        float *xe = xsum + (kk * K::GPB + cc / UPE) * 8;
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        if (FULL || u < cnt) {
+        for (int tok = 0; tok < TOKS; tok++) {
+            if (tok >= n) break;
+            const float4 a = v[tok];
+            const __half2 h01 = __floats2half2_rn(a.x, a.y), h23 = __floats2half2_rn(a.z, a.w);
+            const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
+            const __half2 l01 = __floats2half2_rn(a.x - f01.x, a.y - f01.y);
+            const __half2 l23 = __floats2half2_rn(a.z - f23.x, a.w - f23.y);
+            d[8 * tok] = make_uint2(h2_bits(h01), h2_bits(h23));                          /* lane 4 tok + t */
+            d[8 * tok + (NB == 1 ? 32 : 64)] = make_uint2(h2_bits(l01), h2_bits(l23)); /* lo column / operand */
+            float sx = (a.x + a.y) + (a.z + a.w);
 #pragma unroll
-            for (int rb = 0; rb < RB; rb++) {
-                cw[u][rb] = load_stream(cp[rb] + u * 32);
-                sb[u][rb].load(sp[rb] + (u >> SH) * 16 * GPB);
+            for (int o = 1; o < UPE; o <<= 1) sx += __shfl_xor_sync(0xffffffffu, sx, o);
+            if (cc % UPE == 0) {
+                xe[tok] = sx;
+                if (NB == 1) xe[tok + 4] = 0.0f;
             }
         }
     }
-    if (first) pdl_wait_prev();
+}
 
-    /* x of the chunk -> fp16 B fragments: float4 unit i = ((tok * U + u) * STEPS + m) * 4
-     * + t holds columns (k0 + u) * TC + 16m + 4t .. +3 of token tok, and goes to half
-     * m & 1 of uint4 (u, m / 2, lane 4 * tok + t). Columns past cols read as zero. */
-    __syncwarp();
-    const int units = n * U * STEPS * 4;
-    const float *xc = x + (size_t)k0 * TC;
-    const int lim = cols - k0 * TC;
-    for (int i0 = lane; i0 < units; i0 += 4 * 32) {
-        float4 v[4];
+/* acc[rows r, r+8][columns 2t, 2t+1] += s * c + b * sum(x) for one scaling unit; p: the sb
+ * pair of row r (row r + 8 is p + 1); xe: the unit's sums of x at column 2t. */
+__device__ __forceinline__ void scale_add(float acc[4], float c[4], const uint32_t *sb, int kind, int p,
+                                          const float *xe) {
+    float s0, b0, s1, b1;
+    sb_pair(sb, kind, p, s0, b0);
+    sb_pair(sb, kind, p + 1, s1, b1);
+    const float2 sx = *(const float2 *)xe;
+    acc[0] = fmaf(s0, c[0], fmaf(b0, sx.x, acc[0]));
+    acc[1] = fmaf(s0, c[1], fmaf(b0, sx.y, acc[1]));
+    acc[2] = fmaf(s1, c[2], fmaf(b1, sx.x, acc[2]));
+    acc[3] = fmaf(s1, c[3], fmaf(b1, sx.y, acc[3]));
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int i = i0 + 32 * j, col = (i % (U * STEPS * 4)) * 4;
-            v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < units && (FULL || col < lim))
-                v[j] = __ldg((const float4 *)(xc + (size_t)(i / (U * STEPS * 4)) * cols + col));
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int i = i0 + 32 * j;
-            if (i >= units) break;
-            const int tt = i & 3, m = (i >> 2) % STEPS, u = (i / (4 * STEPS)) % U, tok = i / (4 * STEPS * U);
-            uint2 h;
-            h.x = h2_bits(__floats2half2_rn(v[j].x, v[j].y));
-            h.y = h2_bits(__floats2half2_rn(v[j].z, v[j].w));
-            ((uint2 *)(xs + (u * MP + m / 2) * ln + 4 * tok + tt))[m & 1] = h;
-        }
-    }
-    __syncwarp();
+    for (int i = 0; i < 4; i++) c[i] = 0.0f;
+}
 
-    const uint4 *xb = xs + bl;
+/* acc += tile u of the warp's slice (16 rows) @ x. cw: the lane's codes (x, y: row r, z, w:
+ * row r + 8; 4 bits: steps 0-1, 2-3; 8 bits: steps 0, 1); sb: the warp's sb blocks. */
+template <int BITS, int GROUP, int NB>
+__device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint32_t *sb, int kind,
+                                             const uint4 *xs, const float *xsum, int u, int lane) {
+    using K = kshape<BITS, GROUP>;
+    const int r = lane >> 2, t = lane & 3;
+    const uint4 *xb = xs + u * K::MP * NB * 32 + lane;
+    const int p = ((u >> K::SH) * 8 + r) * 2 * K::GPB;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (BITS == 4) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        if (FULL || u < cnt) {
-            uint4 bq[MP];
+        for (int jj = 0; jj < 2; jj++) {
+            uint32_t ar[4], a8[4];
+            codes4(ar, jj ? cw.y : cw.x);
+            codes4(a8, jj ? cw.w : cw.z);
 #pragma unroll
-            for (int mp = 0; mp < MP; mp++) bq[mp] = xb[(u * MP + mp) * ln];
-#pragma unroll
-            for (int rb = 0; rb < RB; rb++) tile_mma<BITS, GPB>(acc[rb], cw[u][rb], sb[u][rb], bq);
+            for (int op = 0; op < NB; op++) {
+                const uint4 b = xb[(jj * NB + op) * 32];
+                mma16816(c, ar[0], a8[0], ar[1], a8[1], b.x, b.y);
+                mma16816(c, ar[2], a8[2], ar[3], a8[3], b.z, b.w);
+            }
+            if (K::GPB == 2) scale_add(acc, c, sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * 8 + 2 * t);
         }
+        if (K::GPB == 1) scale_add(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+    } else {
+        uint4 b[NB];
+#pragma unroll
+        for (int op = 0; op < NB; op++) b[op] = xb[op * 32];
+        uint32_t ar[2], a8[2];
+        codes8(ar, cw.x);
+        codes8(a8, cw.z);
+#pragma unroll
+        for (int op = 0; op < NB; op++) mma16816(c, ar[0], a8[0], ar[1], a8[1], b[op].x, b[op].y);
+        codes8(ar, cw.y);
+        codes8(a8, cw.w);
+#pragma unroll
+        for (int op = 0; op < NB; op++) mma16816(c, ar[0], a8[0], ar[1], a8[1], b[op].z, b[op].w);
+        scale_add(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
     }
 }
 
-/* y[n, rows] = x[n, cols] @ W^T. Block: RB row tiles (16 * RB rows) x one K slice of
- * blockIdx.y. Each warp takes chunks of U column tiles: it issues the U * RB 16-byte code
- * loads, then copies the chunk's x (n tokens) into its own shared memory as fp16 B
- * fragments while they are in flight, then dequantizes and multiplies. The warps' sums
- * are added through shared memory; with a K split, the last block of a row block adds
- * the partial sums in order and zeroes them (the work buffer stays zero). */
-template <int BITS, int GROUP, int RB>
-__global__ static void __launch_bounds__(NW * 32, min_blocks(BITS, GROUP, RB))
+/* y[n, rows] = x[n, cols] @ W^T (NB = 1: n <= 4, else 2). Block (bx, by): row tiles
+ * bx * NW + warp, column tiles by * slice .. + slice - 1. */
+template <int BITS, int GROUP, int NB>
+__global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : 3)
 k_affine_gemv(float *__restrict__ y, const float *__restrict__ x, int n, const uint4 *__restrict__ codes,
-       const uint32_t *__restrict__ sbp, int rows, int cols, int row_tiles, int k_tiles,
-       int group_blocks, int split, float *__restrict__ part, unsigned *__restrict__ count) {
-    constexpr int U = chunk_tiles(RB);
-    constexpr int MP = tile_shape<BITS>::MP;
-    __shared__ float red[NW][RB * 16][MAX_N];
+              const uint32_t *__restrict__ sbp, int kind, int rows, int cols, int row_tiles, int k_tiles,
+              int group_blocks, int slice, float *__restrict__ part, unsigned *__restrict__ count) {
+    using K = kshape<BITS, GROUP>;
+    extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int last;
-    extern __shared__ uint4 xs_all[]; /* per warp [U][MP][4n] uint4 */
-
     pdl_launch_next();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r = lane >> 2, t = lane & 3;
-    const int rt0 = blockIdx.x * RB;
-    const int ln = 4 * n;               /* lanes holding a token */
-    const int bl = lane < ln ? lane : t; /* the lane whose x fragments this lane reads */
-    uint4 *xs = xs_all + (size_t)warp * U * MP * ln;
-    float acc[RB][4];
-#pragma unroll
-    for (int rb = 0; rb < RB; rb++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[rb][i] = 0.0f;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    const int rt = blockIdx.x * NW + warp;
+    const bool active = rt < row_tiles;
+    const int kb = blockIdx.y * slice, nt = min(slice, k_tiles - kb);
+    const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice);
+    uint4 *cs = (uint4 *)smem + warp * slice * 32;
+    uint32_t *sbs = (uint32_t *)(smem + L.sb + warp * L.sb_warp);
 
-    /* K is cut in chunks of U consecutive tiles; warp w of split s takes chunks
-     * s * NW + w, stepping NW * split. Inside a chunk every address is a constant offset
-     * from a base pointer (U is a multiple of 4, so the group block of tile u is the
-     * chunk's plus u >> SH); only a last, partial chunk is predicated. */
-    const int chunks = (k_tiles + U - 1) / U;
-    const int cstep = NW * split;
-    for (int c = blockIdx.y * NW + warp, it = 0; c < chunks; c += cstep, it++) {
-        const int k0 = c * U, cnt = min(U, k_tiles - k0);
-        if (cnt == U)
-            gemv_chunk<BITS, GROUP, RB, true>(acc, codes, sbp, x, n, cols, row_tiles, k_tiles, group_blocks,
-                                              rt0, k0, cnt, xs, ln, bl, it == 0);
-        else
-            gemv_chunk<BITS, GROUP, RB, false>(acc, codes, sbp, x, n, cols, row_tiles, k_tiles, group_blocks,
-                                               rt0, k0, cnt, xs, ln, bl, it == 0);
-    }
-    pdl_wait_prev(); /* warps with no tiles: y and part are written only after the wait */
-
-    /* c0, c1: row r, tokens 2t, 2t+1; c2, c3: row r + 8 */
+    /* Every weight load of the warp in flight before anything waits: the sb blocks of the
+     * slice with the first group, then CH tiles of codes per group. */
+    if (active) {
+        const uint4 *src = codes + ((size_t)rt * k_tiles + kb) * 32 + lane;
+        const int block_bytes = 16 * K::GPB * 4 * pair_words(kind);
+        const int gb0 = kb >> K::SH, sb_bytes = (((kb + nt - 1) >> K::SH) - gb0 + 1) * block_bytes;
+        const unsigned char *ssrc = (const unsigned char *)sbp + ((size_t)rt * group_blocks + gb0) * block_bytes;
+        for (int o = lane * 16; o < sb_bytes; o += 32 * 16) cp_async16((unsigned char *)sbs + o, ssrc + o);
 #pragma unroll
-    for (int rb = 0; rb < RB; rb++)
+        for (int g = 0; g < MAX_G; g++) {
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            red[warp][rb * 16 + r + (i >> 1) * 8][2 * t + (i & 1)] = acc[rb][i];
-    __syncthreads();
-    const int rows_p = row_tiles * 16;
-    for (int idx = threadIdx.x; idx < RB * 16 * MAX_N; idx += blockDim.x) {
-        const int rl = idx % (RB * 16), tok = idx / (RB * 16), row = rt0 * 16 + rl;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; w++) v += red[w][rl][tok];
-        if (tok >= n || row >= rows_p) continue;
-        if (split == 1) {
-            if (row < rows) y[(size_t)tok * rows + row] = v;
-        } else {
-            part[((size_t)blockIdx.y * n + tok) * rows_p + row] = v;
+            for (int i = 0; i < CH; i++)
+                if (g * CH + i < nt) cp_async16(cs + (g * CH + i) * 32 + lane, src + (g * CH + i) * 32);
+            cp_async_commit();
         }
     }
-    if (split == 1) return;
 
-    /* The last block of this row block to finish adds the splits in order, and leaves the
-     * partial sums and the counter zero for the next product using this work buffer. */
+    pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
+    stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, n, cols, kb, slice);
+    __syncthreads();
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (active) {
+        const uint4 *xs = (const uint4 *)(smem + L.xs);
+        const float *xsum = (const float *)(smem + L.xsum);
+        for (int g = 0; g * CH < nt; g++) {
+            cp_async_wait_until(MAX_G - 1 - g);
+            __syncwarp(); /* the sb blocks came in through every lane */
+#pragma unroll
+            for (int i = 0; i < CH; i++) {
+                const int u = g * CH + i;
+                if (u < nt) tile_product<BITS, GROUP, NB>(acc, cs[u * 32 + lane], sbs, kind, xs, xsum, u, lane);
+            }
+        }
+    }
+    /* one operand: columns 2t + 4, 2t + 5 (lo parts) of lane t + 2 onto lanes t < 2 */
+    if (NB == 1) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[i] += __shfl_down_sync(0xffffffffu, acc[i], 2);
+    }
+    /* c0, c1: row r, tokens 2t, 2t + 1; c2, c3: row r + 8 */
+    const int row0 = rt * 16 + (lane >> 2), tok0 = 2 * t;
+    const bool holds = active && (NB == 2 || t < 2);
+    const int split = gridDim.y;
+    if (split == 1) {
+        if (holds)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (tok0 + e >= n) continue;
+                float *yt = y + (size_t)(tok0 + e) * rows;
+                if (row0 < rows) yt[row0] = acc[e];
+                if (row0 + 8 < rows) yt[row0 + 8] = acc[2 + e];
+            }
+        return;
+    }
+
+    /* Partial sums; the last block of this row block to finish adds them in order and
+     * leaves its counter zero for the next product using this work buffer. */
+    const int rows_p = row_tiles * 16;
+    if (holds)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (tok0 + e >= n) continue;
+            float *pt = part + ((size_t)blockIdx.y * n + tok0 + e) * rows_p;
+            pt[row0] = acc[e];
+            pt[row0 + 8] = acc[2 + e];
+        }
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)split - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int idx = threadIdx.x; idx < RB * 16 * MAX_N; idx += blockDim.x) {
-        const int rl = idx % (RB * 16), tok = idx / (RB * 16), row = rt0 * 16 + rl;
-        if (tok >= n || row >= rows_p) continue;
+    const int rb0 = blockIdx.x * NW * 16;
+    for (int idx = threadIdx.x; idx < NW * 16 * n; idx += NW * 32) {
+        const int rl = idx % (NW * 16), tok = idx / (NW * 16), row = rb0 + rl;
+        if (row >= rows) continue;
         float v = 0.0f;
-        for (int s = 0; s < split; s++) {
-            float *p = part + ((size_t)s * n + tok) * rows_p + row;
-            v += __ldcg(p);
-            *p = 0.0f;
-        }
-        if (row < rows) y[(size_t)tok * rows + row] = v;
+        for (int s = 0; s < split; s++) v += __ldcg(part + ((size_t)s * n + tok) * rows_p + row);
+        y[(size_t)tok * rows + row] = v;
     }
     if (threadIdx.x == 0) count[blockIdx.x] = 0;
 }
 
+typedef void (*gemv_kernel)(float *, const float *, int, const uint4 *, const uint32_t *, int, int, int, int,
+                            int, int, int, float *, unsigned *);
 
-template <int BITS, int GROUP> static gemv_kernel pick_rb(int rb) {
-    return rb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
+template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb) {
+    return nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
 }
 
-static gemv_kernel pick(int bits, int64_t group, int rb) {
+static gemv_kernel pick(int bits, int64_t group, int nb) {
     if (bits == 4) {
-        if (group == 32) return pick_rb<4, 32>(rb);
-        if (group == 64) return pick_rb<4, 64>(rb);
-        return pick_rb<4, 128>(rb);
+        if (group == 32) return pick_nb<4, 32>(nb);
+        if (group == 64) return pick_nb<4, 64>(nb);
+        return pick_nb<4, 128>(nb);
     }
-    if (group == 32) return pick_rb<8, 32>(rb);
-    if (group == 64) return pick_rb<8, 64>(rb);
-    return pick_rb<8, 128>(rb);
+    if (group == 32) return pick_nb<8, 32>(nb);
+    if (group == 64) return pick_nb<8, 64>(nb);
+    return pick_nb<8, 128>(nb);
 }
 
-static int64_t row_blocks(const cuda_affine *w, cuda_affine_plan p) {
-    return (w->row_tiles + p.rb - 1) / p.rb;
+/* Every kernel may take SMEM_MAX of shared memory, and prefers shared memory to L1
+ * (the weights stream past L1). On the current device. */
+static cudaError_t init_kernels(void) {
+    static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 3; g++)
+            for (int nb = 1; nb <= 2; nb++) {
+                const gemv_kernel k = pick(bits[b], groups[g], nb);
+                cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
+                if (e == cudaSuccess)
+                    e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+                if (e != cudaSuccess) return e;
+            }
+    return cudaSuccess;
+}
+
+static int nb_of(int64_t n) { return n <= 4 ? 1 : 2; }
+static int64_t row_blocks(const cuda_affine *w) { return (w->row_tiles + NW - 1) / NW; }
+
+extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan p) {
+    return p.slice > 0 ? (w->k_tiles + p.slice - 1) / p.slice : 0;
+}
+
+/* Per n, the slice with the least estimated time: waves of blocks (resident blocks per SM
+ * from the kernel's registers and shared memory) times the tiles a block streams, plus
+ * about four tiles' worth for a block's start (x staging, the first loads' latency) and
+ * its partial sums. */
+static void choose_plans(cuda_affine *a) {
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        cudaGetLastError();
+    for (int nb = 1; nb <= 2; nb++) {
+        int best = 4;
+        double best_cost = 1e300;
+        for (int slice = 4; slice <= MAX_SLICE; slice += 4) {
+            if (slice > 4 && slice - 4 >= a->k_tiles) break; /* a smaller slice holds all of K */
+            const int smem = gemv_layout_of(a->bits, (int)a->group, a->sb_kind, nb, slice).total;
+            int per_sm = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(a->bits, a->group, nb), NW * 32,
+                                                              (size_t)smem) != cudaSuccess) {
+                cudaGetLastError();
+                per_sm = 1;
+            }
+            if (per_sm < 1) continue;
+            const int64_t blocks = row_blocks(a) * ((a->k_tiles + slice - 1) / slice);
+            const int64_t slots = (int64_t)sms * per_sm, waves = (blocks + slots - 1) / slots;
+            const double cost = (double)waves * (double)((slice < a->k_tiles ? slice : a->k_tiles) + 4);
+            if (cost <= best_cost) best = slice, best_cost = cost;
+        }
+        for (int n = 1; n <= MAX_N; n++)
+            if (nb_of(n) == nb) a->slice[n] = (unsigned char)best;
+    }
+}
+
+extern "C" cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n) {
+    cuda_affine_plan p = {4};
+    if (n >= 1 && n <= MAX_N && w->slice[n]) p.slice = w->slice[n];
+    return p;
 }
 
 /* Counters first (one per row block, 256-byte aligned), then the partial sums. */
-static size_t counter_bytes(const cuda_affine *w, cuda_affine_plan p) {
-    return ((size_t)row_blocks(w, p) * 4 + 255) & ~(size_t)255;
-}
+static size_t counter_bytes(const cuda_affine *w) { return ((size_t)row_blocks(w) * 4 + 255) & ~(size_t)255; }
 
 extern "C" size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p) {
-    if (p.split <= 1) return 0;
-    return counter_bytes(w, p) + (size_t)p.split * (size_t)n * (size_t)w->row_tiles * 16 * 4;
-}
-
-/* From the plan sweep of bench_affine on an H200 (Llama-3.1-8B shapes, 4-bit g64): one
- * row tile a block (three blocks per SM, the most bytes in flight) wins at n = 1 on every
- * shape but down; two row tiles a block (the x fragments a warp prepares feed twice the
- * weights) win from n = 2 on tall matrices (gate/up, head), from n = 4 on all but k/v,
- * and at any n on long rows (down, 4096 x 14336). Splitting K across blocks pays only
- * when every warp still keeps two chunks (down again). */
-extern "C" cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n) {
-    cuda_affine_plan p = {1, 1};
-    if (w->row_tiles > 64 && (n >= 4 || (n >= 2 && w->row_tiles >= 512) || w->k_tiles >= 128)) p.rb = 2;
-    const int64_t chunks = (w->k_tiles + chunk_tiles(p.rb) - 1) / chunk_tiles(p.rb);
-    if (chunks >= 4 * NW) p.split = 2;
-    return p;
+    const int64_t split = cuda_affine_plan_split(w, p);
+    if (split <= 1) return 0;
+    return counter_bytes(w) + (size_t)split * (size_t)n * (size_t)w->row_tiles * 16 * 4;
 }
 
 extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
     return cuda_affine_plan_work_size(w, n, cuda_affine_plan_for(w, n));
 }
 
-extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n,
-                                             const cuda_affine *w, void *work, cudaStream_t s,
-                                             unsigned flags, cuda_affine_plan p) {
-    if (n < 1 || n > MAX_N || (p.rb != 1 && p.rb != 2) || p.split < 1 || p.split > 64 ||
-        (p.split > 1 && !work))
+extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cuda_affine *w,
+                                             void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
+    const int64_t split = cuda_affine_plan_split(w, p);
+    if (n < 1 || n > MAX_N || p.slice < 4 || p.slice > MAX_SLICE || p.slice % 4 || split > 65535 ||
+        (split > 1 && !work) || ((uintptr_t)x & 15))
         return cudaErrorInvalidValue;
+    const int nb = nb_of(n);
     unsigned *count = (unsigned *)work;
-    float *part = p.split > 1 ? (float *)((char *)work + counter_bytes(w, p)) : NULL;
+    float *part = split > 1 ? (float *)((char *)work + counter_bytes(w)) : NULL;
 
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)row_blocks(w, p), (unsigned)p.split, 1);
+    cfg.gridDim = dim3((unsigned)row_blocks(w), (unsigned)split, 1);
     cfg.blockDim = dim3(NW * 32, 1, 1);
-    cfg.dynamicSmemBytes = gemv_smem(w->bits, p.rb, n);
+    cfg.dynamicSmemBytes = (size_t)gemv_layout_of(w->bits, (int)w->group, w->sb_kind, nb, p.slice).total;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -562,35 +649,114 @@ extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, pick(w->bits, w->group, p.rb), y, x, (int)n,
-                              (const uint4 *)w->codes, (const uint32_t *)w->sb, (int)w->rows,
-                              (int)w->cols, (int)w->row_tiles, (int)w->k_tiles,
-                              (int)w->group_blocks, p.split, part, count);
+    return cudaLaunchKernelEx(&cfg, pick(w->bits, w->group, nb), y, x, (int)n, (const uint4 *)w->codes,
+                              (const uint32_t *)w->sb, w->sb_kind, (int)w->rows, (int)w->cols, (int)w->row_tiles,
+                              (int)w->k_tiles, (int)w->group_blocks, p.slice, part, count);
 }
 
-extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w,
-                                        void *work, cudaStream_t s, unsigned flags) {
+extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
+                                        cudaStream_t s, unsigned flags) {
     return cuda_affine_gemv_plan(y, x, n, w, work, s, flags, cuda_affine_plan_for(w, n));
+}
+
+/* ==== Rows of W: embeddings and prefill slabs ==== */
+
+#define ROW_THREADS 256
+
+static unsigned row_blocks_for(int64_t m) {
+    const int64_t b = (m + ROW_THREADS - 1) / ROW_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+/* v[e] = W[row, c + e], e < 4, c a multiple of 4 (one code word, one group): s * q + b in
+ * fp32, the product and the sum rounded apart, as the CPU reference does. */
+__device__ static void affine_quad(float v[4], const cuda_affine &w, int64_t row, int64_t c) {
+    const int tc = tile_cols(w.bits), gpb = groups_per_block(w.bits, w.group);
+    const int64_t rt = row >> 4, kt = c / tc;
+    const int r16 = (int)(row & 15), cc = (int)(c % tc), m = cc >> 4, t = (cc >> 2) & 3;
+    const int j = (w.bits == 4 ? m >> 1 : m) + (r16 >= 8 ? 2 : 0);
+    const uint32_t word = w.codes[((rt * w.k_tiles + kt) * 32 + 4 * (r16 & 7) + t) * 4 + j];
+    const int64_t g = c / w.group;
+    float s, b;
+    sb_pair(w.sb, w.sb_kind, ((rt * w.group_blocks + g / gpb) * 8 + (r16 & 7)) * 2 * gpb + 2 * (g % gpb) + (r16 >> 3),
+            s, b);
+    const uint32_t mask = (1u << w.bits) - 1u;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int kp = e >> 1, ee = e & 1;
+        const int pos = w.bits == 4 ? 4 * ee + 2 * (m & 1) + kp : 2 * ee + kp;
+        const uint32_t q = (word >> (w.bits * pos)) & mask;
+        v[e] = __fadd_rn(__fmul_rn(s, (float)q), b);
+    }
+}
+
+__global__ static void k_dequant(__half *hi, __half *lo, const cuda_affine w, int64_t r0, int64_t m) {
+    const int64_t quads = w.cols / 4;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = r0 + i / quads, c = 4 * (i % quads);
+        float v[4];
+        affine_quad(v, w, row, c);
+        __half h[4], l[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            h[e] = __float2half_rn(v[e]);
+            l[e] = __float2half_rn(v[e] - __half2float(h[e]));
+        }
+        const size_t o = (size_t)(row - r0) * (size_t)w.cols + (size_t)c;
+        *(uint2 *)(hi + o) = make_uint2(h2_bits(__halves2half2(h[0], h[1])), h2_bits(__halves2half2(h[2], h[3])));
+        *(uint2 *)(lo + o) = make_uint2(h2_bits(__halves2half2(l[0], l[1])), h2_bits(__halves2half2(l[2], l[3])));
+    }
+}
+
+extern "C" cudaError_t cuda_affine_dequant(__half *hi, __half *lo, const cuda_affine *w, int64_t r0, int64_t r1,
+                                           cudaStream_t s) {
+    if (r0 < 0 || r1 > w->rows || r1 < r0 || ((uintptr_t)hi & 7) || ((uintptr_t)lo & 7)) return cudaErrorInvalidValue;
+    const int64_t m = (r1 - r0) * (w->cols / 4);
+    if (m == 0) return cudaSuccess;
+    k_dequant<<<row_blocks_for(m), ROW_THREADS, 0, s>>>(hi, lo, *w, r0, m);
+    return cudaGetLastError();
+}
+
+__global__ static void k_rows(float *y, const cuda_affine w, const int32_t *ids, int64_t m) {
+    const int64_t quads = w.cols / 4;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t tok = i / quads, c = 4 * (i % quads);
+        const int32_t id = ids[tok];
+        if (id < 0) continue; /* a row the caller fills: left as it is */
+        float v[4];
+        affine_quad(v, w, id, c);
+        float *yr = y + tok * w.cols + c;
+#pragma unroll
+        for (int e = 0; e < 4; e++) yr[e] = v[e];
+    }
+}
+
+extern "C" cudaError_t cuda_affine_rows(float *y, const cuda_affine *w, const int32_t *ids, int64_t n,
+                                        cudaStream_t s) {
+    const int64_t m = n * (w->cols / 4);
+    if (m <= 0) return cudaSuccess;
+    k_rows<<<row_blocks_for(m), ROW_THREADS, 0, s>>>(y, *w, ids, m);
+    return cudaGetLastError();
 }
 
 /* ==== Reference ==== */
 
-__device__ static double load_scale(const void *p, int64_t i, int bf16) {
+__device__ static double load_scale(const void *p, int64_t i, dtype t) {
+    if (t == DTYPE_F32) return (double)((const float *)p)[i];
     const uint16_t u = ((const uint16_t *)p)[i];
-    return bf16 ? (double)__bfloat162float(__ushort_as_bfloat16(u)) : (double)__half2float(__ushort_as_half(u));
+    return t == DTYPE_BF16 ? (double)__bfloat162float(__ushort_as_bfloat16(u)) : (double)__half2float(__ushort_as_half(u));
 }
 
 /* One thread per output: y[tok, row] = sum_c (s * q + b) * x[tok, c] in double. */
-__global__ static void k_ref(double *y, const float *x, int64_t n, const uint32_t *data,
-                             const void *scales, const void *biases, int bf16, int64_t rows,
-                             int64_t cols, int bits, int64_t group) {
+__global__ static void k_ref(double *y, const float *x, int64_t n, const uint32_t *data, const void *scales,
+                             const void *biases, dtype st, int64_t rows, int64_t cols, int bits, int64_t group) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n * rows) return;
     const int64_t tok = i / rows, row = i % rows, groups = cols / group;
     double sum = 0.0;
     for (int64_t g = 0; g < groups; g++) {
-        const double s = load_scale(scales, row * groups + g, bf16);
-        const double b = load_scale(biases, row * groups + g, bf16);
+        const double s = load_scale(scales, row * groups + g, st);
+        const double b = load_scale(biases, row * groups + g, st);
         for (int64_t c = g * group; c < (g + 1) * group; c++) {
             const double q = (double)raw_code(data, rows, cols, bits, row, c);
             sum += (s * q + b) * (double)x[tok * cols + c];
@@ -599,11 +765,9 @@ __global__ static void k_ref(double *y, const float *x, int64_t n, const uint32_
     y[i] = sum;
 }
 
-extern "C" cudaError_t cuda_affine_ref(double *y, const float *x, int64_t n, const matview *w,
-                                       cudaStream_t s) {
+extern "C" cudaError_t cuda_affine_ref(double *y, const float *x, int64_t n, const matview *w, cudaStream_t s) {
     const int64_t m = n * w->rows;
-    k_ref<<<(unsigned)((m + 127) / 128), 128, 0, s>>>(y, x, n, (const uint32_t *)w->data, w->scales,
-                                                      w->biases, w->scale_type == DTYPE_BF16, w->rows,
-                                                      w->cols, w->quant_bits, w->group);
+    k_ref<<<(unsigned)((m + 127) / 128), 128, 0, s>>>(y, x, n, (const uint32_t *)w->data, w->scales, w->biases,
+                                                      w->scale_type, w->rows, w->cols, w->quant_bits, w->group);
     return cudaGetLastError();
 }

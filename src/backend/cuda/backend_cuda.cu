@@ -77,6 +77,7 @@ template <typename T, typename... R> static void mix_all(uint64_t *h, const T &v
 /* Adds a call to the step's signature; true when it must not be queued (a step being
  * checked against its recorded graph). */
 template <typename... A> static bool noted(cuda_backend *cb, int op, const A &...a) {
+    cb->tail_gemv = false; /* cuda_matmul sets it again after a GEMV */
     if (cb->mode == STEP_EAGER) return false;
     mix(&cb->sig, op);
     mix_all(&cb->sig, a...);
@@ -118,26 +119,9 @@ static void *dev_alloc(size_t bytes, celer_error *e) {
     return p;
 }
 
-/* dst[m] fp32 on the device = src[m] of type t on the host, through staging in slabs. */
-static celer_status upload_f32(cudaStream_t s, float *dst, const void *src, dtype t, int64_t m, void *stage,
-                               size_t stage_bytes) {
-    const size_t esz = dtype_size(t);
-    const int64_t per = (int64_t)(stage_bytes / esz);
-    for (int64_t i = 0; i < m; i += per) {
-        const int64_t k = m - i < per ? m - i : per;
-        CUDA_CHECK(cudaMemcpyAsync(stage, (const char *)src + (size_t)i * esz, (size_t)k * esz,
-                                   cudaMemcpyHostToDevice, s));
-        cuda_to_f32(s, dst + i, stage, (int)t, k);
-        CUDA_CHECK(cudaStreamSynchronize(s)); /* the stage is reused */
-    }
-    return CELER_OK;
-}
-
 static void free_mat(cuda_mat *m) {
     cudaFree(m->dense);
-    cudaFree(m->codes);
-    cudaFree(m->scales);
-    cudaFree(m->biases);
+    cuda_affine_free(&m->aff);
 }
 
 static void cuda_unprepare(backend_weights *bw) {
@@ -151,8 +135,8 @@ static void cuda_unprepare(backend_weights *bw) {
     free(w);
 }
 
-static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, void *stage, size_t stage_bytes,
-                                int64_t *bytes, celer_error *e) {
+/* The device copy of w: dense as stored, affine in affine.h's tiled layout (one copy). */
+static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, int64_t *bytes, celer_error *e) {
     d->rows = w->rows, d->cols = w->cols, d->bits = w->quant_bits, d->group = w->group, d->type = w->type;
     if (!w->quant_bits) {
         const size_t n = (size_t)(w->rows * w->cols) * dtype_size(w->type);
@@ -161,19 +145,21 @@ static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, v
         CUDA_CHECK(cudaMemcpyAsync(d->dense, w->data, n, cudaMemcpyHostToDevice, s));
         return CELER_OK;
     }
-    if ((w->quant_bits != 4 && w->quant_bits != 8) || w->group <= 0 || w->cols % w->group)
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "cuda: %d-bit affine weights with group %lld are not supported",
-                         w->quant_bits, (long long)w->group);
-    const size_t code_bytes = (size_t)(w->rows * w->cols * w->quant_bits / 8);
-    const int64_t groups = w->rows * (w->cols / w->group);
-    d->codes = (uint32_t *)dev_alloc(code_bytes, e);
-    d->scales = d->codes ? (float *)dev_alloc(sizeof(float) * (size_t)groups, e) : NULL;
-    d->biases = d->scales ? (float *)dev_alloc(sizeof(float) * (size_t)groups, e) : NULL;
-    if (!d->biases) return CELER_STATUS_OUT_OF_MEMORY;
-    *bytes += (int64_t)code_bytes + 2 * (int64_t)sizeof(float) * groups;
-    CUDA_CHECK(cudaMemcpyAsync(d->codes, w->data, code_bytes, cudaMemcpyHostToDevice, s));
-    upload_f32(s, d->scales, w->scales, w->scale_type, groups, stage, stage_bytes);
-    return upload_f32(s, d->biases, w->biases, w->scale_type, groups, stage, stage_bytes);
+    const bool scales_ok = w->scale_type == DTYPE_F16 || w->scale_type == DTYPE_BF16 || w->scale_type == DTYPE_F32;
+    if ((w->quant_bits != 4 && w->quant_bits != 8) || (w->group != 32 && w->group != 64 && w->group != 128) ||
+        w->cols % w->group || !scales_ok)
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "cuda: %d-bit affine weights with group %lld and %s scales are not supported (4 or 8 "
+                         "bits, groups 32/64/128, F16/BF16/F32 scales)",
+                         w->quant_bits, (long long)w->group, dtype_name(w->scale_type));
+    char msg[256];
+    if (cuda_affine_upload(&d->aff, w, s, msg, sizeof msg)) {
+        cudaGetLastError();
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: affine weights [%lld x %lld]: %s", (long long)w->rows,
+                         (long long)w->cols, msg);
+    }
+    *bytes += (int64_t)d->aff.bytes;
+    return CELER_OK;
 }
 
 static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, backend_weights **out,
@@ -185,8 +171,6 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
     cuda_weights *w = (cuda_weights *)calloc(1, sizeof *w);
     celer_status s = CELER_OK;
     cudaStream_t st = NULL;
-    const size_t stage_bytes = (size_t)64 << 20;
-    void *stage = NULL;
     if (!w || !(w->mats = (cuda_mat *)calloc((size_t)(ws->n_mats > 0 ? ws->n_mats : 1), sizeof *w->mats))) {
         s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
         goto out;
@@ -195,14 +179,14 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
     w->device = p->device;
     w->n = ws->n_mats;
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    if (!(stage = dev_alloc(stage_bytes, e))) {
-        s = CELER_STATUS_OUT_OF_MEMORY;
-        goto out;
-    }
     for (int64_t i = 0; i < ws->n_mats && s == CELER_OK; i++) {
         CELER_ASSERT(ws->mats[i]->id == i + 1);
-        s = prepare_mat(st, &w->mats[i], ws->mats[i], stage, stage_bytes, &w->base.bytes, e);
+        s = prepare_mat(st, &w->mats[i], ws->mats[i], &w->base.bytes, e);
         if (s == CELER_OK && ws->done) ws->done(ws->arg, ws->mats[i]);
+        for (int64_t n = 1; s == CELER_OK && w->mats[i].bits && n <= GEMV_ROWS; n++) {
+            const size_t need = cuda_affine_work_size(&w->mats[i].aff, n);
+            if (need > w->gemv_work) w->gemv_work = need;
+        }
     }
     /* every block of the vector arenas, mirrored as it is */
     for (int64_t a = 0; a < ws->n_vectors && s == CELER_OK; a++) {
@@ -228,7 +212,6 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
     }
     CUDA_CHECK(cudaStreamSynchronize(st));
 out:
-    if (stage) cudaFree(stage);
     if (st) cudaStreamDestroy(st);
     if (s != CELER_OK) {
         cuda_unprepare(w ? &w->base : NULL);
@@ -266,6 +249,7 @@ static void cuda_upload(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER); /* inputs go up before a step */
     CUDA_CHECK(cudaSetDevice(cb->device));
+    cb->tail_gemv = false;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
 }
 
@@ -273,6 +257,7 @@ static void cuda_download(backend *be, void *dst, const void *src, size_t bytes)
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER); /* rows come down after a step */
     CUDA_CHECK(cudaSetDevice(cb->device));
+    cb->tail_gemv = false;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
@@ -290,10 +275,27 @@ static void cuda_gather(backend *be, float *y, const float *x, const int32_t *id
     cuda_gather_rows(cb->stream, y, x, idx, cuda_vec(cb, fill), n, d);
 }
 
+/* The affine GEMV's work buffer, sized for the weights attached to cb (a context attaches
+ * them after create). Called where nothing is being recorded: before a step, and by
+ * products queued as called. */
+static void gemv_work_reserve(cuda_backend *cb) {
+    const cuda_weights *w = (const cuda_weights *)cb->base.weights;
+    const size_t need = w ? w->gemv_work : 0;
+    if (need <= cb->gemv_work_size) return;
+    CELER_ASSERT(cb->mode == STEP_EAGER);
+    CUDA_CHECK(cudaFree(cb->gemv_work)); /* waits for the products using it */
+    cb->gemv_work = NULL;
+    CUDA_CHECK(cudaMalloc(&cb->gemv_work, need));
+    CUDA_CHECK(cudaMemsetAsync(cb->gemv_work, 0, need, cb->stream));
+    cb->gemv_work_size = need;
+}
+
 static void cuda_begin(backend *be, int64_t rows) {
     cuda_backend *cb = cb_of(be);
     CUDA_CHECK(cudaSetDevice(cb->device));
+    gemv_work_reserve(cb);
     cb->sig = 0xcbf29ce484222325ull;
+    cb->tail_gemv = false; /* a recorded step starts on its own */
     mix(&cb->sig, rows);
     if (rows > GRAPH_ROWS) {
         cb->mode = STEP_EAGER;
@@ -327,6 +329,7 @@ static bool cuda_end(backend *be) {
     cuda_backend *cb = cb_of(be);
     const step_mode mode = cb->mode;
     cb->mode = STEP_EAGER;
+    cb->tail_gemv = false;
     if (mode == STEP_EAGER) {
         CUDA_CHECK(cudaGetLastError());
         return true;
@@ -353,12 +356,16 @@ static bool cuda_end(backend *be) {
 
 /* ==== Ops ==== */
 
+/* An affine GEMV right after another may start loading its weights while that one ends
+ * (programmatic dependent launch): only that pair is known to let its successor start. */
 static void cuda_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cuda_backend *cb = cb_of(be);
+    const bool after_gemv = cb->tail_gemv;
     if (noted(cb, OP_MATMUL, y, w, x, n)) return;
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
-    cuda_product(cb, y, m, x, n);
+    if (cb->mode == STEP_EAGER) gemv_work_reserve(cb);
+    cb->tail_gemv = cuda_product(cb, y, m, x, n, after_gemv);
 }
 
 static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
@@ -448,6 +455,7 @@ static void cuda_destroy(backend *be) {
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     cudaFree(cb->deq);
     cudaFree(cb->xs);
+    cudaFree(cb->gemv_work);
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -511,6 +519,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
         return NULL;
     }
+    gemv_work_reserve(cb);
     CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
     CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
     return &cb->base;

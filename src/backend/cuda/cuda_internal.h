@@ -4,8 +4,8 @@
  * its memory, elementwise kernels, attention, matrix products).
  *
  * Device layouts. Dense matrices stay in their checkpoint type (F32, F16, BF16)
- * [rows, cols]. Affine matrices keep the checkpoint's uint32 codes [rows, cols * bits / 32]
- * as they are, with fp32 scales and biases [rows, cols / group].
+ * [rows, cols]. Affine matrices are held once, in affine.h's tiled layout, which the
+ * decode product, the prefill dequantization and the embedding rows all read.
  * K and V pools are [slot, hk * hd] of fp16 or fp32.
  */
 #ifndef CELER_BACKEND_CUDA_INTERNAL_H
@@ -15,6 +15,7 @@ extern "C" {
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
 }
+#include "backend/cuda/affine.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -34,8 +35,7 @@ typedef struct cuda_mat {
     int64_t group;
     int type;             /* dense: DTYPE_F32, DTYPE_F16 or DTYPE_BF16 */
     void *dense;          /* dense [rows, cols] */
-    uint32_t *codes;      /* affine [rows, cols * bits / 32] */
-    float *scales, *biases; /* affine [rows, cols / group] */
+    cuda_affine aff;      /* affine (bits 4 or 8) */
 } cuda_mat;
 
 /* A block of a model's vector arena and its device mirror. */
@@ -52,6 +52,7 @@ typedef struct cuda_weights {
     int64_t n;
     cuda_vec_block *vec;
     int64_t n_vec;
+    size_t gemv_work;   /* the largest work buffer an affine product of <= GEMV_ROWS rows needs */
 } cuda_weights;
 
 /* How a step's ops are run (backend.h: begin/end). */
@@ -80,6 +81,9 @@ typedef struct cuda_backend {
     void *deq;               /* [2, deq_rows, max_cols] fp16: dequantized weight rows of a product */
     int64_t deq_rows;
     void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
+    void *gemv_work;         /* the affine GEMV's work, zero between products */
+    size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */
+    bool tail_gemv;          /* the last op queued was an affine GEMV (the next may overlap it) */
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */
@@ -94,15 +98,14 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
 /* ==== Products (matmul.cu) ==== */
 
-#define GEMV_ROWS 8 /* products of at most this many rows stream affine weights in a GEMV */
+#define GEMV_ROWS CUDA_AFFINE_MAX_N /* products of at most this many rows stream affine weights */
 
-/* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
-void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
+/* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. pdl: the previous op was an affine
+ * GEMV, which the GEMV may overlap. Returns whether it queued an affine GEMV. */
+bool cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n, bool pdl);
 
 /* ==== Kernels (kernels.cu) ==== */
 
-/* y[m] = x[m] of type t (F32, F16 or BF16) as fp32 */
-void cuda_to_f32(cudaStream_t s, float *y, const void *x, int t, int64_t m);
 void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n);
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps);
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,

@@ -1,6 +1,6 @@
 /*
- * kernels.cu - the CUDA backend's elementwise and data-movement kernels: type
- * conversion and dequantization, embedding rows, RMSNorm/LayerNorm (one block per row),
+ * kernels.cu - the CUDA backend's elementwise and data-movement kernels: embedding rows
+ * (affine tables through affine.cu), RMSNorm/LayerNorm (one block per row),
  * RoPE, K/V stores, SwiGLU and the GELU family, adds, scales, row
  * gathers and the patch layout of a vision tower. Each computes what the scalar
  * reference in src/kernels/ref computes, in fp32; none allocates.
@@ -20,7 +20,7 @@ static unsigned blocks_for(int64_t m) {
 #define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
                                i += (int64_t)gridDim.x * blockDim.x)
 
-/* ==== Conversion, embedding rows ==== */
+/* ==== Embedding rows ==== */
 
 __device__ static float load_any(const void *x, int t, int64_t i) {
     switch (t) {
@@ -30,35 +30,23 @@ __device__ static float load_any(const void *x, int t, int64_t i) {
     }
 }
 
-__global__ static void k_to_f32(float *y, const void *x, int t, int64_t m) {
-    GRID_STRIDE(i, m) y[i] = load_any(x, t, i);
-}
-
-void cuda_to_f32(cudaStream_t s, float *y, const void *x, int t, int64_t m) {
-    k_to_f32<<<blocks_for(m), THREADS, 0, s>>>(y, x, t, m);
-}
-
-/* Element (r, c) of an affine matrix. */
-__device__ static float affine_at(const cuda_mat w, int64_t r, int64_t c) {
-    const int64_t per = 32 / w.bits, words = w.cols / per;
-    const uint32_t word = w.codes[r * words + c / per];
-    const uint32_t q = (word >> ((c % per) * w.bits)) & ((1u << w.bits) - 1u);
-    const int64_t g = r * (w.cols / w.group) + c / w.group;
-    return w.scales[g] * (float)q + w.biases[g];
-}
-
-__global__ static void k_embed(float *y, const cuda_mat w, const int32_t *ids, int64_t m) {
+/* Rows of a dense table; affine tables are read by affine.cu's cuda_affine_rows. */
+__global__ static void k_embed(float *y, const void *table, int t, int64_t cols, const int32_t *ids, int64_t m) {
     GRID_STRIDE(i, m) {
-        const int64_t t = i / w.cols, c = i % w.cols;
-        const int32_t id = ids[t];
+        const int64_t r = i / cols, c = i % cols;
+        const int32_t id = ids[r];
         if (id < 0) continue; /* an embedding row: left as it is */
-        y[i] = w.bits ? affine_at(w, id, c) : load_any(w.dense, w.type, (int64_t)id * w.cols + c);
+        y[i] = load_any(table, t, (int64_t)id * cols + c);
     }
 }
 
 void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n) {
+    if (w->bits) {
+        CUDA_CHECK(cuda_affine_rows(y, &w->aff, ids, n, s));
+        return;
+    }
     const int64_t m = n * w->cols;
-    k_embed<<<blocks_for(m), THREADS, 0, s>>>(y, *w, ids, m);
+    k_embed<<<blocks_for(m), THREADS, 0, s>>>(y, w->dense, w->type, w->cols, ids, m);
 }
 
 /* ==== Norms: one block per row ==== */
