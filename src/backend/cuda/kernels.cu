@@ -11,6 +11,9 @@
 #include <cuda_fp16.h>
 
 #define THREADS 256
+/* A norm's row belongs to one block: decode has one row, so the block is wide and each
+ * thread's chain of dependent loads and adds short. */
+#define NORM_THREADS 1024
 
 static unsigned blocks_for(int64_t m) {
     int64_t b = (m + THREADS - 1) / THREADS;
@@ -64,7 +67,7 @@ __device__ static float block_sum(float v) {
     return t;
 }
 
-__global__ static void k_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps) {
+__global__ static void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps) {
     const float *xr = x + blockIdx.x * d;
     float *yr = y + blockIdx.x * d;
     float ss = 0.0f;
@@ -74,10 +77,10 @@ __global__ static void k_rmsnorm(float *y, const float *x, const float *w, int64
 }
 
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
-    k_rmsnorm<<<(unsigned)n, THREADS, 0, s>>>(y, x, w, d, eps);
+    k_rmsnorm<<<(unsigned)n, NORM_THREADS, 0, s>>>(y, x, w, d, eps);
 }
 
-__global__ static void k_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps) {
+__global__ static void __launch_bounds__(NORM_THREADS) k_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps) {
     const float *xr = x + blockIdx.x * d;
     float *yr = y + blockIdx.x * d;
     float sum = 0.0f;
@@ -91,31 +94,36 @@ __global__ static void k_layernorm(float *y, const float *x, const float *w, con
 
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
                     int64_t d, float eps) {
-    k_layernorm<<<(unsigned)n, THREADS, 0, s>>>(y, x, w, b, d, eps);
+    k_layernorm<<<(unsigned)n, NORM_THREADS, 0, s>>>(y, x, w, b, d, eps);
 }
 
 /* ==== RoPE and the KV cache ==== */
 
 /* x[n, h, hd]: pair i of every head of row t turned by the angle pos[t] * inv_freq[i],
- * formed in fp32 with its cosine and sine in double, as the reference does. */
+ * formed in fp32 with its cosine and sine in double, as the reference does; one thread
+ * per (row, pair) turns that pair in every head. */
 __global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *inv_freq,
                               float mscale, bool traditional, int64_t m) {
     const int64_t half = hd / 2;
-    GRID_STRIDE(j, m) { /* j = (t * h + head) * half + i */
-        const int64_t i = j % half, th = j / half, t = th / h;
+    GRID_STRIDE(j, m) { /* j = t * half + i */
+        const int64_t i = j % half, t = j / half;
         const float ang = (float)pos[t] * inv_freq[i];
-        const float c = (float)cos((double)ang) * mscale, sn = (float)sin((double)ang) * mscale;
-        float *v = x + th * hd;
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        const float c = (float)cd * mscale, sn = (float)sd * mscale;
         const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * sn;
-        v[b] = x1 * c + x0 * sn;
+        for (int64_t head = 0; head < h; head++) {
+            float *v = x + (t * h + head) * hd;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * sn;
+            v[b] = x1 * c + x0 * sn;
+        }
     }
 }
 
 void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, const float *inv_freq,
                float mscale, bool traditional) {
-    const int64_t m = n * h * (hd / 2);
+    const int64_t m = n * (hd / 2);
     k_rope<<<blocks_for(m), THREADS, 0, s>>>(x, pos, h, hd, inv_freq, mscale, traditional, m);
 }
 
