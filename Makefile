@@ -72,6 +72,11 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
+# The affine product kernels' own test (tests/cuda), run by test-cuda.
+$(BUILD)/cuda/test_affine: tests/cuda/test_affine.cu $(BUILD)/src/backend/cuda/affine.o
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -o $@ $^
+
 # The registry lists the CUDA class only when it is built: rebuilt when CUDA changes.
 $(BUILD)/cuda-$(CUDA).stamp:
 	@mkdir -p $(@D) && rm -f $(BUILD)/cuda-*.stamp && touch $@
@@ -92,7 +97,7 @@ check-tests: $(BUILD)/celer $(TEST_BIN)
 CUDA_DEVICE ?= cuda
 test-cuda: deps model
 	@[ "$(CUDA)" = 1 ] || { echo "test-cuda: nvcc was not found (or CUDA=0)"; exit 1; }
-	@$(MAKE) --no-print-directory $(BUILD)/celer $(TEST_BIN)
+	@$(MAKE) --no-print-directory $(BUILD)/celer $(TEST_BIN) $(BUILD)/cuda/test_affine
 	@bash tests/run_cuda.sh $(BUILD) $(CUDA_DEVICE)
 
 # The default model is fetched from PyPI once; only CI insists on it.
