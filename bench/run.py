@@ -28,17 +28,17 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+
+from machine import cpu_flags, cpu_model, git_commit, loadavg, version_of
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / "build" / "bench-models"
@@ -300,49 +300,14 @@ def run_accuracy(model, args):
 # ==== Report ====
 
 
-def loadavg():
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "?"
 
 
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
-def cpu_flags():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return " ".join(f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "amx_int8") if f in flags)
-    except OSError:
-        pass
-    return ""
 
 
-def git_commit():
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "include", "Makefile"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return head + (" (with uncommitted changes in src/include/Makefile)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
-def version_of(pkg):
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def first_result(all_runs, runner):

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import aiohttp
 
+from machine import git_commit
+
 ROOT = Path(__file__).resolve().parent.parent
 CELER = ROOT / "build" / "celer"
 OUT_DIR = ROOT / "build" / "bench-serve"
@@ -552,16 +554,6 @@ def report(args, runs, meta):
     return "\n".join(lines) + "\n"
 
 
-def git_commit():
-    try:
-        c = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-                           capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
-                                "--untracked-files=no", "src", "include"],
-                               capture_output=True, text=True).stdout.strip()
-        return c + (" (+ uncommitted changes in src/include)" if dirty else "")
-    except OSError:
-        return "unknown"
 
 
 def cpu_name():

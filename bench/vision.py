@@ -57,8 +57,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
+
+from machine import cpu_flags, cpu_model, git_commit, loadavg, version_of
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "build" / "bench-models" / "llava-vitl-random"
@@ -345,52 +346,14 @@ def mib(b):
     return f"{b / 2**20:.0f}"
 
 
-def loadavg():
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "?"
 
 
-def lscpu_model():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
-def cpu_flags():
-    want = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return " ".join(f for f in want if f in flags)
-    except OSError:
-        pass
-    return ""
 
 
-def git_commit():
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src", "include"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return head + (" (with uncommitted changes in src/include)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
-def version_of(pkg):
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def write_report(args, runs, check, started, finished, commit):
@@ -403,7 +366,7 @@ def write_report(args, runs, check, started, finished, commit):
     w("# celer vision benchmark: CLIP ViT-L/14-336 LLaVA-NeXT, random weights")
     w("")
     w(f"- date: {started:%Y-%m-%d %H:%M} UTC (run took {(finished - started).total_seconds() / 60:.0f} min)")
-    w(f"- machine: {lscpu_model()}, {os.cpu_count()} CPUs, {mem / 2**30:.0f} GiB; {cpu_flags()}; "
+    w(f"- machine: {cpu_model()}, {os.cpu_count()} CPUs, {mem / 2**30:.0f} GiB; {cpu_flags()}; "
       f"Linux {platform.release()}")
     w(f"- threads: {args.threads} for every engine (celer -t; torch.set_num_threads, OMP_NUM_THREADS, MKL_NUM_THREADS)")
     w(f"- celer: commit {commit}" + (f", kernels {cel['kernels']}" if cel else ""))
