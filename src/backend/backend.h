@@ -197,6 +197,11 @@ static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }
 
 /* ==== Host memory: what every CPU backend shares ==== */
 
+/* The memory entries of a host backend's op table. */
+#define BACKEND_HOST_MEMORY_OPS                                                                  \
+    .alloc = backend_host_alloc, .release = backend_host_release, .upload = backend_host_copy,    \
+    .download = backend_host_copy, .copy_rows = backend_host_copy_rows, .gather_rows = backend_host_gather_rows
+
 void *backend_host_alloc(backend *be, size_t bytes);
 void backend_host_release(backend *be, void *p);
 void backend_host_copy(backend *be, void *dst, const void *src, size_t bytes);

@@ -16,21 +16,13 @@
  *     bench_affine --profile  4-bit g64, two tokens at n = 1, kernel by kernel (for ncu)
  */
 #include "backend/cuda/affine.h"
+#include "check.h"
 
 #include <cuda_fp16.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 #define MAX_REPS 25
 #define LAYERS 32

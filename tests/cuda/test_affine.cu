@@ -17,21 +17,13 @@
  * is non-zero on any failure.
  */
 #include "backend/cuda/affine.h"
+#include "check.h"
 #include "base/half.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 #define TOL 2e-6
 #define GUARD 1024 /* floats after y that must stay untouched */

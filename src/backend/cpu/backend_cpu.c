@@ -543,12 +543,7 @@ static void cpu_destroy(backend *be) {
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
-    .alloc = backend_host_alloc,
-    .release = backend_host_release,
-    .upload = backend_host_copy,
-    .download = backend_host_copy,
-    .copy_rows = backend_host_copy_rows,
-    .gather_rows = backend_host_gather_rows,
+    BACKEND_HOST_MEMORY_OPS,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

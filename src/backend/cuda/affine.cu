@@ -26,6 +26,7 @@
  * cuda_affine_dequant).
  */
 #include "backend/cuda/affine.h"
+#include "backend/cuda/cuda_internal.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -661,13 +662,6 @@ extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, con
 
 /* ==== Rows of W: embeddings and prefill slabs ==== */
 
-#define ROW_THREADS 256
-
-static unsigned row_blocks_for(int64_t m) {
-    const int64_t b = (m + ROW_THREADS - 1) / ROW_THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
 /* v[e] = W[row, c + e], e < 4, c a multiple of 4 (one code word, one group): s * q + b in
  * fp32, the product and the sum rounded apart, as the CPU reference does. */
 __device__ static void affine_quad(float v[4], const cuda_affine &w, int64_t row, int64_t c) {
@@ -713,7 +707,7 @@ extern "C" cudaError_t cuda_affine_dequant(__half *hi, __half *lo, const cuda_af
     if (r0 < 0 || r1 > w->rows || r1 < r0 || ((uintptr_t)hi & 7) || ((uintptr_t)lo & 7)) return cudaErrorInvalidValue;
     const int64_t m = (r1 - r0) * (w->cols / 4);
     if (m == 0) return cudaSuccess;
-    k_dequant<<<row_blocks_for(m), ROW_THREADS, 0, s>>>(hi, lo, *w, r0, m);
+    k_dequant<<<blocks_for(m), THREADS, 0, s>>>(hi, lo, *w, r0, m);
     return cudaGetLastError();
 }
 
@@ -735,7 +729,7 @@ extern "C" cudaError_t cuda_affine_rows(float *y, const cuda_affine *w, const in
                                         cudaStream_t s) {
     const int64_t m = n * (w->cols / 4);
     if (m <= 0) return cudaSuccess;
-    k_rows<<<row_blocks_for(m), ROW_THREADS, 0, s>>>(y, *w, ids, m);
+    k_rows<<<blocks_for(m), THREADS, 0, s>>>(y, *w, ids, m);
     return cudaGetLastError();
 }
 

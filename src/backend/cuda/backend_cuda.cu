@@ -27,16 +27,18 @@ extern "C" {
 #define DEQ_VALUES ((int64_t)128 << 20)
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 
+/* The assertion tier (STYLE.md rule 11): the failed call and CUDA's reason, then
+ * celer_assert_fail's file:line and abort. */
 void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
     if (err == cudaSuccess) return;
-    fprintf(stderr, "celer: %s:%d: %s: %s\n", file, line, what, cudaGetErrorString(err));
-    abort();
+    fprintf(stderr, "celer: %s\n", cudaGetErrorString(err));
+    celer_assert_fail(what, file, line);
 }
 
 void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
     if (st == CUBLAS_STATUS_SUCCESS) return;
-    fprintf(stderr, "celer: %s:%d: %s: cuBLAS status %d\n", file, line, what, (int)st);
-    abort();
+    fprintf(stderr, "celer: cuBLAS status %d\n", (int)st);
+    celer_assert_fail(what, file, line);
 }
 
 const float *cuda_vec(const cuda_backend *cb, const float *host) {

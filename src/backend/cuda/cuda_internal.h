@@ -28,6 +28,16 @@ void cuda_check(cudaError_t err, const char *what, const char *file, int line);
 #define CUBLAS_CHECK(x) cublas_check((x), #x, __FILE__, __LINE__)
 void cublas_check(cublasStatus_t st, const char *what, const char *file, int line);
 
+/* Elementwise kernels: THREADS a block, enough blocks for m elements (capped: each thread
+ * then strides over the rest with GRID_STRIDE). */
+#define THREADS 256
+static inline unsigned blocks_for(int64_t m) {
+    const int64_t b = (m + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+#define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
+                               i += (int64_t)gridDim.x * blockDim.x)
+
 /* One matrix on the device. */
 typedef struct cuda_mat {
     int64_t rows, cols;

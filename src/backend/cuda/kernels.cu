@@ -10,18 +10,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#define THREADS 256
 /* A norm's row belongs to one block: decode has one row, so the block is wide and each
  * thread's chain of dependent loads and adds short. */
 #define NORM_THREADS 1024
 
-static unsigned blocks_for(int64_t m) {
-    int64_t b = (m + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
-#define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
-                               i += (int64_t)gridDim.x * blockDim.x)
 
 /* ==== Embedding rows ==== */
 

@@ -19,15 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#define THREADS 256
 
-static unsigned blocks_for(int64_t m) {
-    int64_t b = (m + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
-}
-
-#define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
-                               i += (int64_t)gridDim.x * blockDim.x)
 
 /* ==== Activations in 16 bits ==== */
 

@@ -243,12 +243,7 @@ static void ref_destroy(backend *be) {
 static const backend_ops ref_ops = {
     .name = "ref",
     .destroy = ref_destroy,
-    .alloc = backend_host_alloc,
-    .release = backend_host_release,
-    .upload = backend_host_copy,
-    .download = backend_host_copy,
-    .copy_rows = backend_host_copy_rows,
-    .gather_rows = backend_host_gather_rows,
+    BACKEND_HOST_MEMORY_OPS,
     .matmul = ref_op_matmul,
     .embed = ref_op_embed,
     .rmsnorm = ref_op_rmsnorm,
