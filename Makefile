@@ -73,7 +73,7 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
 # The affine product kernels' own test (tests/cuda), run by test-cuda.
-$(BUILD)/cuda/test_affine: tests/cuda/test_affine.cu $(BUILD)/src/backend/cuda/affine.o
+$(BUILD)/cuda/test_affine: tests/cuda/test_affine.cu $(BUILD)/src/backend/cuda/affine.o $(BUILD)/src/backend/cuda/affine_gemm.o
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -o $@ $^
 

@@ -14,10 +14,15 @@
  *     bench_affine            all of the above
  *     bench_affine --quick    4-bit g64 at n = 1 and 8: launches and graph + PDL, the plans
  *     bench_affine --profile  4-bit g64, two tokens at n = 1, kernel by kernel (for ncu)
+ *     bench_affine --gemm     prefill products (cuda_affine_gemm) on one
+ *                             layer's shapes at n = 512 and 2048, beside cuBLAS on dense
+ *                             fp16 weights of the same shapes: ms, TFLOPS, and the layer's
+ *                             products as a prefill tok/s ceiling for 32 layers
  */
 #include "backend/cuda/affine.h"
 #include "check.h"
 
+#include <cublas_v2.h>
 #include <cuda_fp16.h>
 
 #include <stdio.h>
@@ -281,12 +286,88 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
     }
 }
 
+/* ==== Prefill products ==== */
+
+static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w, int64_t n, int mode,
+                        cublasHandle_t blas, const __half *wd, const __half *xd) {
+    double t[MAX_REPS];
+    for (int r = -2; r < reps; r++) {
+        CHECK(cudaEventRecord(b->e0, b->s));
+        if (mode == 0) {
+            CHECK(cuda_affine_gemm(y, x, n, w, b->work, b->s));
+        } else {
+            const float one = 1.0f, zero = 0.0f;
+            if (cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)n, (int)w->cols, &one, wd, CUDA_R_16F,
+                             (int)w->cols, xd, CUDA_R_16F, (int)w->cols, &zero, y, CUDA_R_32F, (int)w->rows,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+                fprintf(stderr, "cublasGemmEx failed\n");
+                exit(2);
+            }
+        }
+        CHECK(cudaEventRecord(b->e1, b->s));
+        CHECK(cudaEventSynchronize(b->e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, b->e0, b->e1));
+        if (r >= 0) t[r] = ms;
+    }
+    return median(t, reps);
+}
+
+static void bench_gemm(bench *b) {
+    static const char *modes[] = {"celer", "cuBLAS fp16"};
+    const int64_t max_n = 2048;
+    model *md = (model *)calloc(1, sizeof *md);
+    build_model(md, 4, 64, b->s);
+    cublasHandle_t blas;
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) exit(2);
+    cublasSetStream(blas, b->s);
+    __half *wd, *xd;
+    float *x, *y;
+    CHECK(cudaMalloc((void **)&x, (size_t)max_n * 14336 * 4));
+    CHECK(cudaMalloc((void **)&y, (size_t)max_n * 14336 * 4));
+    k_fill_x<<<1024, 256, 0, b->s>>>(x, (size_t)max_n * 14336);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMalloc((void **)&wd, (size_t)14336 * 4096 * 2));
+    CHECK(cudaMalloc((void **)&xd, (size_t)max_n * 14336 * 2));
+    CHECK(cudaMemset(wd, 0, (size_t)14336 * 4096 * 2));
+    CHECK(cudaMemset(xd, 0, (size_t)max_n * 14336 * 2));
+    printf("\nprefill products, 4-bit g64 (ms, TFLOPS):\n%-6s %-5s %-12s %9s %8s\n", "shape", "n", "kernel", "ms", "TFLOPS");
+    for (int64_t n = 512; n <= max_n; n *= 4) {
+        double layer[2] = {0, 0};
+        for (int si = 0; si < PER_LAYER; si++) {
+            const cuda_affine *w = &md->m[si];
+            const double flops = 2.0 * (double)w->rows * (double)w->cols * (double)n;
+            for (int mode = 0; mode < 2; mode++) {
+                const double ms = time_gemm(b, y, x, w, n, mode, blas, wd, xd);
+                layer[mode] += ms;
+                printf("%-6s %-5lld %-12s %9.3f %8.1f\n", layer_shapes[si].name, (long long)n, modes[mode], ms,
+                       flops / (ms * 1e-3) / 1e12);
+            }
+        }
+        for (int mode = 0; mode < 2; mode++)
+            printf("layer n=%lld %-12s %8.3f ms: products alone allow %.0f tok/s over 32 layers\n", (long long)n,
+                   modes[mode], layer[mode], (double)n / (32.0 * layer[mode] * 1e-3));
+    }
+    cublasDestroy(blas);
+    cudaFree(wd);
+    cudaFree(xd);
+    cudaFree(x);
+    cudaFree(y);
+    free_model(md);
+    free(md);
+}
+
 int main(int argc, char **argv) {
     const int profile = argc > 1 && strcmp(argv[1], "--profile") == 0;
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    if (quick) reps = 10;
+    const int gemm = argc > 1 && strcmp(argv[1], "--gemm") == 0;
+    if (quick || gemm) reps = 10;
     bench b;
     setup(&b);
+    if (gemm) {
+        bench_gemm(&b);
+        return 0;
+    }
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);

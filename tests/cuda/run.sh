@@ -9,9 +9,9 @@ LOG=${OUT:-build/cuda}
 NVCC=${NVCC:-nvcc}
 FLAGS="-O3 -std=c++20 -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -gencode arch=compute_90,code=sm_90"
 mkdir -p build/cuda "$LOG"
-$NVCC $FLAGS -c src/backend/cuda/affine.cu -o build/cuda/affine.o || exit 1
-$NVCC $FLAGS tests/cuda/test_affine.cu build/cuda/affine.o -o build/cuda/test_affine &
-$NVCC $FLAGS tests/cuda/bench_affine.cu build/cuda/affine.o -o build/cuda/bench_affine &
+$NVCC $FLAGS -c src/backend/cuda/affine.cu -o build/cuda/affine.o && $NVCC $FLAGS -c src/backend/cuda/affine_gemm.cu -o build/cuda/affine_gemm.o || exit 1
+$NVCC $FLAGS tests/cuda/test_affine.cu build/cuda/affine.o build/cuda/affine_gemm.o -o build/cuda/test_affine &
+$NVCC $FLAGS tests/cuda/bench_affine.cu build/cuda/affine.o build/cuda/affine_gemm.o -lcublas -o build/cuda/bench_affine &
 wait
 [ -x build/cuda/test_affine ] && [ -x build/cuda/bench_affine ] || exit 1
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0

@@ -12,8 +12,7 @@
  * rows of the case, see test_matrix), every output was written (y is poisoned with NaN
  * before each product) and nothing past it (a poisoned guard after y). Rows
  * (cuda_affine_rows) must equal the CPU reference's s * q + b bit for bit and leave rows
- * of negative ids alone; the fp16 parts of cuda_affine_dequant must be exactly
- * hi = fp16(v), lo = fp16(v - hi). The last line is "N passed, N failed"; the exit code
+ * of negative ids alone. The last line is "N passed, N failed"; the exit code
  * is non-zero on any failure.
  */
 #include "backend/cuda/affine.h"
@@ -149,6 +148,10 @@ typedef struct ctx {
     size_t work_size;
     float *hy;
     double *href;
+    float *gx, *gy, *hgy; /* the prefill product's x[GEMM_MAX_N, cols_max], y[GEMM_MAX_N, rows] */
+    double *gref, *hgref;
+    void *gwork;          /* its own work: the decode product's must stay zero */
+    size_t gwork_size;
 } ctx;
 
 /* Largest |y - ref| over n token rows, divided by mag; -1 if an output is unwritten or the
@@ -176,8 +179,7 @@ static double run_plan(ctx *c, const cuda_affine *w, int64_t n, int plan_given, 
 }
 
 /* Rows of w through cuda_affine_rows (every row once, in a shuffled order, with negative
- * ids between them) and cuda_affine_dequant (rows rows/3 .. rows - 1), against the host;
- * counts one check each. */
+ * ids between them) against the host; counts one check. */
 static void test_rows(ctx *c, const cuda_affine *w, const matview *h, const char *what) {
     const int64_t rows = h->rows, cols = h->cols, n = rows + 3;
     int32_t *ids = (int32_t *)malloc((size_t)n * 4);
@@ -207,25 +209,8 @@ static void test_rows(ctx *c, const cuda_affine *w, const matview *h, const char
     snprintf(line, sizeof line, "%s rows: %lld values differ from the CPU reference", what, (long long)bad);
     expect(bad == 0, line);
 
-    const int64_t r0 = rows / 3, m = (rows - r0) * cols;
-    __half *dh;
-    uint16_t *hh = (uint16_t *)malloc((size_t)m * 4);
-    CHECK(cudaMalloc((void **)&dh, (size_t)m * 4));
-    CHECK(cuda_affine_dequant(dh, dh + m, w, r0, rows, c->s));
-    CHECK(cudaMemcpy(hh, dh, (size_t)m * 4, cudaMemcpyDeviceToHost));
-    bad = 0;
-    for (int64_t i = 0; i < m; i++) {
-        const float v = host_value(h, r0 + i / cols, i % cols);
-        const uint16_t hi = f32_to_f16(v), lo = f32_to_f16(v - f16_to_f32(hi));
-        bad += hh[i] != hi || hh[m + i] != lo;
-    }
-    snprintf(line, sizeof line, "%s dequant rows %lld..%lld: %lld values not split exactly", what, (long long)r0,
-             (long long)rows - 1, (long long)bad);
-    expect(bad == 0, line);
-    cudaFree(dh);
     cudaFree(dy);
     cudaFree(dids);
-    free(hh);
     free(hy);
     free(ids);
 }
@@ -288,6 +273,75 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
     device_free(&d);
     host_free(&h);
     return worst;
+}
+
+/* ==== Prefill product ==== */
+
+#define GEMM_MAX_N 300
+
+/* cuda_affine_gemm on n token rows against the double reference; max|ref| over the case's
+ * n rows. Returns the worst figure through worst. */
+static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t group, dtype st, double *worst) {
+    char what[160], err[256], line[256];
+    matview h = host_matrix(rows, cols, bits, group, st);
+    matview d = device_copy(&h);
+    cuda_affine w;
+    snprintf(what, sizeof what, "gemm %d-bit g%lld %s %lld x %lld", bits, (long long)group, scale_name(st),
+             (long long)rows, (long long)cols);
+    if (cuda_affine_upload(&w, &h, c->s, err, sizeof err)) {
+        printf("%s: %s\n", what, err);
+        expect(0, what);
+        return;
+    }
+    const int64_t ns[] = {1, 9, 31, 128, 129, GEMM_MAX_N};
+    for (int ni = 0; ni < 6; ni++) {
+        const int64_t n = ns[ni];
+        float *hx = (float *)malloc((size_t)(n * cols) * 4);
+        for (int64_t i = 0; i < n * cols; i++) hx[i] = (float)rng_normal();
+        CHECK(cudaMemcpy(c->gx, hx, (size_t)(n * cols) * 4, cudaMemcpyHostToDevice));
+        free(hx);
+        CHECK(cuda_affine_ref(c->gref, c->gx, n, &d, c->s));
+        CHECK(cudaMemcpy(c->hgref, c->gref, (size_t)(n * rows) * 8, cudaMemcpyDeviceToHost));
+        double mag = 0;
+        for (int64_t i = 0; i < n * rows; i++) mag = fmax(mag, fabs(c->hgref[i]));
+        if (cuda_affine_gemm_work_size(&w, n) > c->gwork_size ||
+            cuda_affine_gemm_work_size(&w, n) > cuda_affine_gemm_work_bound(n, cols)) {
+            snprintf(line, sizeof line, "%s n=%lld: work size above the buffer or the bound", what, (long long)n);
+            expect(0, line);
+            continue;
+        }
+        CHECK(cudaMemsetAsync(c->gy, 0xff, (size_t)(n * rows + GUARD) * 4, c->s)); /* NaN */
+        CHECK(cuda_affine_gemm(c->gy, c->gx, n, &w, c->gwork, c->s));
+        CHECK(cudaStreamSynchronize(c->s));
+        CHECK(cudaMemcpy(c->hgy, c->gy, (size_t)(n * rows + GUARD) * 4, cudaMemcpyDeviceToHost));
+        double e = 0;
+        for (int64_t i = 0; i < n * rows; i++)
+            e = isfinite(c->hgy[i]) ? fmax(e, fabs(c->hgy[i] - c->hgref[i]) / mag) : 1e9;
+        for (int64_t i = n * rows; i < n * rows + GUARD; i++)
+            if (!isnan(c->hgy[i])) e = 1e9;
+        snprintf(line, sizeof line, "%s n=%lld: %.3g", what, (long long)n, e);
+        expect(e <= TOL, line);
+        *worst = fmax(*worst, e);
+    }
+    cuda_affine_free(&w);
+    device_free(&d);
+    host_free(&h);
+}
+
+static void test_gemm(ctx *c) {
+    const int64_t rows[] = {7, 33, 300};
+    printf("prefill product: max |y - ref| / max |ref|, n = 1, 9, 31, 128, 129, 300:\n");
+    printf("%-5s %-6s %-5s %12s\n", "bits", "group", "scale", "worst");
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int64_t group = 32; group <= 128; group *= 2)
+            for (int si = 0; si < 3; si++) {
+                const dtype st = si == 2 ? DTYPE_F32 : si ? DTYPE_BF16 : DTYPE_F16;
+                const int64_t cols[] = {group, 3 * group, 4160 % group == 0 ? 4160 : 33 * group};
+                double worst = 0;
+                for (int ri = 0; ri < 3; ri++)
+                    for (int ci = 0; ci < 3; ci++) test_gemm_matrix(c, rows[ri], cols[ci], bits, group, st, &worst);
+                printf("%-5d %-6lld %-5s %12.3g\n", bits, (long long)group, scale_name(st), worst);
+            }
 }
 
 /* A test must be able to fail: one flipped code word in the tiled copy must show. */
@@ -371,8 +425,18 @@ int main(void) {
     c.hy = (float *)malloc((size_t)(8 * rows_max + GUARD) * 4);
     c.href = (double *)malloc((size_t)(8 * rows_max) * 8);
 
+    const int64_t g_rows = 300;
+    CHECK(cudaMalloc((void **)&c.gx, (size_t)(GEMM_MAX_N * cols_max) * 4));
+    CHECK(cudaMalloc((void **)&c.gy, (size_t)(GEMM_MAX_N * g_rows + GUARD) * 4));
+    CHECK(cudaMalloc((void **)&c.gref, (size_t)(GEMM_MAX_N * g_rows) * 8));
+    c.gwork_size = cuda_affine_gemm_work_bound(GEMM_MAX_N, cols_max);
+    CHECK(cudaMalloc(&c.gwork, c.gwork_size));
+    c.hgy = (float *)malloc((size_t)(GEMM_MAX_N * g_rows + GUARD) * 4);
+    c.hgref = (double *)malloc((size_t)(GEMM_MAX_N * g_rows) * 8);
+
     test_bad_input(&c);
     test_detects_corruption(&c);
+    test_gemm(&c);
 
     const int64_t rows[] = {1, 7, 33, 1000, 4097};
     printf("max |y - ref| / max |ref| per configuration, n = 1..8, every plan:\n");

@@ -1,8 +1,7 @@
 /*
  * affine.cu - MLX affine weights on the GPU: the load-time repack into the tiled layout of
  * affine.h, the decode product y[n, rows] = x[n, cols] @ W^T for n = 1..8, the rows of W
- * as fp32 (embeddings) or as fp16 hi/lo parts (prefill products), and a double reference
- * for the tests.
+ * as fp32 (embeddings), and a double reference for the tests.
  *
  * The product is bound by memory: every weight byte is read once, and at n <= 8 a byte
  * feeds at most 16 flops. A block of 8 warps owns 8 row tiles (128 rows, one tile row a
@@ -22,10 +21,10 @@
  * bandwidth at n = 1, 29% at n = 8; short-lived blocks are what limits it
  * (tests/cuda/NOTES.md).
  *
- * Not here: dense weights, products of more than 8 rows (matmul.cu's cuBLAS path, fed by
- * cuda_affine_dequant).
+ * Not here: dense weights, products of more than 8 rows (affine_gemm.cu).
  */
 #include "backend/cuda/affine.h"
+#include "backend/cuda/affine_device.cuh"
 #include "backend/cuda/cuda_internal.h"
 
 #include <cuda_bf16.h>
@@ -52,10 +51,6 @@
             goto fail;                                                                      \
         }                                                                                   \
     } while (0)
-
-__host__ __device__ static int tile_cols(int bits) { return bits == 4 ? 64 : 32; }
-__host__ __device__ static int groups_per_block(int bits, int64_t group) { return bits == 4 && group == 32 ? 2 : 1; }
-__host__ __device__ static int pair_words(int kind) { return kind == CUDA_AFFINE_SB_F32 ? 2 : 1; }
 
 /* ==== Load: repack into the tiled layout ==== */
 
@@ -216,86 +211,6 @@ extern "C" void cuda_affine_free(cuda_affine *w) {
     cudaFree(w->codes);
     cudaFree(w->sb);
     memset(w, 0, sizeof *w);
-}
-
-/* ==== Device helpers ==== */
-
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
-__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
-
-/* (w & mask) | 0x64006400 in one LOP3 (the compiler would split it in two). */
-template <uint32_t MASK> __device__ __forceinline__ uint32_t mask_or_magic(uint32_t w) {
-    uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(w), "n"(MASK), "r"(0x64006400u));
-    return r;
-}
-
-/* The exact codes of one row from a 4-bit word as four A-register half2 (k-pairs of two
- * mma steps): (n0, n4), (n1, n5), (n2, n6), (n3, n7). (1024 + q) - 1024 and
- * (1024 + 16q) / 16 - 64 are exact in fp16. */
-__device__ __forceinline__ void codes4(uint32_t a[4], uint32_t w) {
-    const uint32_t w8 = w >> 8;
-    const __half2 k1024 = __float2half2_rn(1024.0f), k16th = __float2half2_rn(1.0f / 16.0f),
-                  km64 = __float2half2_rn(-64.0f);
-    a[0] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w)), k1024));
-    a[1] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w)), k16th, km64));
-    a[2] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w8)), k1024));
-    a[3] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w8)), k16th, km64));
-}
-
-/* The exact codes of one row from an 8-bit word: (b0, b2), (b1, b3). */
-__device__ __forceinline__ void codes8(uint32_t a[2], uint32_t w) {
-    const __half2 k1024 = __float2half2_rn(1024.0f);
-    a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4240)), k1024));
-    a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4341)), k1024));
-}
-
-/* c[16 rows, 8 columns] += A[16, 16] @ B[16, 8], fp16 in, fp32 accumulate. */
-__device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* 16 bytes global -> shared, in flight until a cp.async wait; L2 only (streamed once). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-/* Waits until at most `pending` of this thread's commit groups are still in flight. */
-__device__ __forceinline__ void cp_async_wait_until(int pending) {
-    switch (pending) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
-    }
-}
-
-/* Programmatic dependent launch: let the next kernel start; wait for the previous one. */
-__device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
-/* (scale, bias) pair p of an sb array as fp32, exactly. */
-__device__ __forceinline__ void sb_pair(const uint32_t *sb, int kind, int64_t p, float &s, float &b) {
-    if (kind == CUDA_AFFINE_SB_F32) {
-        const float2 v = ((const float2 *)sb)[p];
-        s = v.x, b = v.y;
-        return;
-    }
-    const uint32_t w = sb[p];
-    if (kind == CUDA_AFFINE_SB_BF16) {
-        s = __uint_as_float(w << 16), b = __uint_as_float(w & 0xffff0000u);
-    } else {
-        const float2 f = __half22float2(bits_h2(w));
-        s = f.x, b = f.y;
-    }
 }
 
 /* ==== Decode product ==== */
@@ -660,7 +575,7 @@ extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, con
     return cuda_affine_gemv_plan(y, x, n, w, work, s, flags, cuda_affine_plan_for(w, n));
 }
 
-/* ==== Rows of W: embeddings and prefill slabs ==== */
+/* ==== Rows of W: embeddings ==== */
 
 /* v[e] = W[row, c + e], e < 4, c a multiple of 4 (one code word, one group): s * q + b in
  * fp32, the product and the sum rounded apart, as the CPU reference does. */
@@ -682,33 +597,6 @@ __device__ static void affine_quad(float v[4], const cuda_affine &w, int64_t row
         const uint32_t q = (word >> (w.bits * pos)) & mask;
         v[e] = __fadd_rn(__fmul_rn(s, (float)q), b);
     }
-}
-
-__global__ static void k_dequant(__half *hi, __half *lo, const cuda_affine w, int64_t r0, int64_t m) {
-    const int64_t quads = w.cols / 4;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = r0 + i / quads, c = 4 * (i % quads);
-        float v[4];
-        affine_quad(v, w, row, c);
-        __half h[4], l[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            h[e] = __float2half_rn(v[e]);
-            l[e] = __float2half_rn(v[e] - __half2float(h[e]));
-        }
-        const size_t o = (size_t)(row - r0) * (size_t)w.cols + (size_t)c;
-        *(uint2 *)(hi + o) = make_uint2(h2_bits(__halves2half2(h[0], h[1])), h2_bits(__halves2half2(h[2], h[3])));
-        *(uint2 *)(lo + o) = make_uint2(h2_bits(__halves2half2(l[0], l[1])), h2_bits(__halves2half2(l[2], l[3])));
-    }
-}
-
-extern "C" cudaError_t cuda_affine_dequant(__half *hi, __half *lo, const cuda_affine *w, int64_t r0, int64_t r1,
-                                           cudaStream_t s) {
-    if (r0 < 0 || r1 > w->rows || r1 < r0 || ((uintptr_t)hi & 7) || ((uintptr_t)lo & 7)) return cudaErrorInvalidValue;
-    const int64_t m = (r1 - r0) * (w->cols / 4);
-    if (m == 0) return cudaSuccess;
-    k_dequant<<<blocks_for(m), THREADS, 0, s>>>(hi, lo, *w, r0, m);
-    return cudaGetLastError();
 }
 
 __global__ static void k_rows(float *y, const cuda_affine w, const int32_t *ids, int64_t m) {

@@ -1,7 +1,7 @@
 /*
  * affine.h - MLX affine-quantized weight matrices on an NVIDIA GPU: the device layout made
  * at load, and what reads it: the decode product y = x @ W^T (n = 1..8 rows of x), the
- * dequantized rows of prefill products and the rows of an embedding table.
+ * prefill product (any n, affine_gemm.cu) and the rows of an embedding table.
  *
  *     cuda_affine w;
  *     if (cuda_affine_upload(&w, &view, stream, err, sizeof err)) fail(err);
@@ -124,11 +124,18 @@ cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cud
                                   void *work, cudaStream_t s, unsigned flags,
                                   cuda_affine_plan p);
 
-/* hi, lo [r1 - r0, cols] (row-major fp16, 8-byte aligned) = rows r0 .. r1 - 1 of W, each
- * value s * q + b formed in fp32 and split in two fp16 parts (v = hi + lo to about 22
- * bits). Enqueued on s; returns the launch's error. */
-cudaError_t cuda_affine_dequant(__half *hi, __half *lo, const cuda_affine *w, int64_t r0,
-                                int64_t r1, cudaStream_t s);
+/* y[n, rows] = x[n, cols] @ W^T for any n >= 1 (meant for prefill: n > 8) on the tensor
+ * cores, from the tiled layout, with the decode product's numerics (x staged in work as
+ * fp16 hi + lo with its fp32 sums per group). x and y fp32, row-major, device memory;
+ * work holds cuda_affine_gemm_work_size bytes. Enqueued on s (capturable); returns the
+ * launch's error. */
+cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
+                             cudaStream_t s);
+
+/* Bytes of work cuda_affine_gemm needs for n rows of x; the bound for any matrix of at
+ * most cols columns: cuda_affine_gemm_work_bound. */
+size_t cuda_affine_gemm_work_size(const cuda_affine *w, int64_t n);
+size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols);
 
 /* y[i, cols] = row ids[i] of W as fp32 (s * q + b, rounded as the CPU reference rounds)
  * for i < n; rows of negative ids are left as they are. Enqueued on s; returns the

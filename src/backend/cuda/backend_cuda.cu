@@ -22,9 +22,6 @@ extern "C" {
 #include <string.h>
 #include <time.h>
 
-/* The dequantized slab of a product holds at most this many weights (two fp16 parts:
- * 512 MiB). */
-#define DEQ_VALUES ((int64_t)128 << 20)
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 
 /* The assertion tier (STYLE.md rule 11): the failed call and CUDA's reason, then
@@ -455,7 +452,7 @@ static void cuda_destroy(backend *be) {
     if (cb->stream) cudaStreamSynchronize(cb->stream);
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
-    cudaFree(cb->deq);
+    cudaFree(cb->gemm_work);
     cudaFree(cb->xs);
     cudaFree(cb->gemv_work);
     cudaFree(cb->blas_work);
@@ -510,10 +507,9 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->base.weights = w;
     cb->device = p->device;
     cb->p = *p;
-    cb->deq_rows = DEQ_VALUES / (p->max_cols > 0 ? p->max_cols : 1);
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc(&cb->deq, 4 * (size_t)(cb->deq_rows * p->max_cols)) != cudaSuccess ||
+        cudaMalloc(&cb->gemm_work, cuda_affine_gemm_work_bound(p->max_rows, p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess) {
         cudaGetLastError();

@@ -5,7 +5,7 @@
  *
  * Device layouts. Dense matrices stay in their checkpoint type (F32, F16, BF16)
  * [rows, cols]. Affine matrices are held once, in affine.h's tiled layout, which the
- * decode product, the prefill dequantization and the embedding rows all read.
+ * decode product, the prefill product and the embedding rows all read.
  * K and V pools are [slot, hk * hd] of fp16 or fp32.
  */
 #ifndef CELER_BACKEND_CUDA_INTERNAL_H
@@ -88,8 +88,7 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *blas_work;         /* cuBLAS's workspace, so products can be captured */
     backend_params p;
-    void *deq;               /* [2, deq_rows, max_cols] fp16: dequantized weight rows of a product */
-    int64_t deq_rows;
+    void *gemm_work;         /* the affine prefill product's staged x (cuda_affine_gemm) */
     void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
     void *gemv_work;         /* the affine GEMV's work, zero between products */
     size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */

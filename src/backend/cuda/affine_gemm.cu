@@ -1,0 +1,344 @@
+/*
+ * affine_gemm.cu - the prefill product y[n, rows] = x[n, cols] @ W^T of an affine matrix
+ * for many rows of x, on the tensor cores, reading affine.h's tiled layout directly (no
+ * dequantized copy of W).
+ *
+ * Numerics are the decode product's (affine.h): the codes go to the tensor cores as exact
+ * fp16 integers, x as two fp16 parts hi + lo (every k-step takes two mma), sums per group
+ * in fp32, and s * sum(q x) + b * sum(x) added in fp32. Rounding x to fp16 once instead
+ * is about 25% faster and moved the fixtures' logits by up to 6e-3 relative against
+ * transformers (bound 2e-3), so it is not offered.
+ *
+ * First x is staged once per product (k_stage_x, k_sum_x): each 64-column stage of a
+ * token row is permuted so that the 16 values one lane feeds to the mma's B operand over
+ * the stage's four k-steps (columns 16m + 4t .. 16m + 4t + 3, m = 0..3) sit in two
+ * 16-byte units, and the fp32 sums of x per group go beside it.
+ *
+ * A block of 8 warps computes 128 rows of W (8 row tiles) x 128 tokens. Stages of 64
+ * columns (one 4-bit tile, two 8-bit tiles) with their (scale, bias) blocks and sums of x
+ * stream through shared memory in a ring of GM_STAGES with cp.async, so loads of later
+ * stages overlap the products of this one and nothing in the inner loop waits on global
+ * memory. A warp owns 2 row tiles x 64 tokens: per k-step it turns its codes into exact
+ * fp16 integers (affine_device.cuh) and multiplies them by 8 token fragments, hi and lo
+ * (32 mma); at the end of each group it scales the group's sums into its accumulators.
+ */
+#include "backend/cuda/affine.h"
+#include "backend/cuda/affine_device.cuh"
+#include "backend/cuda/cuda_internal.h"
+
+#include <cuda_fp16.h>
+
+#define GM_WARPS 8
+#define GM_BM 128  /* rows of W a block computes: 8 row tiles */
+#define GM_BN 128  /* tokens a block computes */
+#define GM_BK 64   /* columns of a stage */
+#define GM_STAGES 4
+
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* Columns of the staged x: whole stages. */
+static int64_t staged_cols(const cuda_affine *w) { return round_up(w->cols, GM_BK); }
+/* Groups of the staged x (the sums of x per group). */
+static int64_t staged_groups(const cuda_affine *w) { return staged_cols(w) / w->group + 1; }
+
+/* ==== x in fp16, permuted per stage, and its sums per group ==== */
+
+/* Position of column c (0..63) of a stage in the permuted stage row: lane t's values for
+ * steps 2j and 2j + 1 are the 16-byte unit 2t + j. */
+__device__ __forceinline__ int stage_pos(int c) {
+    const int m = c >> 4, t = (c >> 2) & 3, e = c & 3;
+    return (2 * t + (m >> 1)) * 8 + (m & 1) * 4 + e;
+}
+
+/* xh, xl [n_pad, kx] = x[n, cols] as two fp16 parts (x = hi + lo to about 22 bits),
+ * permuted per stage, zero past the matrix and past n. One thread per four columns of a
+ * token. */
+__global__ static void k_stage_x(__half *xh, __half *xl, const float *__restrict__ x, int64_t n, int64_t cols,
+                                 int64_t kx, int64_t m) {
+    GRID_STRIDE(i, m) {
+        const int64_t tok = i / (kx / 4), c = 4 * (i % (kx / 4));
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (tok < n && c < cols)
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = x[tok * cols + c + e];
+        const __half2 h01 = __floats2half2_rn(v[0], v[1]), h23 = __floats2half2_rn(v[2], v[3]);
+        const int64_t o = tok * kx + (c & ~(int64_t)(GM_BK - 1)) + stage_pos((int)(c & (GM_BK - 1)));
+        const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
+        const __half2 l01 = __floats2half2_rn(v[0] - f01.x, v[1] - f01.y);
+        const __half2 l23 = __floats2half2_rn(v[2] - f23.x, v[3] - f23.y);
+        *(uint2 *)(xh + o) = make_uint2(h2_bits(h01), h2_bits(h23));
+        *(uint2 *)(xl + o) = make_uint2(h2_bits(l01), h2_bits(l23));
+    }
+}
+
+/* xsum[g, n_pad] = sum of x[tok, g * group .. (g + 1) * group - 1] in fp32 (0 past the
+ * matrix and past n). One thread per (group, token). */
+__global__ static void k_sum_x(float *xsum, const float *__restrict__ x, int64_t n, int64_t n_pad, int64_t cols,
+                               int64_t group, int64_t m) {
+    GRID_STRIDE(i, m) {
+        const int64_t g = i / n_pad, tok = i % n_pad;
+        float s = 0.0f;
+        if (tok < n && g * group < cols) {
+            const float *xr = x + tok * cols + g * group;
+            for (int64_t c = 0; c < group; c++) s += xr[c];
+        }
+        xsum[i] = s;
+    }
+}
+
+/* ==== The product ==== */
+
+/* 16 bytes global -> shared, or zeros when !valid (src is not read). */
+__device__ __forceinline__ void cp_async16_or_zero(void *dst, const void *src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+/* A stage in shared memory, in 16-byte units: codes [8 row tiles][TPS tiles][32 lanes],
+ * x hi and lo [128 tokens][8 units], the sb blocks [8 row tiles][SB_RT], the sums of x
+ * [GPS groups][128 tokens]. */
+template <int BITS, int GROUP> struct gshape {
+    static constexpr int TPS = BITS == 4 ? 1 : 2;                        /* W tiles per stage */
+    static constexpr int TC = BITS == 4 ? 64 : 32;                       /* columns of a tile */
+    static constexpr int GPB = (BITS == 4 && GROUP == 32) ? 2 : 1;       /* groups per sb block */
+    static constexpr int SH = GROUP * GPB == TC ? 0 : GROUP * GPB == 2 * TC ? 1 : 2; /* sb block = tile >> SH */
+    static constexpr int NSB = (TPS >> SH) > 0 ? (TPS >> SH) : 1;        /* sb blocks per stage */
+    static constexpr int GPS = GROUP < GM_BK ? GM_BK / GROUP : 1;        /* groups whose sums a stage holds */
+    static constexpr int GS = GROUP / 16;                                /* k-steps of a group */
+    static constexpr int CODES = 0;
+    static constexpr int XH = CODES + 8 * TPS * 32;
+    static constexpr int XL = XH + GM_BN * 8;
+    static constexpr int SB = XL + GM_BN * 8;
+    static constexpr int SB_RT = NSB * GPB * 16 * 2 * 4 / 16;            /* units of a row tile's sb (fp32 pairs) */
+    static constexpr int XSUM = SB + 8 * SB_RT;
+    static constexpr int UNITS = XSUM + GPS * GM_BN * 4 / 16;
+};
+
+template <int BITS, int GROUP> static size_t gemm_smem() { return (size_t)gshape<BITS, GROUP>::UNITS * 16 * GM_STAGES; }
+
+/* Stage ks (codes, x, sb blocks and sums of x of the block's row tiles and tokens) into
+ * ring slot st. */
+template <int BITS, int GROUP>
+__device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__restrict__ codes,
+                                           const __half *__restrict__ xh, const __half *__restrict__ xl,
+                                           const float *__restrict__ xsum, const uint32_t *__restrict__ sb, int kind,
+                                           int rt0, int row_tiles, int k_tiles, int group_blocks, int tok0, int n,
+                                           int n_pad, int kx) {
+    using S = gshape<BITS, GROUP>;
+    for (int i = threadIdx.x; i < 8 * S::TPS * 32; i += GM_WARPS * 32) {
+        const int rtl = i / (S::TPS * 32), u = (i / 32) % S::TPS, l = i % 32;
+        const int rt = rt0 + rtl, kt = ks * S::TPS + u;
+        const bool ok = rt < row_tiles && kt < k_tiles;
+        cp_async16_or_zero(st + S::CODES + i, ok ? codes + ((size_t)rt * k_tiles + kt) * 32 + l : codes, ok);
+    }
+    /* x: 128 token rows of 8 units; unit c of token row r lands at c ^ (r & 7), so the 8
+     * rows a quarter-warp reads fall in distinct banks */
+    for (int i = threadIdx.x; i < 2 * GM_BN * 8; i += GM_WARPS * 32) {
+        const int part = i / (GM_BN * 8), r = (i >> 3) % GM_BN, c = i & 7;
+        const bool ok = tok0 + r < n;
+        const __half *src = (part ? xl : xh) + (size_t)(ok ? tok0 + r : 0) * kx + ks * GM_BK + c * 8;
+        cp_async16_or_zero(st + (part ? S::XL : S::XH) + r * 8 + (c ^ (r & 7)), src, ok);
+    }
+    /* the sb blocks of the stage's tiles, row tile by row tile */
+    const int block_units = 16 * S::GPB * pair_words(kind) * 4 / 16, gb0 = (ks * S::TPS) >> S::SH;
+    for (int i = threadIdx.x; i < 8 * S::NSB * block_units; i += GM_WARPS * 32) {
+        const int rtl = i / (S::NSB * block_units), o = i % (S::NSB * block_units);
+        const int rt = rt0 + rtl, gb = gb0 + o / block_units;
+        const bool ok = rt < row_tiles && gb < group_blocks;
+        const uint4 *src = (const uint4 *)sb + ((size_t)rt * group_blocks + gb0) * block_units + o;
+        cp_async16_or_zero(st + S::SB + rtl * S::SB_RT + o, ok ? src : (const uint4 *)sb, ok);
+    }
+    /* sums of x: the groups that end in this stage (or span it) */
+    const int g0 = ks * GM_BK / GROUP;
+    for (int i = threadIdx.x; i < S::GPS * GM_BN / 4; i += GM_WARPS * 32) {
+        const int g = g0 + i / (GM_BN / 4), c = i % (GM_BN / 4);
+        cp_async16_or_zero(st + S::XSUM + i, xsum + (size_t)g * n_pad + tok0 + 4 * c, true);
+    }
+}
+
+/* y[n, rows] = x @ W^T. Block (bx, by): row tiles 8 bx .., tokens 128 by ... */
+template <int BITS, int GROUP>
+__global__ static void __launch_bounds__(GM_WARPS * 32, 1)
+k_affine_gemm(float *__restrict__ y, const __half *__restrict__ xh, const __half *__restrict__ xl,
+              const float *__restrict__ xsum, int n, int n_pad, int kx, const uint4 *__restrict__ codes,
+              const uint32_t *__restrict__ sb, int kind, int rows, int row_tiles, int k_tiles, int group_blocks) {
+    using S = gshape<BITS, GROUP>;
+    extern __shared__ uint4 ring[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
+    const int rt0 = blockIdx.x * 8, tok0 = blockIdx.y * GM_BN;
+    const int stages = kx / GM_BK;
+
+#pragma unroll
+    for (int s = 0; s < GM_STAGES - 1; s++) {
+        if (s < stages)
+            load_stage<BITS, GROUP>(ring + s * S::UNITS, s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles,
+                                    group_blocks, tok0, n, n_pad, kx);
+        cp_async_commit();
+    }
+
+    float acc[2][8][4], c[2][8][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = c[i][j][e] = 0.0f;
+
+    for (int ks = 0; ks < stages; ks++) {
+        cp_async_wait<GM_STAGES - 2>();
+        __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
+        if (ks + GM_STAGES - 1 < stages)
+            load_stage<BITS, GROUP>(ring + ((ks + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
+                                    xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
+        cp_async_commit();
+
+        const uint4 *st = ring + (ks % GM_STAGES) * S::UNITS;
+        uint4 cw[2][S::TPS];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int u = 0; u < S::TPS; u++) cw[i][u] = st[S::CODES + ((wm * 2 + i) * S::TPS + u) * 32 + lane];
+        const uint4 *xs = st + S::XH + (wn * 64 + r) * 8;
+
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++) { /* k-steps 2 jj and 2 jj + 1 */
+            /* A fragments of both steps: [row tile][step][rows r, r + 8][k-pair] */
+            uint32_t a[2][2][2][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                if (BITS == 4) {
+                    uint32_t top[4], bot[4];
+                    codes4(top, jj ? cw[i][0].y : cw[i][0].x);
+                    codes4(bot, jj ? cw[i][0].w : cw[i][0].z);
+#pragma unroll
+                    for (int sub = 0; sub < 2; sub++)
+#pragma unroll
+                        for (int kp = 0; kp < 2; kp++)
+                            a[i][sub][0][kp] = top[2 * sub + kp], a[i][sub][1][kp] = bot[2 * sub + kp];
+                } else {
+                    uint32_t top[2], bot[2];
+#pragma unroll
+                    for (int sub = 0; sub < 2; sub++) {
+                        codes8(top, sub ? cw[i][jj].y : cw[i][jj].x);
+                        codes8(bot, sub ? cw[i][jj].w : cw[i][jj].z);
+#pragma unroll
+                        for (int kp = 0; kp < 2; kp++) a[i][sub][0][kp] = top[kp], a[i][sub][1][kp] = bot[kp];
+                    }
+                }
+            }
+            const int step = ks * 4 + 2 * jj + 1; /* the later of the two */
+            const bool ends = (step + 1) % S::GS == 0;
+            const int g = step / S::GS;
+            float sc[2][2], bi[2][2];
+            if (ends) {
+                /* this group's pairs of rows r, r + 8 from the stage's sb blocks */
+                const int lb = g / S::GPB - ((ks * S::TPS) >> S::SH), p = (lb * 8 + r) * 2 * S::GPB + 2 * (g % S::GPB);
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const uint32_t *sbs = (const uint32_t *)(st + S::SB + (wm * 2 + i) * S::SB_RT);
+                    sb_pair(sbs, kind, p, sc[i][0], bi[i][0]);
+                    sb_pair(sbs, kind, p + 1, sc[i][1], bi[i][1]);
+                }
+            }
+            const float *xe = (const float *)(st + S::XSUM) + (g - ks * GM_BK / GROUP) * GM_BN + wn * 64 + 2 * t;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int unit = (2 * t + jj) ^ r; /* token row j * 8 + r: (r & 7) == r */
+                const uint4 bh = xs[j * 64 + unit], bl = xs[(S::XL - S::XH) + j * 64 + unit];
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    mma16816(c[i][j], a[i][0][0][0], a[i][0][1][0], a[i][0][0][1], a[i][0][1][1], bh.x, bh.y);
+                    mma16816(c[i][j], a[i][1][0][0], a[i][1][1][0], a[i][1][0][1], a[i][1][1][1], bh.z, bh.w);
+                    mma16816(c[i][j], a[i][0][0][0], a[i][0][1][0], a[i][0][0][1], a[i][0][1][1], bl.x, bl.y);
+                    mma16816(c[i][j], a[i][1][0][0], a[i][1][1][0], a[i][1][0][1], a[i][1][1][1], bl.z, bl.w);
+                }
+                if (ends) {
+                    const float2 sx = *(const float2 *)(xe + j * 8);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        acc[i][j][0] = fmaf(sc[i][0], c[i][j][0], fmaf(bi[i][0], sx.x, acc[i][j][0]));
+                        acc[i][j][1] = fmaf(sc[i][0], c[i][j][1], fmaf(bi[i][0], sx.y, acc[i][j][1]));
+                        acc[i][j][2] = fmaf(sc[i][1], c[i][j][2], fmaf(bi[i][1], sx.x, acc[i][j][2]));
+                        acc[i][j][3] = fmaf(sc[i][1], c[i][j][3], fmaf(bi[i][1], sx.y, acc[i][j][3]));
+#pragma unroll
+                        for (int e = 0; e < 4; e++) c[i][j][e] = 0.0f;
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    /* c0, c1: row r, tokens 2t, 2t + 1; c2, c3: row r + 8 */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int row = (rt0 + wm * 2 + i) * 16 + r;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int tok = tok0 + wn * 64 + j * 8 + 2 * t;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int rr = row + (e >> 1) * 8, tt = tok + (e & 1);
+                if (rr < rows && tt < n) y[(size_t)tt * rows + rr] = acc[i][j][e];
+            }
+        }
+    }
+}
+
+typedef void (*gemm_kernel)(float *, const __half *, const __half *, const float *, int, int, int, const uint4 *,
+                            const uint32_t *, int, int, int, int, int);
+
+static gemm_kernel pick(int bits, int64_t group, size_t *smem) {
+#define GEMM_CASE(B, G)                                                                                               \
+    if (bits == B && group == G) {                                                                                    \
+        *smem = gemm_smem<B, G>();                                                                                    \
+        return k_affine_gemm<B, G>;                                                                                   \
+    }
+    GEMM_CASE(4, 32) GEMM_CASE(4, 64) GEMM_CASE(4, 128) GEMM_CASE(8, 32) GEMM_CASE(8, 64) GEMM_CASE(8, 128)
+#undef GEMM_CASE
+    return NULL;
+}
+
+/* x's fp16 parts [2, n_pad, kx], then its sums per group [groups, n_pad]. */
+static size_t work_bytes(int64_t n, int64_t kx, int64_t groups) {
+    const int64_t n_pad = round_up(n, GM_BN);
+    return (size_t)round_up(2 * n_pad * kx * 2, 256) + (size_t)(groups * n_pad * 4);
+}
+
+extern "C" size_t cuda_affine_gemm_work_size(const cuda_affine *w, int64_t n) {
+    return work_bytes(n, staged_cols(w), staged_groups(w));
+}
+
+extern "C" size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols) {
+    const int64_t kx = round_up(cols, GM_BK);
+    return work_bytes(n, kx, kx / 32 + 1); /* groups of 32 are the smallest */
+}
+
+extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
+                                        cudaStream_t s) {
+    size_t smem = 0;
+    const gemm_kernel k = pick(w->bits, w->group, &smem);
+    if (n < 1 || !work || !k || n > 65535 * (int64_t)GM_BN) return cudaErrorInvalidValue;
+    const int64_t n_pad = round_up(n, GM_BN), kx = staged_cols(w), groups = staged_groups(w);
+    __half *xh = (__half *)work, *xl = xh + n_pad * kx;
+    float *xsum = (float *)((char *)work + round_up(2 * n_pad * kx * 2, 256));
+
+    static bool ready[2][3]; /* the kernel's shared memory limit raised (per process: one device) */
+    bool *r = &ready[w->bits == 4 ? 0 : 1][w->group == 32 ? 0 : w->group == 64 ? 1 : 2];
+    if (!*r) {
+        const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        *r = true;
+    }
+
+    const int64_t m = n_pad * (kx / 4);
+    k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, x, n, w->cols, kx, m);
+    k_sum_x<<<blocks_for(groups * n_pad), THREADS, 0, s>>>(xsum, x, n, n_pad, w->cols, w->group, groups * n_pad);
+    const dim3 grid((unsigned)((w->row_tiles + 7) / 8), (unsigned)(n_pad / GM_BN));
+    k<<<grid, GM_WARPS * 32, smem, s>>>(y, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, (const uint4 *)w->codes,
+                                        (const uint32_t *)w->sb, w->sb_kind, (int)w->rows, (int)w->row_tiles,
+                                        (int)w->k_tiles, (int)w->group_blocks);
+    return cudaGetLastError();
+}
