@@ -10,7 +10,8 @@
  * tables in one call: a prefill run and decode rows; GQA, windows 0 and 9, fp16 and fp32
  * pools, head dims 40 and 128), full attention over segments, SwiGLU, the GELU family,
  * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
- * image patches). Matrices and weight vectors reach the device as a model's do: prepared
+ * image patches), and the fused ops (add_rmsnorm; rope_store, its pools read back by
+ * attention) against the reference's ops they stand for. Matrices and weight vectors reach the device as a model's do: prepared
  * by the device's class, vectors mirrored from an arena; every input moves up with upload
  * and every output comes down with download, and outputs start as NaN (or a pattern where
  * the op must leave some of them alone), so an element an op forgets is seen. Negative
@@ -445,6 +446,24 @@ static void test_norms(backend *be, backend *ref, const vectors *v) {
                      (long long)norm_d[di]);
             report(what, diff, 1e-5 * mx);
         }
+    for (int di = 0; di < 2; di++) { /* the fused add + rmsnorm against the reference's two ops */
+        const int64_t d = norm_d[di], m = VEC_N * d;
+        float *x = rand_vec(m, 2.0f), *r = rand_vec(m, 1.0f), *yr = malloc(sizeof(float) * (size_t)m);
+        float *yd = malloc(sizeof(float) * (size_t)m), *xd = malloc(sizeof(float) * (size_t)m);
+        float *dx = put(be, x, sizeof(float) * (size_t)m), *dr = put(be, r, sizeof(float) * (size_t)m);
+        float *dy = put_nan(be, m);
+        backend_add_rmsnorm(be, dy, dx, dr, v->rms_w[di], VEC_N, d, 1e-6f);
+        backend_add_rmsnorm(ref, yr, x, r, v->rms_w[di], VEC_N, d, 1e-6f);
+        get(be, yd, dy, sizeof(float) * (size_t)m);
+        get(be, xd, dx, sizeof(float) * (size_t)m);
+        char what[128];
+        snprintf(what, sizeof what, "add_rmsnorm [37 x %lld]: the sum", (long long)d);
+        report(what, max_abs_diff(xd, x, m), 0.0);
+        snprintf(what, sizeof what, "add_rmsnorm [37 x %lld]: the norm", (long long)d);
+        report(what, max_abs_diff(yd, yr, m), 1e-5 * max_abs(yr, m));
+        drop(be, dx), drop(be, dr), drop(be, dy);
+        free(x), free(r), free(yr), free(yd), free(xd);
+    }
     for (int di = 0; di < 2; di++) {
         const int64_t d = norm_d[di], m = VEC_N * d;
         float *y = rand_vec(m, 1.0f), *yd = malloc(sizeof(float) * (size_t)m);
@@ -779,6 +798,81 @@ static void test_attention(int64_t hd, bool kv_f16) {
     backend_destroy(ref);
 }
 
+/* ==== rope_store ==== */
+
+/* The fused rope of q and k and store of k and v against the reference's three ops: one
+ * prefill run of 37 rows at positions 3..39 in shuffled blocks of 16; q and k compared
+ * directly, the pools through the reference's attention over them. A reference one
+ * position off must be seen. */
+static void test_rope_store(int64_t hd, bool kv_f16) {
+    enum { H = 6, HK = 2, BS = 16, N_BLOCKS = 4, N = 37 };
+    const int64_t kvd = HK * hd, qd = H * hd, half = hd / 2;
+    const int32_t table[N_BLOCKS] = {2, 0, 3, 1};
+    arena mem = {0};
+    float *inv = arena_alloc(&mem, sizeof(float) * (size_t)half);
+    CELER_ASSERT(inv != NULL);
+    for (int64_t i = 0; i < half; i++) inv[i] = powf(10000.0f, -(float)(2 * i) / (float)hd);
+    const rope_params rp = {.inv_freq = inv, .mscale = 1.0f, .traditional = false};
+    const arena *const vl[1] = {&mem};
+    const weight_set ws = {.vectors = vl, .n_vectors = 1};
+    const backend_params p = params(kv_f16, 64, 1024, MAX_KEYS, hd);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 1024, MAX_KEYS, kv_f16);
+    CELER_ASSERT(ref != NULL);
+    if (!device_open(&d, &ws, &p)) {
+        backend_destroy(ref);
+        arena_free(&mem);
+        return;
+    }
+    backend *be = d.be;
+    int32_t pos[N], pos1[N], slot[N], seq[N];
+    for (int r = 0; r < N; r++) {
+        pos[r] = 3 + r, pos1[r] = 4 + r, seq[r] = 0;
+        slot[r] = table[pos[r] / BS] * BS + pos[r] % BS;
+    }
+    float *q = rand_vec(N * qd, 1.0f), *k = rand_vec(N * kvd, 1.0f), *v = rand_vec(N * kvd, 1.0f);
+    float *q1 = malloc(sizeof(float) * N * qd), *k1 = malloc(sizeof(float) * N * kvd);
+    float *qd_ = malloc(sizeof(float) * N * qd), *kd = malloc(sizeof(float) * N * kvd);
+    memcpy(q1, q, sizeof(float) * N * qd), memcpy(k1, k, sizeof(float) * N * kvd);
+    const size_t pool = (size_t)(N_BLOCKS * BS * kvd * backend_kv_bytes(kv_f16));
+    void *kp = calloc(1, pool), *vp = calloc(1, pool), *dkp = put(be, NULL, pool), *dvp = put(be, NULL, pool);
+    float *dq = put(be, q, sizeof(float) * N * qd), *dk = put(be, k, sizeof(float) * N * kvd),
+          *dv = put(be, v, sizeof(float) * N * kvd);
+    int32_t *dpos = put(be, pos, sizeof pos), *dslot = put(be, slot, sizeof slot);
+    backend_rope_store(be, dq, dk, dv, dkp, dvp, dpos, dslot, N, H, HK, hd, &rp);
+    backend_rope_store(ref, q, k, v, kp, vp, pos, slot, N, H, HK, hd, &rp);
+    get(be, qd_, dq, sizeof(float) * N * qd);
+    get(be, kd, dk, sizeof(float) * N * kvd);
+    char what[128];
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV: q", (long long)hd, kv_f16 ? "fp16" : "fp32");
+    report(what, max_abs_diff(qd_, q, N * qd), 1e-6 * max_abs(q, N * qd));
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV: k", (long long)hd, kv_f16 ? "fp16" : "fp32");
+    report(what, max_abs_diff(kd, k, N * kvd), 1e-6 * max_abs(k, N * kvd));
+    /* the pools, through attention of the rotated q over them (each backend its own) */
+    const attn_rows rows = {.n = N, .pos = pos, .seq = seq, .tables = table, .table_cols = N_BLOCKS,
+                            .block_size = BS, .window = 0, .h = H, .hk = HK, .hd = hd,
+                            .scale = 1.0f / sqrtf((float)hd)};
+    attn_rows drows = rows;
+    int32_t *dseq = put(be, seq, sizeof seq), *dtab = put(be, table, sizeof table);
+    drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
+    float *dout = put_nan(be, N * qd), *out = malloc(sizeof(float) * N * qd), *outd = malloc(sizeof(float) * N * qd);
+    be->ops->attention(be, dout, dq, dkp, dvp, &drows);
+    ref->ops->attention(ref, out, q, kp, vp, &rows);
+    get(be, outd, dout, sizeof(float) * N * qd);
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV: attention over the stored pools", (long long)hd,
+             kv_f16 ? "fp16" : "fp32");
+    report(what, max_abs_diff(outd, out, N * qd), 2e-5);
+    backend_rope_store(ref, q1, k1, v, kp, vp, pos1, slot, N, H, HK, hd, &rp);
+    snprintf(what, sizeof what, "  ... q against the reference at positions moved by one");
+    report_wrong(what, max_abs_diff(qd_, q1, N * qd), 1e-6 * max_abs(q1, N * qd));
+    drop(be, dkp), drop(be, dvp), drop(be, dq), drop(be, dk), drop(be, dv), drop(be, dpos), drop(be, dslot);
+    drop(be, dseq), drop(be, dtab), drop(be, dout);
+    free(q), free(k), free(v), free(q1), free(k1), free(qd_), free(kd), free(kp), free(vp), free(out), free(outd);
+    device_close(&d);
+    backend_destroy(ref);
+    arena_free(&mem);
+}
+
 /* ==== attention_full ==== */
 
 static void test_attention_full(void) {
@@ -851,6 +945,8 @@ int main(void) {
         test_rope(hds[i]);
         test_attention(hds[i], false);
         test_attention(hds[i], true);
+        test_rope_store(hds[i], false);
+        test_rope_store(hds[i], true);
     }
     test_attention_full();
     return harness_done("test_device_ops");

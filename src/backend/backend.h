@@ -135,6 +135,15 @@ typedef struct backend_ops {
      * image's rows start with one row of zeros (a class token's place) */
     void (*patches)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                     bool channels_last, bool lead);
+
+    /* ---- fused ops: optional (NULL: the backend_* helper below calls the ops above) ---- */
+    /* x[n, d] += r[n, d], then y[n, d] = rmsnorm(x) * w[d] */
+    void (*add_rmsnorm)(backend *be, float *y, float *x, const float *r, const float *w, int64_t n,
+                        int64_t d, float eps);
+    /* rope on q[n, h*hd] and k[n, hk*hd] in place, then kv_store of k and v */
+    void (*rope_store)(backend *be, float *q, float *k, const float *v, void *kpool, void *vpool,
+                       const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk,
+                       int64_t hd, const rope_params *rp);
 } backend_ops;
 
 struct backend {
@@ -230,6 +239,30 @@ static inline void backend_host_scale(backend *be, float *y, float s, int64_t m)
 /* The patches op on host memory (data movement only; both CPU backends use it). */
 void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                           bool channels_last, bool lead);
+
+/* ==== Fused ops: one op where the backend has it, else the ops it stands for ==== */
+
+static inline void backend_add_rmsnorm(backend *be, float *y, float *x, const float *r, const float *w,
+                                       int64_t n, int64_t d, float eps) {
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, y, x, r, w, n, d, eps);
+        return;
+    }
+    be->ops->add(be, x, r, n * d);
+    be->ops->rmsnorm(be, y, x, w, n, d, eps);
+}
+
+static inline void backend_rope_store(backend *be, float *q, float *k, const float *v, void *kpool,
+                                      void *vpool, const int32_t *pos, const int32_t *slot, int64_t n,
+                                      int64_t h, int64_t hk, int64_t hd, const rope_params *rp) {
+    if (be->ops->rope_store) {
+        be->ops->rope_store(be, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, rp);
+        return;
+    }
+    be->ops->rope(be, q, pos, n, h, hd, rp);
+    be->ops->rope(be, k, pos, n, hk, hd, rp);
+    be->ops->kv_store(be, kpool, vpool, k, v, slot, n, hk * hd);
+}
 
 static inline void backend_destroy(backend *be) {
     if (be) be->ops->destroy(be);

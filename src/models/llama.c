@@ -154,18 +154,18 @@ static void llama_hidden_states(const celer_model *m, backend *be, const model_s
     float *x = scratch, *xb = x + n * d, *xo = xb + n * d, *tmp = xo + n * d;
 
     model_embed_step(m, be, st, x);
+    op->rmsnorm(be, xb, x, w->layers[0].attn_norm, n, d, w->eps);
     for (int64_t l = 0; l < m->dims.n_layer; l++) {
         const llama_layer *L = &w->layers[l];
-        /* x += o_proj(attn(rope(q), rope(k), v)) of rmsnorm(x) */
-        op->rmsnorm(be, xb, x, L->attn_norm, n, d, w->eps);
+        const bool last = l + 1 == m->dims.n_layer;
+        /* x += o_proj(attn(rope(q), rope(k), v)) of xb = rmsnorm(x); xb = rmsnorm(x) */
         model_attention(m, be, st, kv, l, &L->attn, &w->rope, w->attn_scale, xb, tmp, xo);
-        op->add(be, x, xo, n * d);
-        /* x += down(silu(gate) * up) of rmsnorm(x) */
-        op->rmsnorm(be, xb, x, L->mlp_norm, n, d, w->eps);
+        backend_add_rmsnorm(be, xb, x, xo, L->mlp_norm, n, d, w->eps);
+        /* x += down(silu(gate) * up) of xb; then the next layer's norm (the final one last) */
         model_mlp(m, be, &L->mlp, xb, n, tmp, xo);
-        op->add(be, x, xo, n * d);
+        backend_add_rmsnorm(be, last ? hidden : xb, x, xo, last ? w->norm : w->layers[l + 1].attn_norm, n, d,
+                            w->eps);
     }
-    op->rmsnorm(be, hidden, x, w->norm, n, d, w->eps);
 }
 
 static const matview *llama_embedding(const celer_model *m) {

@@ -343,11 +343,8 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
     model_linear(be, q, &a->wq, a->bq, xb, n);
     model_linear(be, k, &a->wk, a->bk, xb, n);
     model_linear(be, v, &a->wv, a->bv, xb, n);
-    if (!a->no_rope) {
-        op->rope(be, q, st->pos, n, dm->h, dm->hd, rope);
-        op->rope(be, k, st->pos, n, dm->hk, dm->hd, rope);
-    }
-    op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
+    if (a->no_rope) op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
+    else backend_rope_store(be, q, k, v, kv->k[l], kv->v[l], st->pos, st->slot, n, dm->h, dm->hk, dm->hd, rope);
     const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
                           .table_cols = st->table_cols, .block_size = st->block_size,
                           .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale};

@@ -2,7 +2,7 @@
  * affine_device.cuh - what the affine kernels share on the device (affine.cu's decode
  * product, rows and repack; affine_gemm.cu's prefill product): the tile geometry of
  * affine.h's layout, the exact codes as fp16 A fragments, the tensor-core product,
- * asynchronous copies, programmatic dependent launch and the (scale, bias) pairs.
+ * asynchronous copies and the (scale, bias) pairs.
  * Only .cu files of src/backend/cuda include it.
  */
 #ifndef CELER_BACKEND_CUDA_AFFINE_DEVICE_CUH
@@ -75,9 +75,6 @@ __device__ __forceinline__ void cp_async_wait_until(int pending) {
     }
 }
 
-/* Programmatic dependent launch: let the next kernel start; wait for the previous one. */
-__device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 /* (scale, bias) pair p of an sb array as fp32, exactly. */
 __device__ __forceinline__ void sb_pair(const uint32_t *sb, int kind, int64_t p, float &s, float &b) {

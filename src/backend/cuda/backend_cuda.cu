@@ -59,7 +59,8 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
-    OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS,
+    OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
+    OP_ROPE_STORE,
 };
 
 /* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
@@ -76,7 +77,6 @@ template <typename T, typename... R> static void mix_all(uint64_t *h, const T &v
 /* Adds a call to the step's signature; true when it must not be queued (a step being
  * checked against its recorded graph). */
 template <typename... A> static bool noted(cuda_backend *cb, int op, const A &...a) {
-    cb->tail_gemv = false; /* cuda_matmul sets it again after a GEMV */
     if (cb->mode == STEP_EAGER) return false;
     mix(&cb->sig, op);
     mix_all(&cb->sig, a...);
@@ -248,7 +248,6 @@ static void cuda_upload(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER); /* inputs go up before a step */
     CUDA_CHECK(cudaSetDevice(cb->device));
-    cb->tail_gemv = false;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
 }
 
@@ -256,7 +255,6 @@ static void cuda_download(backend *be, void *dst, const void *src, size_t bytes)
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER); /* rows come down after a step */
     CUDA_CHECK(cudaSetDevice(cb->device));
-    cb->tail_gemv = false;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
@@ -294,7 +292,6 @@ static void cuda_begin(backend *be, int64_t rows) {
     CUDA_CHECK(cudaSetDevice(cb->device));
     gemv_work_reserve(cb);
     cb->sig = 0xcbf29ce484222325ull;
-    cb->tail_gemv = false; /* a recorded step starts on its own */
     mix(&cb->sig, rows);
     if (rows > GRAPH_ROWS) {
         cb->mode = STEP_EAGER;
@@ -328,7 +325,6 @@ static bool cuda_end(backend *be) {
     cuda_backend *cb = cb_of(be);
     const step_mode mode = cb->mode;
     cb->mode = STEP_EAGER;
-    cb->tail_gemv = false;
     if (mode == STEP_EAGER) {
         CUDA_CHECK(cudaGetLastError());
         return true;
@@ -355,16 +351,13 @@ static bool cuda_end(backend *be) {
 
 /* ==== Ops ==== */
 
-/* An affine GEMV right after another may start loading its weights while that one ends
- * (programmatic dependent launch): only that pair is known to let its successor start. */
 static void cuda_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cuda_backend *cb = cb_of(be);
-    const bool after_gemv = cb->tail_gemv;
     if (noted(cb, OP_MATMUL, y, w, x, n)) return;
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
     if (cb->mode == STEP_EAGER) gemv_work_reserve(cb);
-    cb->tail_gemv = cuda_product(cb, y, m, x, n, after_gemv);
+    cuda_product(cb, y, m, x, n);
 }
 
 static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
@@ -446,6 +439,22 @@ static void cuda_op_patches(backend *be, float *y, const float *x, int64_t n, in
     cuda_patches(cb_of(be)->stream, y, x, n, s, p, channels_last, lead);
 }
 
+static void cuda_op_add_rmsnorm(backend *be, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
+                                float eps) {
+    cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_ADD_RMSNORM, y, x, r, w, n, d, eps)) return;
+    cuda_add_rmsnorm(cb->stream, y, x, r, cuda_vec(cb, w), n, d, eps);
+}
+
+static void cuda_op_rope_store(backend *be, float *q, float *k, const float *v, void *kpool, void *vpool,
+                               const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd,
+                               const rope_params *rp) {
+    cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_ROPE_STORE, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, rp)) return;
+    cuda_rope_store(cb->stream, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, cuda_vec(cb, rp->inv_freq), rp->mscale,
+                    rp->traditional, be->kv_f16);
+}
+
 static void cuda_destroy(backend *be) {
     cuda_backend *cb = cb_of(be);
     cudaSetDevice(cb->device);
@@ -486,6 +495,8 @@ static const backend_ops cuda_ops = {
     .add_bias = cuda_op_add_bias,
     .scale = cuda_op_scale,
     .patches = cuda_op_patches,
+    .add_rmsnorm = cuda_op_add_rmsnorm,
+    .rope_store = cuda_op_rope_store,
 };
 
 static backend *cuda_create(const backend_params *p, const backend_weights *w, celer_error *e) {

@@ -38,6 +38,35 @@ static inline unsigned blocks_for(int64_t m) {
 #define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
                                i += (int64_t)gridDim.x * blockDim.x)
 
+/* Programmatic dependent launch: a kernel launched with launch_pdl may start while the
+ * previous kernel of its stream finishes. It must begin with PDL_ENTRY (or call
+ * pdl_wait_prev before touching memory the previous kernel writes); pdl_launch_next lets
+ * the next kernel start early in turn. Decode steps are chains of small kernels, so each
+ * one's launch hides behind the one before. */
+__device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#define PDL_ENTRY()                                                                                  \
+    do {                                                                                             \
+        pdl_launch_next();                                                                           \
+        pdl_wait_prev();                                                                             \
+    } while (0)
+
+void cuda_check(cudaError_t err, const char *what, const char *file, int line);
+template <typename... P, typename... A>
+static inline void launch_pdl(void (*k)(P...), unsigned grid, unsigned block, size_t smem, cudaStream_t s, A... a) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cuda_check(cudaLaunchKernelEx(&cfg, k, (P)a...), "cudaLaunchKernelEx", __FILE__, __LINE__);
+}
+
 /* One matrix on the device. */
 typedef struct cuda_mat {
     int64_t rows, cols;
@@ -92,7 +121,6 @@ typedef struct cuda_backend {
     void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
     void *gemv_work;         /* the affine GEMV's work, zero between products */
     size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */
-    bool tail_gemv;          /* the last op queued was an affine GEMV (the next may overlap it) */
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */
@@ -109,18 +137,22 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
 #define GEMV_ROWS CUDA_AFFINE_MAX_N /* products of at most this many rows stream affine weights */
 
-/* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. pdl: the previous op was an affine
- * GEMV, which the GEMV may overlap. Returns whether it queued an affine GEMV. */
-bool cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n, bool pdl);
+/* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
+void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
 
 /* ==== Kernels (kernels.cu) ==== */
 
 void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n);
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps);
+void cuda_add_rmsnorm(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
+                      float eps);
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
                     int64_t d, float eps);
 void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                const float *inv_freq, float mscale, bool traditional);
+void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *kpool, void *vpool, const int32_t *pos,
+                     const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd, const float *inv_freq,
+                     float mscale, bool traditional, bool f16);
 void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                    int64_t n, int64_t kvd, bool f16);
 void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m);

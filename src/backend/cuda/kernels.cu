@@ -1,6 +1,6 @@
 /*
  * kernels.cu - the CUDA backend's elementwise and data-movement kernels: embedding rows
- * (affine tables through affine.cu), RMSNorm/LayerNorm (one block per row),
+ * (affine tables through affine.cu), RMSNorm/LayerNorm and RoPE (one block per row),
  * RoPE, K/V stores, SwiGLU and the GELU family, adds, scales, row
  * gathers and the patch layout of a vision tower. Each computes what the scalar
  * reference in src/kernels/ref computes, in fp32; none allocates.
@@ -13,7 +13,11 @@
 /* A norm's row belongs to one block: decode has one row, so the block is wide and each
  * thread's chain of dependent loads and adds short. */
 #define NORM_THREADS 1024
+#define NORM_VALS 8 /* values of a row a thread holds: rows up to 8192 in registers */
+#define ROPE_THREADS 256
 
+/* Blocks for kernels that take rows one block at a time (striding past 65535). */
+static unsigned grid_rows(int64_t n) { return (unsigned)(n < 65535 ? n : 65535); }
 
 /* ==== Embedding rows ==== */
 
@@ -59,68 +63,183 @@ __device__ static float block_sum(float v) {
     return t;
 }
 
-__global__ static void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps) {
-    const float *xr = x + blockIdx.x * d;
-    float *yr = y + blockIdx.x * d;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
-    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + eps);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = w[i] * (xr[i] * inv);
+/* Rows of a norm, one block at a time; each thread keeps its first NORM_VALS values of x
+ * and w in registers, every load of them in flight at once, so a row costs one round trip
+ * to memory before the reduction. With r, x gets r added first (and keeps the sum). */
+__global__ static void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *y, float *x, const float *__restrict__ r,
+                                                                 const float *__restrict__ w, int64_t n, int64_t d,
+                                                                 float eps) {
+    PDL_ENTRY();
+    for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+        float *xr = x + row * d, *yr = y + row * d;
+        const float *rr = r ? r + row * d : NULL;
+        float v[NORM_VALS], wv[NORM_VALS], rv[NORM_VALS], ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NORM_VALS; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            v[k] = i < d ? xr[i] : 0.0f;
+            wv[k] = i < d ? w[i] : 0.0f;
+            rv[k] = rr && i < d ? rr[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_VALS; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (rr) {
+                v[k] += rv[k];
+                if (i < d) xr[i] = v[k];
+            }
+            ss += v[k] * v[k];
+        }
+        for (int64_t i = threadIdx.x + (int64_t)NORM_VALS * blockDim.x; i < d; i += blockDim.x) {
+            if (rr) xr[i] += rr[i];
+            ss += xr[i] * xr[i];
+        }
+        const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + eps);
+#pragma unroll
+        for (int k = 0; k < NORM_VALS; k++) {
+            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+            if (i < d) yr[i] = wv[k] * (v[k] * inv);
+        }
+        for (int64_t i = threadIdx.x + (int64_t)NORM_VALS * blockDim.x; i < d; i += blockDim.x)
+            yr[i] = w[i] * (xr[i] * inv);
+    }
 }
 
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
-    k_rmsnorm<<<(unsigned)n, NORM_THREADS, 0, s>>>(y, x, w, d, eps);
+    if (n > 0) launch_pdl(k_rmsnorm, grid_rows(n), NORM_THREADS, 0, s, y, (float *)x, (const float *)NULL, w, n, d, eps);
 }
 
-__global__ static void __launch_bounds__(NORM_THREADS) k_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps) {
-    const float *xr = x + blockIdx.x * d;
-    float *yr = y + blockIdx.x * d;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) sum += xr[i];
-    const float mean = block_sum(sum) / (float)d;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
-    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + eps);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
+void cuda_add_rmsnorm(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
+                      float eps) {
+    if (n > 0) launch_pdl(k_rmsnorm, grid_rows(n), NORM_THREADS, 0, s, y, x, r, w, n, d, eps);
+}
+
+__global__ static void __launch_bounds__(NORM_THREADS) k_layernorm(float *y, const float *x, const float *w, const float *b,
+                                                                   int64_t n, int64_t d, float eps) {
+    for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+        const float *xr = x + row * d;
+        float *yr = y + row * d;
+        float sum = 0.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) sum += xr[i];
+        const float mean = block_sum(sum) / (float)d;
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
+        const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + eps);
+        for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
+    }
 }
 
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
                     int64_t d, float eps) {
-    k_layernorm<<<(unsigned)n, NORM_THREADS, 0, s>>>(y, x, w, b, d, eps);
+    if (n > 0) k_layernorm<<<grid_rows(n), NORM_THREADS, 0, s>>>(y, x, w, b, n, d, eps);
 }
 
 /* ==== RoPE and the KV cache ==== */
 
-/* x[n, h, hd]: pair i of every head of row t turned by the angle pos[t] * inv_freq[i],
- * formed in fp32 with its cosine and sine in double, as the reference does; one thread
- * per (row, pair) turns that pair in every head. */
-__global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *inv_freq,
-                              float mscale, bool traditional, int64_t m) {
-    const int64_t half = hd / 2;
-    GRID_STRIDE(j, m) { /* j = t * half + i */
-        const int64_t i = j % half, t = j / half;
-        const float ang = (float)pos[t] * inv_freq[i];
+/* Row t's (cos, sin) * mscale of every pair into cs[hd / 2]: the angle pos * inv_freq[i]
+ * formed in fp32, its cosine and sine in double, as the reference does. */
+__device__ static void rope_table(float2 *cs, int32_t pos, int64_t half, const float *inv_freq, float mscale) {
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+        const float ang = (float)pos * inv_freq[i];
         double sd, cd;
         sincos((double)ang, &sd, &cd);
-        const float c = (float)cd * mscale, sn = (float)sd * mscale;
+        cs[i] = make_float2((float)cd * mscale, (float)sd * mscale);
+    }
+}
+
+/* Every pair of h heads of one row turned by the table (the block's threads share it). */
+__device__ static void rope_heads(float *row, int64_t h, int64_t hd, const float2 *cs, bool traditional) {
+    const int64_t half = hd / 2;
+    for (int64_t j = threadIdx.x; j < h * half; j += blockDim.x) {
+        const int64_t head = j / half, i = j % half;
         const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
-        for (int64_t head = 0; head < h; head++) {
-            float *v = x + (t * h + head) * hd;
-            const float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * sn;
-            v[b] = x1 * c + x0 * sn;
-        }
+        float *v = row + head * hd;
+        const float2 c = cs[i];
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c.x - x1 * c.y;
+        v[b] = x1 * c.x + x0 * c.y;
+    }
+}
+
+/* x[n, h, hd] rotated, one block per row: the table once, then every head. */
+__global__ static void __launch_bounds__(ROPE_THREADS) k_rope(float *x, const int32_t *pos, int64_t n, int64_t h,
+                                                             int64_t hd, const float *inv_freq, float mscale,
+                                                             bool traditional) {
+    extern __shared__ float2 cs[]; /* [hd / 2] */
+    for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+        __syncthreads(); /* the previous row's table is read */
+        rope_table(cs, pos[t], hd / 2, inv_freq, mscale);
+        __syncthreads();
+        rope_heads(x + t * h * hd, h, hd, cs, traditional);
     }
 }
 
 void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, const float *inv_freq,
                float mscale, bool traditional) {
-    const int64_t m = n * (hd / 2);
-    k_rope<<<blocks_for(m), THREADS, 0, s>>>(x, pos, h, hd, inv_freq, mscale, traditional, m);
+    if (n > 0)
+        k_rope<<<grid_rows(n), ROPE_THREADS, (size_t)(hd / 2) * sizeof(float2), s>>>(x, pos, n, h, hd, inv_freq, mscale,
+                                                                                   traditional);
+}
+
+template <typename T> __device__ static T kv_value(float v);
+template <> __device__ __half kv_value<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ float kv_value<float>(float v) { return v; }
+
+/* One thread per pair of a row: q's pairs (h heads) turned; k's pairs (hk heads) turned
+ * and stored at slot[t] of the key pool; v's pairs stored. Each turning thread forms its
+ * own angle, cosine and sine (as k_rope does), so the row needs no shared table and one
+ * round trip to memory. */
+template <typename T>
+__global__ static void k_rope_store(float *__restrict__ q, float *__restrict__ k, const float *__restrict__ v,
+                                    T *__restrict__ kpool, T *__restrict__ vpool, const int32_t *__restrict__ pos,
+                                    const int32_t *__restrict__ slot, int64_t h, int64_t hk, int64_t hd,
+                                    const float *__restrict__ inv_freq, float mscale, bool traditional, int64_t m) {
+    PDL_ENTRY();
+    const int64_t half = hd / 2, per_row = (h + 2 * hk) * half, kvd = hk * hd;
+    GRID_STRIDE(j, m) {
+        const int64_t t = j / per_row, u = j % per_row, head = u / half, i = u % half;
+        const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+        if (head >= h + hk) { /* a pair of v */
+            const int64_t o = (head - h - hk) * hd;
+            const float *vr = v + t * kvd + o;
+            T *dst = vpool + (int64_t)slot[t] * kvd + o;
+            dst[a] = kv_value<T>(vr[a]);
+            dst[b] = kv_value<T>(vr[b]);
+            continue;
+        }
+        const float ang = (float)pos[t] * inv_freq[i];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        const float c = (float)cd * mscale, sn = (float)sd * mscale;
+        float *row = head < h ? q + (t * h + head) * hd : k + t * kvd + (head - h) * hd;
+        const float x0 = row[a], x1 = row[b];
+        const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
+        row[a] = y0;
+        row[b] = y1;
+        if (head >= h) {
+            T *dst = kpool + (int64_t)slot[t] * kvd + (head - h) * hd;
+            dst[a] = kv_value<T>(y0);
+            dst[b] = kv_value<T>(y1);
+        }
+    }
+}
+
+void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *kpool, void *vpool, const int32_t *pos,
+                     const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd, const float *inv_freq,
+                     float mscale, bool traditional, bool f16) {
+    const int64_t m = n * (h + 2 * hk) * (hd / 2);
+    if (m <= 0) return;
+    if (f16)
+        launch_pdl(k_rope_store<__half>, blocks_for(m), THREADS, 0, s, q, k, v, (__half *)kpool, (__half *)vpool, pos, slot, h,
+                                                               hk, hd, inv_freq, mscale, traditional, m);
+    else
+        launch_pdl(k_rope_store<float>, blocks_for(m), THREADS, 0, s, q, k, v, (float *)kpool, (float *)vpool, pos, slot, h, hk,
+                                                              hd, inv_freq, mscale, traditional, m);
 }
 
 __global__ static void k_kv_store(void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                                   int64_t kvd, bool f16, int64_t m) {
+    PDL_ENTRY();
     GRID_STRIDE(i, m) {
         const int64_t at = (int64_t)slot[i / kvd] * kvd + i % kvd;
         if (f16) {
@@ -136,12 +255,13 @@ __global__ static void k_kv_store(void *kpool, void *vpool, const float *k, cons
 void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                    int64_t n, int64_t kvd, bool f16) {
     const int64_t m = n * kvd;
-    k_kv_store<<<blocks_for(m), THREADS, 0, s>>>(kpool, vpool, k, v, slot, kvd, f16, m);
+    launch_pdl(k_kv_store, blocks_for(m), THREADS, 0, s, kpool, vpool, k, v, slot, kvd, f16, m);
 }
 
 /* ==== Elementwise ==== */
 
 __global__ static void k_swiglu(float *y, const float *gate, const float *up, int64_t m) {
+    PDL_ENTRY();
     GRID_STRIDE(i, m) {
         const float g = gate[i];
         y[i] = g / (1.0f + expf(-g)) * up[i];
@@ -149,7 +269,7 @@ __global__ static void k_swiglu(float *y, const float *gate, const float *up, in
 }
 
 void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m) {
-    k_swiglu<<<blocks_for(m), THREADS, 0, s>>>(y, gate, up, m);
+    launch_pdl(k_swiglu, blocks_for(m), THREADS, 0, s, y, gate, up, m);
 }
 
 __global__ static void k_act(float *y, const float *x, int64_t m, backend_act kind) {
@@ -170,19 +290,21 @@ void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act k
 }
 
 __global__ static void k_add(float *y, const float *x, int64_t m) {
+    PDL_ENTRY();
     GRID_STRIDE(i, m) y[i] += x[i];
 }
 
 void cuda_add(cudaStream_t s, float *y, const float *x, int64_t m) {
-    k_add<<<blocks_for(m), THREADS, 0, s>>>(y, x, m);
+    launch_pdl(k_add, blocks_for(m), THREADS, 0, s, y, x, m);
 }
 
 __global__ static void k_add_bias(float *y, const float *bias, int64_t d, int64_t m) {
+    PDL_ENTRY();
     GRID_STRIDE(i, m) y[i] += bias[i % d];
 }
 
 void cuda_add_bias(cudaStream_t s, float *y, const float *bias, int64_t n, int64_t d) {
-    k_add_bias<<<blocks_for(n * d), THREADS, 0, s>>>(y, bias, d, n * d);
+    launch_pdl(k_add_bias, blocks_for(n * d), THREADS, 0, s, y, bias, d, n * d);
 }
 
 __global__ static void k_scale(float *y, float a, int64_t m) {

@@ -39,16 +39,17 @@ static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDat
                               x, xt, (int)cols, &beta, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-bool cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n, bool pdl) {
+void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
     cudaStream_t s = cb->stream;
     const int64_t xm = n * m->cols;
     if (m->bits && n <= GEMV_ROWS && ((uintptr_t)x & 15) == 0) { /* the GEMV reads x as float4 */
-        CUDA_CHECK(cuda_affine_gemv(y, x, n, &m->aff, cb->gemv_work, s, pdl ? CUDA_AFFINE_PDL : 0));
-        return true;
+        /* its weight loads start while the kernel before it (PDL_ENTRY) finishes */
+        CUDA_CHECK(cuda_affine_gemv(y, x, n, &m->aff, cb->gemv_work, s, CUDA_AFFINE_PDL));
+        return;
     }
     if (!m->bits && m->type == DTYPE_F32) {
         gemm(cb, y, m->rows, m->dense, CUDA_R_32F, x, CUDA_R_32F, m->rows, m->cols, n, 0.0f);
-        return false;
+        return;
     }
     if (!m->bits) {
         /* 16-bit weights as stored; x = hi + lo in the same type */
@@ -59,9 +60,8 @@ bool cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
         else k_split<__half><<<blocks_for(xm), THREADS, 0, s>>>((__half *)hi, (__half *)lo, x, xm);
         gemm(cb, y, m->rows, m->dense, t, hi, t, m->rows, m->cols, n, 0.0f);
         gemm(cb, y, m->rows, m->dense, t, lo, t, m->rows, m->cols, n, 1.0f);
-        return false;
+        return;
     }
     /* affine: the tensor-core product on the tiled layout */
     CUDA_CHECK(cuda_affine_gemm(y, x, n, &m->aff, cb->gemm_work, s));
-    return false;
 }
