@@ -219,12 +219,13 @@ class DeviceMemory:
         vals = [m for t, m in self.samples if t0 <= t <= t1]
         return max(vals) if vals else None
 
-    def idle(self, seconds=1.5):
-        """The median sample over the next few seconds, with nothing of ours running."""
+    def idle(self):
+        """The median of the next 5 samples (at most 5 s), with nothing of ours running."""
         if not self.proc:
             return None
         t0 = time.time()
-        time.sleep(seconds)
+        while time.time() < t0 + 5 and sum(t >= t0 for t, _ in self.samples) < 5:
+            time.sleep(0.1)
         vals = [m for t, m in self.samples if t >= t0]
         return statistics.median(vals) if vals else None
 
@@ -550,11 +551,13 @@ def main():
     check = check_pairs(args) if args.check else None
 
     mem = DeviceMemory(args.gpu)
-    info["idle_mib"] = mem.idle() if mem.proc else None
-    info["flash_attn"] = flash_attn_probe(args)
-    log(f"llama-bench flash attention (auto): {info['flash_attn']}")
-    runs = run_rounds(args, tests, mem, started.timestamp() + args.budget_s if args.budget_s else None)
-    mem.stop()
+    try:
+        info["idle_mib"] = mem.idle()
+        info["flash_attn"] = flash_attn_probe(args)
+        log(f"llama-bench flash attention (auto): {info['flash_attn']}")
+        runs = run_rounds(args, tests, mem, started.timestamp() + args.budget_s if args.budget_s else None)
+    finally:
+        mem.stop()
     finished = datetime.datetime.now(datetime.timezone.utc)
 
     (args.work / "results.json").write_text(json.dumps({"command": args.command, "info": info, "check": check,
