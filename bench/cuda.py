@@ -155,12 +155,24 @@ def model_jobs(args):
                    "--gguf", ",".join(t)] + shape for name, (b, g, t) in jobs.items()}
 
 
+def model_bytes(margs):
+    """Bytes the MLX directory and the GGUF twins of one Llama-3.1-8B-shaped model take."""
+    sys.path.insert(0, str(TOOLS))
+    from cuda_models import LLAMA31_8B, specs
+    from gguf_layout import BLOCK_BYTES, QK
+
+    bits, group = int(margs[margs.index("--bits") + 1]), int(margs[margs.index("--group") + 1])
+    weights = sum(rows * cols for _, rows, cols in specs(LLAMA31_8B))
+    twins = margs[margs.index("--gguf") + 1].split(",")
+    return weights * (bits + 32 / group) / 8 + sum(weights * BLOCK_BYTES[t] / QK for t in twins)
+
+
 def start_models(args):
     """Starts cuda_models.py for every model not already written with the same arguments;
-    returns the running processes."""
+    returns the running processes. Exits first when the disk cannot hold them."""
     (args.work / "models").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(args.llama_src / "gguf-py"))
-    procs = []
+    todo = {}
     for name, margs in model_jobs(args).items():
         stamp = args.work / "models" / f"{name}.args"
         out = margs[margs.index("--out") + 1]
@@ -168,7 +180,16 @@ def start_models(args):
         files = [Path(out) / "model.safetensors"] + [Path(f"{out}.{t}.gguf") for t in twins]
         if stamp.exists() and stamp.read_text() == " ".join(margs) and all(f.exists() for f in files):
             log(f"model {name} is there")
-            continue
+        else:
+            todo[name] = margs
+    if not args.dry_run:
+        need, free = sum(model_bytes(m) for m in todo.values()), shutil.disk_usage(args.work).free
+        if need + 2**30 > free:
+            sys.exit(f"bench-cuda: the models need {need / 2**30:.0f} GiB, {args.work} has {free / 2**30:.0f} GiB "
+                     f"free; HINT: --pairs with fewer pairs, or --work on a larger disk")
+    procs = []
+    for name, margs in todo.items():
+        stamp = args.work / "models" / f"{name}.args"
         stamp.unlink(missing_ok=True)
         log(f"writing model {name}")
         logfile = open(args.work / "models" / f"{name}.log", "w")
@@ -545,8 +566,13 @@ def main():
             "llama_commit": commit_file.read_text().strip() if commit_file.exists() else "unknown"}
     procs = start_models(args)
     build = args.work / ("llama-build-cpu" if args.dry_run else "llama-build")
-    args.llama_bench, info["build_s"] = build_llama(args.llama_src, build, not args.dry_run, args.jobs,
-                                                    info["llama_commit"])
+    try:
+        args.llama_bench, info["build_s"] = build_llama(args.llama_src, build, not args.dry_run, args.jobs,
+                                                        info["llama_commit"])
+    except SystemExit:
+        for _, p, *_ in procs:
+            p.terminate()
+        raise
     info["models_s"] = wait_models(args, procs)
     check = check_pairs(args) if args.check else None
 
