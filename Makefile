@@ -10,6 +10,8 @@
 #   make bench      side-by-side speed against llama.cpp and mlx-lm (BENCH_ARGS, docs/benchmarks.md)
 #   make bench-vision  image encode and prefill against transformers on a CLIP ViT-L/14-336
 #                   LLaVA-NeXT with random weights (VISION_ARGS, docs/benchmarks.md)
+#   make bench-cuda celer's CUDA backend against llama.cpp's CUDA build on the same values, on
+#                   the GPU machine (CUDA_BENCH_ARGS, docs/benchmarks.md)
 
 BUILD   ?= build
 CC      ?= cc
@@ -45,7 +47,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
-.PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision soak
+.PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision \
+        bench-cuda soak
 
 all: $(BUILD)/celer
 
@@ -159,6 +162,18 @@ bench-vision: deps
 	@$(MAKE) --no-print-directory all
 	build/venv/bin/python bench/make_vision_model.py
 	build/venv/bin/python bench/vision.py $(VISION_ARGS)
+
+# GPU benchmark (not part of test): celer --device cuda against llama-bench built from the cut
+# llama.cpp tree build/llama.cpp-cuda on random Llama-3.1-8B-shaped models, all under
+# /tmp/bench-cuda (report.md there). A GPU machine without the network runs
+# python3 bench/cuda.py --celer <binary> with build/llama.cpp-cuda carried over.
+# CUDA_BENCH_ARGS=--dry-run runs the harness on the CPU with tiny models, anywhere.
+CUDA_BENCH_ARGS ?=
+
+bench-cuda: deps
+	bash bench/setup_cuda.sh
+	@$(MAKE) --no-print-directory all
+	build/bench-cuda-venv/bin/python bench/cuda.py --celer build/celer $(CUDA_BENCH_ARGS)
 
 bench-serve: deps
 	bash bench/setup_serve.sh

@@ -1,6 +1,6 @@
 """What a benchmark report says about the machine and the code it measured: load
-average, CPU model and flags, celer's commit, package versions. Shared by bench/run.py,
-bench/vision.py and bench/serve.py."""
+average, CPU model and flags, GPUs and the CUDA compiler, celer's commit, package versions.
+Shared by bench/run.py, bench/vision.py, bench/serve.py and bench/cuda.py."""
 import platform
 import subprocess
 from importlib import metadata
@@ -55,3 +55,28 @@ def version_of(pkg):
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def gpu_info():
+    """One line per GPU from nvidia-smi ("NVIDIA H200, 143771 MiB, driver 580.159.04"), or
+    [] where there is none."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, mem, driver = (x.strip() for x in line.split(",", 2))
+        gpus.append(f"{name}, {mem}, driver {driver}")
+    return gpus
+
+
+def nvcc_version(nvcc="nvcc"):
+    """"release 13.0, V13.0.88" from nvcc --version, or "not found"."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "not found"
+    lines = [l for l in out.splitlines() if "release" in l]
+    return lines[-1].split(",", 1)[1].strip() if lines and "," in lines[-1] else "unknown"

@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-# GGUF tensor names and llama.cpp's q/k row order: the fixture writer's, so both agree.
+# GGUF tensor names, llama.cpp's q/k row order and blocks from MLX codes: shared with the
+# fixture writer, so both agree.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from make_gguf_fixtures import gguf_name, permute  # noqa: E402
+from gguf_layout import gguf_name, mlx_to_blocks, permute  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "bench-models"
@@ -162,18 +163,6 @@ def pack_mlx(codes):
     return word
 
 
-def pack_q4_1(codes, scales, biases):
-    """GGUF Q4_1 blocks [rows, cols/32*20]: fp16 d, fp16 m, 16 bytes with elements j
-    (low nibble) and j+16 (high nibble) of the block in byte j; w = d*q + m."""
-    rows, cols = codes.shape
-    nb = cols // 32
-    c = codes.reshape(rows, nb, 32)
-    qs = (c[:, :, :16] | (c[:, :, 16:] << 4)).astype(np.uint8)
-    d = np.ascontiguousarray(scales).view(np.uint8).reshape(rows, nb, 2)
-    m = np.ascontiguousarray(biases).view(np.uint8).reshape(rows, nb, 2)
-    return np.concatenate([d, m, qs], axis=2).reshape(rows, nb * 20)
-
-
 # ==== Tokenizers ====
 
 
@@ -271,14 +260,15 @@ def write_synthetic(name, cfg, seed, tok_name, pre, add_bos):
                 n_head = cfg["num_key_value_heads"]
             for group in (32, 64):
                 codes, scales, biases = quantize_affine(v, group)
-                mlx[group][prefix + ".weight"] = pack_mlx(codes)
+                words = pack_mlx(codes)
+                mlx[group][prefix + ".weight"] = words
                 mlx[group][prefix + ".scales"] = scales
                 mlx[group][prefix + ".biases"] = biases
                 if group == 32:
                     if n_head:  # quantization is per row, so permuting rows commutes with it
-                        codes, scales, biases = (permute(a, n_head) for a in (codes, scales, biases))
-                    writers["q4_1"].add_tensor(gguf_name(hf), pack_q4_1(codes, scales, biases), raw_dtype=Q.Q4_1)
-                    del codes, scales, biases
+                        words, scales, biases = (permute(a, n_head) for a in (words, scales, biases))
+                    writers["q4_1"].add_tensor(gguf_name(hf), mlx_to_blocks(words, scales, biases, "q4_1"), raw_dtype=Q.Q4_1)
+                    del codes, words, scales, biases
             stored = permute(v, n_head) if n_head else v
             writers["q4_0"].add_tensor(gguf_name(hf), gguf.quants.quantize(stored, Q.Q4_0), raw_dtype=Q.Q4_0)
             del v, stored

@@ -10,25 +10,13 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-python3}"
 jobs="${JOBS:-$(nproc)}"
-
-# llama-cpp-python release whose vendored llama.cpp we build; the CHANGELOG of the
-# sdist names the llama.cpp commit it vendors.
-LLAMA_CPP_PYTHON_VERSION=0.3.36
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
 
 # ==== Python venv ====
 venv="$root/build/bench-venv"
-req="$root/bench/requirements.txt"
-if [ -f "$venv/.ok" ] && cmp -s "$req" "$venv/.ok"; then
-    echo "bench-setup: build/bench-venv is up to date"
-else
-    rm -f "$venv/.ok"
-    "$python" -m venv "$venv"
-    "$venv/bin/pip" install --disable-pip-version-check -q -r "$req"
-    cp "$req" "$venv/.ok"
-    echo "bench-setup: build/bench-venv ready"
-fi
+bench_venv bench-setup "$venv" "$root/bench/requirements.txt"
 
 # ==== llama.cpp ====
 ldir="$root/build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION"
@@ -37,25 +25,8 @@ if [ -f "$stamp" ] && [ -x "$ldir/build/bin/llama-bench" ] && [ -x "$ldir/build/
     echo "bench-setup: build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION is built"
     exit 0
 fi
-mkdir -p "$ldir"
-if [ ! -f "$ldir/src/CMakeLists.txt" ]; then
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-    "$venv/bin/pip" download --disable-pip-version-check -q --no-deps --no-binary :all: \
-        -d "$tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
-    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-    sdist="$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
-    rm -rf "$ldir/src"
-    cp -a "$sdist/vendor/llama.cpp" "$ldir/src"
-    rm -f "$ldir/src/.git"  # a submodule pointer into the sdist's absent .git/modules
-    cp "$sdist/CHANGELOG.md" "$ldir/CHANGELOG-llama-cpp-python.md"
-fi
-
-# The vendored tree has no .git; without a ceiling, llama.cpp's build-info would ask git
-# and get this repository's commit. Pass the commit the sdist's CHANGELOG names instead.
-commit=$(sed -n "/^## \[$LLAMA_CPP_PYTHON_VERSION\]/,/^## \[/p" "$ldir/CHANGELOG-llama-cpp-python.md" |
-    grep -o 'llama\.cpp@[0-9a-f]*' | head -n1 | cut -d@ -f2 || true)
-echo "${commit:-unknown}" > "$ldir/llama-cpp-commit"
+llama_cpp_source "$ldir" "$venv/bin/pip"
+commit=$(cat "$ldir/llama-cpp-commit")
 
 GIT_CEILING_DIRECTORIES="$ldir" cmake -S "$ldir/src" -B "$ldir/build" \
     -DCMAKE_BUILD_TYPE=Release \

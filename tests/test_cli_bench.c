@@ -1,9 +1,10 @@
 /*
  * test_cli_bench.c - `celer bench` as scripts drive it: the JSON array has one object
  * per test with llama-bench's field names and values that agree with each other (the
- * averages are the means of the samples, tokens per second is tokens over seconds), the
- * markdown table has its header and rows, --memory adds a positive bandwidth, and every
- * bad flag fails with exactly one line. Speeds are never compared: only their presence,
+ * averages are the means of the samples, tokens per second is tokens over seconds), -d
+ * runs every test once per depth with the prefix counted in n_ctx, the markdown table has
+ * its header and rows, --memory adds a positive bandwidth, and every bad flag fails with
+ * exactly one line. Speeds are never compared: only their presence,
  * sign and arithmetic.
  */
 #define _DEFAULT_SOURCE
@@ -45,12 +46,13 @@ static double num(const json_t *o, const char *k) {
     return json_number_value(json_object_get(o, k));
 }
 
-/* One test's object: every field present and consistent with the others. */
-static void check_result(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t threads,
-                         int64_t reps, bool full_logits) {
-    char name[32];
-    snprintf(name, sizeof name, n_prompt ? "pp%lld" : "tg%lld",
-             (long long)(n_prompt ? n_prompt : n_gen));
+/* One test's object at depth n_depth: every field present and consistent with the others. */
+static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
+                            int64_t threads, int64_t reps, bool full_logits) {
+    char name[64];
+    int len = snprintf(name, sizeof name, n_prompt ? "pp%lld" : "tg%lld",
+                       (long long)(n_prompt ? n_prompt : n_gen));
+    if (n_depth) snprintf(name + len, sizeof name - (size_t)len, " @ d%lld", (long long)n_depth);
     static const char *const strings[] = {"test", "model_filename", "model_type", "test_time",
                                           "kernels"};
     for (int i = 0; i < 5; i++)
@@ -65,6 +67,9 @@ static void check_result(const json_t *o, int64_t n_prompt, int64_t n_gen, int64
           "%s: n_prompt %lld, n_gen %lld", name,
           (long long)json_integer_value(json_object_get(o, "n_prompt")),
           (long long)json_integer_value(json_object_get(o, "n_gen")));
+    CHECK(json_is_integer(json_object_get(o, "n_depth")) &&
+              json_integer_value(json_object_get(o, "n_depth")) == n_depth,
+          "%s: n_depth %lld", name, (long long)json_integer_value(json_object_get(o, "n_depth")));
     CHECK(json_integer_value(json_object_get(o, "n_threads")) == threads, "%s: n_threads", name);
     CHECK(json_is_boolean(json_object_get(o, "full_logits")) &&
               json_boolean_value(json_object_get(o, "full_logits")) == full_logits,
@@ -73,7 +78,7 @@ static void check_result(const json_t *o, int64_t n_prompt, int64_t n_gen, int64
           "%s: model_size", name);
     CHECK(num(o, "model_n_params") > 0 && num(o, "load_ms") > 0 && num(o, "peak_rss_bytes") > 0,
           "%s: params, load_ms, peak_rss_bytes positive", name);
-    CHECK(num(o, "n_ctx") >= n_prompt + n_gen, "%s: n_ctx %g", name, num(o, "n_ctx"));
+    CHECK(num(o, "n_ctx") >= n_depth + n_prompt + n_gen, "%s: n_ctx %g", name, num(o, "n_ctx"));
 
     const json_t *sns = json_object_get(o, "samples_ns"), *sts = json_object_get(o, "samples_ts");
     if (!CHECK(json_array_size(sns) == (size_t)reps && json_array_size(sts) == (size_t)reps,
@@ -104,6 +109,11 @@ static void check_result(const json_t *o, int64_t n_prompt, int64_t n_gen, int64
     CHECK(num(o, "stddev_ns") >= 0, "%s: stddev_ns", name);
 }
 
+static void check_result(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t threads,
+                         int64_t reps, bool full_logits) {
+    check_result_at(o, n_prompt, n_gen, 0, threads, reps, full_logits);
+}
+
 static void check_json(void) {
     json_t *a = bench_json("llama3-q4g64", "-p 8,16 -n 4 -r 2 -t 1 -o json", 3);
     if (a) {
@@ -122,6 +132,22 @@ static void check_json(void) {
         check_result(json_array_get(a, 0), 8, 0, 1, 3, true);
         check_result(json_array_get(a, 1), 0, 4, 1, 3, false); /* the flag is about prefill */
     }
+    json_decref(a);
+
+    /* Depth by depth, ppN then tgN at each; the prefix counts in the default n_ctx. */
+    a = bench_json("llama3-q4g64", "-p 8 -n 4 -d 0,6 -r 2 -t 1 -o json", 4);
+    if (a) {
+        check_result_at(json_array_get(a, 0), 8, 0, 0, 1, 2, false);
+        check_result_at(json_array_get(a, 1), 0, 4, 0, 1, 2, false);
+        check_result_at(json_array_get(a, 2), 8, 0, 6, 1, 2, false);
+        check_result_at(json_array_get(a, 3), 0, 4, 6, 1, 2, false);
+        CHECK(json_integer_value(json_object_get(json_array_get(a, 3), "n_ctx")) == 18,
+              "n_ctx defaults to max(-d) + max(-p) + max(-n)");
+    }
+    json_decref(a);
+    /* A cache of exactly depth + the longest test is enough. */
+    a = bench_json("llama3-q4g64", "-p 8 -n 0 -d 16 -c 24 -r 1 -t 1 -o json", 1);
+    if (a) check_result_at(json_array_get(a, 0), 8, 0, 16, 1, 1, false);
     json_decref(a);
 
     a = bench_json("qwen2-bf16", "-p 0 -n 3 -r 1 -t 1,2 -c 64 -o json", 2);
@@ -190,6 +216,10 @@ static void check_md(void) {
     CHECK(rc == 0 && strstr(out, " pp8 full-logits | ") && !strstr(out, " tg"),
           "md names --full-logits, -n 0 drops tg");
 
+    rc = bench("llama3-q4g64", "-p 0 -n 4 -d 0,6 -r 1 -t 1");
+    CHECK(rc == 0 && strstr(out, " tg4 | ") && strstr(out, " tg4 @ d6 | "),
+          "md names a depth as llama-bench does: %s", out);
+
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "'%s' bench --help", bin());
     rc = run_capture(cmd, out, sizeof out);
@@ -225,6 +255,9 @@ static void check_bad_flags(void) {
         {"unknown option", "--frob", "--frob"},
         {"nothing to run", "-p 0 -n 0", "nothing to run"},
         {"-c too small", "-p 8 -n 4 -c 6", "-c 6"},
+        {"-c too small for the depth", "-p 8 -n 4 -d 16 -c 20", "-c 20"},
+        {"-d -1", "-d -1", "-d"},
+        {"-d x", "-d x", "-d"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "%s %s", m, bad[i].args);

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_fixtures as mf  # noqa: E402
+from gguf_layout import gguf_name, heads_for, permute, unpermute  # noqa: E402
 
 import gguf  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
@@ -32,53 +33,6 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 TYPES = {"f32": Q.F32, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1}
 SOURCES = {"llama-tied-bf16": TYPES, "qwen2-bf16": TYPES,
            "cohere2-bf16": {"f32": Q.F32, "q4_1": Q.Q4_1}}
-
-LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
-def gguf_name(hf):
-    if hf == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf == "model.norm.weight":
-        return "output_norm.weight"
-    if hf == "lm_head.weight":
-        return "output.weight"
-    parts = hf.split(".")
-    assert parts[0] == "model" and parts[1] == "layers", hf
-    return f"blk.{parts[2]}." + LAYER_NAMES[".".join(parts[3:])]
-
-
-def permute(w, n_head):
-    """llama.cpp converter's q/k row order for its interleaved RoPE."""
-    shape = w.shape
-    return w.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
-
-
-def unpermute(w, n_head):
-    shape = w.shape
-    return w.reshape(n_head, shape[0] // n_head // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
-
-
-def heads_for(hf, cfg):
-    if ".q_proj." in hf:
-        return cfg["num_attention_heads"]
-    if ".k_proj." in hf:
-        return cfg["num_key_value_heads"]
-    return 0
-
 
 def write_one(src_dir, dst_dir, qtype, ids):
     cfg = json.loads((src_dir / "config.json").read_text())

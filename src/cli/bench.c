@@ -4,7 +4,9 @@
  *
  * ppN: one prefill call over N synthetic token ids from an empty sequence (the LM head
  * runs on the last row only, or on every row with --full-logits). tgN: N decode steps of
- * one token each from an empty cache. Token ids come from a fixed-seed pseudo-random
+ * one token each from an empty cache. With -d D each test starts instead after a D-token
+ * prefix is in the cache (prefilled before the clock starts, llama-bench's -d; its
+ * table names the test "tg128 @ d2048"). Token ids come from a fixed-seed pseudo-random
  * sequence, so tokenization is never timed and runs are repeatable. Each test has one
  * warm-up run and -r timed runs; everything a run touches is allocated before the clock
  * starts. --memory also measures the machine's memory read bandwidth at the same thread
@@ -32,14 +34,18 @@
 #include <unistd.h>
 
 static const char usage_text[] =
-    "usage: celer bench -m MODEL [-p 512[,2048..]] [-n 128[,..]] [-r 5] [-t N[,N..]] [-c CTX]\n"
-    "                   [--full-logits] [-o md|json] [--memory] [--image FILE]\n"
+    "usage: celer bench -m MODEL [-p 512[,2048..]] [-n 128[,..]] [-d 0[,2048..]] [-r 5]\n"
+    "                   [-t N[,N..]] [-c CTX] [--full-logits] [-o md|json] [--memory]\n"
+    "                   [--image FILE]\n"
     "  -p LIST        prompt lengths: ppN prefills N synthetic ids in one call (default 512)\n"
     "  -n LIST        generation lengths: tgN runs N one-token decode steps (default 128)\n"
     "                 0 turns a kind off (-p 0 -n 128 runs tg128 only)\n"
+    "  -d LIST        depths: every test runs once per depth D, after a D-token prefix of\n"
+    "                 synthetic ids is in the cache (prefilled untimed, as llama-bench -d;\n"
+    "                 default 0, an empty cache)\n"
     "  -r R           timed repetitions per test, after one warm-up run (default 5)\n"
     "  -t LIST        threads (default: the physical cores, %d here)\n"
-    "  -c CTX         KV cache positions (default: max(-p) + max(-n))\n"
+    "  -c CTX         KV cache positions (default: max(-d) + max(-p) + max(-n))\n"
     "  --full-logits  prefill computes logits for every prompt row (celer_forward), to A/B\n"
     "                 the last-row LM head\n"
     "  -o md|json     a markdown table (default) or a JSON array with llama-bench's field names\n"
@@ -58,6 +64,8 @@ typedef struct bench_opts {
     cli_model_opts mo;
     int64_t *pp, *tg; /* prompt / generation lengths, zeros dropped */
     int64_t n_pp, n_tg;
+    int64_t *depth; /* prefix lengths, zeros kept: d0 is an empty cache */
+    int64_t n_depth;
     int64_t *threads;
     int64_t n_threads;
     int64_t reps;
@@ -65,8 +73,10 @@ typedef struct bench_opts {
     const char *image;
 } bench_opts;
 
-/* "512,2048" -> lengths (malloc'd); zeros are dropped, as llama-bench skips them. */
-static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *n) {
+/* "512,2048" -> lengths (malloc'd); zeros are dropped unless keep_zero, as llama-bench
+ * skips ppN/tgN of 0 but runs depth 0. */
+static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t hi, bool keep_zero,
+                           int64_t *n) {
     int64_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
     int64_t *v = malloc(sizeof *v * (size_t)cap);
@@ -85,7 +95,7 @@ static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t 
         if (*e || x < lo || x > hi)
             cli_die("%s: expected comma-separated integers from %lld to %lld, found \"%s\"", flag,
                     (long long)lo, (long long)hi, s);
-        if (x > 0) v[(*n)++] = x;
+        if (x > 0 || keep_zero) v[(*n)++] = x;
         if (!end) break;
         p = end + 1;
     }
@@ -93,7 +103,7 @@ static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t 
 }
 
 static void parse_opts(bench_opts *o, int argc, char **argv) {
-    const char *pp = "512", *tg = "128", *threads = NULL, *out = "md";
+    const char *pp = "512", *tg = "128", *depth = "0", *threads = NULL, *out = "md";
     o->reps = 5;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -115,8 +125,8 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
         }
         const bool thr = !strcmp(a, "-t") || !strcmp(a, "--threads");
         if (!thr && cli_model_flag(&o->mo, argc, argv, &i)) continue;
-        const bool takes_value =
-            thr || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r") || !strcmp(a, "-o");
+        const bool takes_value = thr || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-d") ||
+                                 !strcmp(a, "-r") || !strcmp(a, "-o");
         if (!takes_value) cli_die("bench: unknown option %s (see celer bench --help)", a);
         if (i + 1 >= argc) cli_die("%s: expected a value", a);
         const char *v = argv[++i];
@@ -126,6 +136,8 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
             pp = v;
         else if (!strcmp(a, "-n"))
             tg = v;
+        else if (!strcmp(a, "-d"))
+            depth = v;
         else if (!strcmp(a, "-o"))
             out = v;
         else {
@@ -138,10 +150,11 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
         o->json = true;
     else if (strcmp(out, "md"))
         cli_die("-o: expected md or json, found \"%s\"", out);
-    o->pp = parse_list("-p", pp, 0, BENCH_MAX_LEN, &o->n_pp);
-    o->tg = parse_list("-n", tg, 0, BENCH_MAX_LEN, &o->n_tg);
+    o->pp = parse_list("-p", pp, 0, BENCH_MAX_LEN, false, &o->n_pp);
+    o->tg = parse_list("-n", tg, 0, BENCH_MAX_LEN, false, &o->n_tg);
+    o->depth = parse_list("-d", depth, 0, BENCH_MAX_LEN, true, &o->n_depth);
     if (threads) {
-        o->threads = parse_list("-t", threads, 1, 1024, &o->n_threads);
+        o->threads = parse_list("-t", threads, 1, 1024, false, &o->n_threads);
     } else {
         o->threads = malloc(sizeof *o->threads);
         if (!o->threads) cli_die("out of memory");
@@ -186,7 +199,7 @@ static int64_t peak_rss_bytes(void) {
 /* ==== Tests ==== */
 
 typedef struct bench_result {
-    int64_t n_prompt, n_gen;
+    int64_t n_prompt, n_gen, n_depth;
     int32_t n_threads;
     const char *kernels; /* static, from the library */
     int64_t n_ctx;
@@ -198,7 +211,8 @@ typedef struct bench_result {
 
 /* Reusable buffers: all sized before any clock starts. */
 typedef struct bench_buffers {
-    const int32_t *ids; /* synthetic ids, max(p, n) of them */
+    const int32_t *ids; /* synthetic ids: max(-d) for the prefix, then max(p, n) */
+    int64_t max_depth;
     float *logits;      /* [vocab] */
     float *all_logits;  /* [max(p), vocab] with --full-logits, else NULL */
 } bench_buffers;
@@ -207,12 +221,21 @@ static void check(celer_context *ctx, celer_status s) {
     if (s != CELER_OK) cli_die("bench: %s", celer_context_last_error(ctx));
 }
 
-/* One run of a test from an empty sequence 0; returns its nanoseconds. */
+/* One run of a test on sequence 0 after its n_depth-token prefix (untimed); returns the
+ * test's nanoseconds. */
 static int64_t bench_run_once(celer_context *ctx, const bench_result *r, const bench_buffers *bb,
                               bool full_logits) {
     check(ctx, celer_seq_reset(ctx, 0));
+    if (r->n_depth) {
+        celer_batch b = celer_batch_tokens(bb->ids, r->n_depth);
+        check(ctx, celer_forward_last_logits(ctx, &b, r->n_depth - 1, bb->logits));
+        if (celer_seq_length(ctx, 0) != r->n_depth)
+            cli_die("bench: the cache holds %lld positions after a %lld-token prefix",
+                    (long long)celer_seq_length(ctx, 0), (long long)r->n_depth);
+    }
+    const int32_t *ids = bb->ids + bb->max_depth; /* the test's ids follow every prefix */
     if (r->n_prompt) {
-        celer_batch b = celer_batch_tokens(bb->ids, r->n_prompt);
+        celer_batch b = celer_batch_tokens(ids, r->n_prompt);
         const int64_t t0 = now_ns();
         if (full_logits)
             check(ctx, celer_forward(ctx, &b, bb->all_logits));
@@ -223,7 +246,7 @@ static int64_t bench_run_once(celer_context *ctx, const bench_result *r, const b
     /* Like llama-bench's tgN: each step feeds the next synthetic id; nothing is sampled. */
     const int64_t t0 = now_ns();
     for (int64_t i = 0; i < r->n_gen; i++) {
-        celer_batch b = celer_batch_tokens(bb->ids + i, 1);
+        celer_batch b = celer_batch_tokens(ids + i, 1);
         check(ctx, celer_forward_last_logits(ctx, &b, 0, bb->logits));
     }
     return now_ns() - t0;
@@ -394,11 +417,15 @@ static void model_decode_bytes(bench_model *bm) {
     bm->decode_bytes -= (int64_t)((double)(bm->n_vocab * bm->n_embd) * per_weight);
 }
 
+/* "pp512", "tg128 @ d2048" (llama-bench's names), "pp512 full-logits". */
 static void test_name(const bench_result *r, bool full_logits, char *out, size_t cap) {
+    char depth[32] = "";
+    if (r->n_depth) snprintf(depth, sizeof depth, " @ d%lld", (long long)r->n_depth);
     if (r->n_prompt)
-        snprintf(out, cap, "pp%lld%s", (long long)r->n_prompt, full_logits ? " full-logits" : "");
+        snprintf(out, cap, "pp%lld%s%s", (long long)r->n_prompt, depth,
+                 full_logits ? " full-logits" : "");
     else
-        snprintf(out, cap, "tg%lld", (long long)r->n_gen);
+        snprintf(out, cap, "tg%lld%s", (long long)r->n_gen, depth);
 }
 
 static int md_model_width(const bench_model *bm) {
@@ -467,6 +494,7 @@ static json_t *json_result(const bench_model *bm, const bench_result *r, const b
     json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "n_prompt", json_integer(r->n_prompt));
     json_object_set_new(j, "n_gen", json_integer(r->n_gen));
+    json_object_set_new(j, "n_depth", json_integer(r->n_depth));
     json_object_set_new(j, "full_logits", json_boolean(r->n_prompt && o->full_logits));
     json_object_set_new(j, "test_time", json_string(r->test_time));
     json_object_set_new(j, "avg_ns", json_integer((json_int_t)llround(avg_ns)));
@@ -517,11 +545,13 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o = {0};
     parse_opts(&o, argc, argv);
     const int64_t max_p = max_of(o.pp, o.n_pp), max_n = max_of(o.tg, o.n_tg);
+    const int64_t max_d = max_of(o.depth, o.n_depth);
     const int64_t need = max_p > max_n ? max_p : max_n;
-    if (o.mo.n_ctx && o.mo.n_ctx < need)
+    if (o.mo.n_ctx && o.mo.n_ctx < max_d + need)
         cli_die("-c %lld: the longest test needs %lld positions", (long long)o.mo.n_ctx,
-                (long long)need);
-    const int64_t n_ctx = o.mo.n_ctx ? o.mo.n_ctx : (max_p + max_n > 0 ? max_p + max_n : 1);
+                (long long)(max_d + need));
+    const int64_t n_ctx =
+        o.mo.n_ctx ? o.mo.n_ctx : (max_d + max_p + max_n > 0 ? max_d + max_p + max_n : 1);
 
     char err[512];
     int64_t t0 = now_ns();
@@ -536,11 +566,13 @@ int cmd_bench(int argc, char **argv) {
     bm.tied = strstr(bm.desc, "tied head") != NULL;
     model_decode_bytes(&bm);
 
-    /* Every buffer a timed run touches, before any clock starts. */
-    const int64_t per_t = o.n_pp + o.n_tg, n_res = per_t * o.n_threads;
+    /* Every buffer a timed run touches, before any clock starts. Per thread count the
+     * tests run depth by depth, ppN then tgN at each (llama-bench's order). */
+    const int64_t per_d = o.n_pp + o.n_tg, per_t = per_d * o.n_depth, n_res = per_t * o.n_threads;
     bench_result *res = calloc((size_t)(n_res > 0 ? n_res : 1), sizeof *res);
-    int32_t *ids = synthetic_ids(need, bm.n_vocab);
-    bench_buffers bb = {.ids = ids, .logits = malloc(sizeof(float) * (size_t)bm.n_vocab)};
+    int32_t *ids = synthetic_ids(max_d + need, bm.n_vocab);
+    bench_buffers bb = {
+        .ids = ids, .max_depth = max_d, .logits = malloc(sizeof(float) * (size_t)bm.n_vocab)};
     if (o.full_logits && max_p)
         bb.all_logits = malloc(sizeof(float) * (size_t)max_p * (size_t)bm.n_vocab);
     if (!res || !bb.logits || (o.full_logits && max_p && !bb.all_logits)) cli_die("out of memory");
@@ -562,9 +594,10 @@ int cmd_bench(int argc, char **argv) {
         res[i].samples_ns = malloc(sizeof(int64_t) * (size_t)o.reps);
         res[i].samples_ts = malloc(sizeof(double) * (size_t)o.reps);
         if (!res[i].samples_ns || !res[i].samples_ts) cli_die("out of memory");
-        const int64_t k = i % per_t;
+        const int64_t k = i % per_d;
         res[i].n_prompt = k < o.n_pp ? o.pp[k] : 0;
         res[i].n_gen = k < o.n_pp ? 0 : o.tg[k - o.n_pp];
+        res[i].n_depth = o.depth[i % per_t / per_d];
     }
 
     for (int64_t ti = 0; ti < o.n_threads && (n_res || o.image); ti++) {
@@ -629,12 +662,15 @@ int cmd_bench(int argc, char **argv) {
                    "passes)\n",
                    read_bps[ti] / 1e9, (long long)o.threads[ti], o.threads[ti] > 1 ? "s" : "",
                    mem_bytes >> 20);
-            for (int64_t k = o.n_pp; k < per_t; k++) {
+            for (int64_t k = 0; k < per_t; k++) {
                 const bench_result *r = &res[ti * per_t + k];
+                if (!r->n_gen) continue;
                 double mean, sd;
+                char test[64];
                 mean_stddev(r->samples_ts, o.reps, &mean, &sd);
-                printf("  tg%lld: %.2f MiB per token (%s) x %.2f t/s = %.2f GB/s, %.3f of it\n",
-                       (long long)r->n_gen, (double)bm.decode_bytes / (1024.0 * 1024),
+                test_name(r, false, test, sizeof test);
+                printf("  %s: %.2f MiB per token (%s) x %.2f t/s = %.2f GB/s, %.3f of it\n", test,
+                       (double)bm.decode_bytes / (1024.0 * 1024),
                        bm.tied ? "all weights, tied head"
                                : "weights less the embedding table, estimated",
                        mean, (double)bm.decode_bytes * mean / 1e9,
@@ -648,7 +684,7 @@ int cmd_bench(int argc, char **argv) {
     free(ib.embd), free(ib.tokens), free(ib.samples);
     celer_image_free(ib.img);
     json_decref(img_json);
-    free(o.pp), free(o.tg), free(o.threads);
+    free(o.pp), free(o.tg), free(o.depth), free(o.threads);
     celer_model_close(m);
     return 0;
 }

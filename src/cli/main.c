@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "  tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]   ids of a text\n"
           "  detokenize -m PATH --ids 1,2,3 [--skip-special]   text of ids\n"
           "  template -m MODEL --messages FILE.json [--add-generation-prompt]   prompt from the chat template\n"
-          "  bench -m MODEL [-p 512,2048] [-n 128] [-r 5] [-t N] [-c CTX] [--full-logits] [-o md|json]\n"
+          "  bench -m MODEL [-p 512,2048] [-n 128] [-d 0,2048] [-r 5] [-t N] [-c CTX] [--full-logits] [-o md|json]\n"
           "        [--memory]                                       prefill/decode speed, as llama-bench\n"
           "  serve [-m MODEL] [--host H] [--port P] [-np N] [-c KV_POSITIONS] [--api-key K] [--metrics] ...\n"
           "                                                         OpenAI-compatible HTTP server\n"
