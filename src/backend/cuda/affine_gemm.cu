@@ -9,7 +9,7 @@
  * is about 25% faster and moved the fixtures' logits by up to 6e-3 relative against
  * transformers (bound 2e-3), so it is not offered.
  *
- * First x is staged once per product (k_stage_x, k_sum_x): each 64-column stage of a
+ * First x is staged once per product (k_stage_x): each 64-column stage of a
  * token row is permuted so that the 16 values one lane feeds to the mma's B operand over
  * the stage's four k-steps (columns 16m + 4t .. 16m + 4t + 3, m = 0..3) sit in two
  * 16-byte units, and the fp32 sums of x per group go beside it.
@@ -39,7 +39,7 @@ static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 /* Columns of the staged x: whole stages. */
 static int64_t staged_cols(const cuda_affine *w) { return round_up(w->cols, GM_BK); }
 /* Groups of the staged x (the sums of x per group). */
-static int64_t staged_groups(const cuda_affine *w) { return staged_cols(w) / w->group + 1; }
+static int64_t staged_groups(const cuda_affine *w) { return staged_cols(w) / w->group; }
 
 /* ==== x in fp16, permuted per stage, and its sums per group ==== */
 
@@ -51,10 +51,12 @@ __device__ __forceinline__ int stage_pos(int c) {
 }
 
 /* xh, xl [n_pad, kx] = x[n, cols] as two fp16 parts (x = hi + lo to about 22 bits),
- * permuted per stage, zero past the matrix and past n. One thread per four columns of a
- * token. */
-__global__ static void k_stage_x(__half *xh, __half *xl, const float *__restrict__ x, int64_t n, int64_t cols,
-                                 int64_t kx, int64_t m) {
+ * permuted per stage, zero past the matrix and past n; xsum[g, n_pad] = the fp32 sum of x
+ * over group g of each token (0 past the matrix and past n). One thread per four columns
+ * of a token: a group's 8, 16 or 32 threads are aligned lanes of one warp (kx is a whole
+ * number of stages and m of warps), which add their sums by shuffles. */
+__global__ static void k_stage_x(__half *xh, __half *xl, float *xsum, const float *__restrict__ x, int64_t n,
+                                 int64_t n_pad, int64_t cols, int64_t kx, int64_t group, int64_t m) {
     GRID_STRIDE(i, m) {
         const int64_t tok = i / (kx / 4), c = 4 * (i % (kx / 4));
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -62,27 +64,15 @@ __global__ static void k_stage_x(__half *xh, __half *xl, const float *__restrict
 #pragma unroll
             for (int e = 0; e < 4; e++) v[e] = x[tok * cols + c + e];
         const __half2 h01 = __floats2half2_rn(v[0], v[1]), h23 = __floats2half2_rn(v[2], v[3]);
-        const int64_t o = tok * kx + (c & ~(int64_t)(GM_BK - 1)) + stage_pos((int)(c & (GM_BK - 1)));
         const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
         const __half2 l01 = __floats2half2_rn(v[0] - f01.x, v[1] - f01.y);
         const __half2 l23 = __floats2half2_rn(v[2] - f23.x, v[3] - f23.y);
+        const int64_t o = tok * kx + (c & ~(int64_t)(GM_BK - 1)) + stage_pos((int)(c & (GM_BK - 1)));
         *(uint2 *)(xh + o) = make_uint2(h2_bits(h01), h2_bits(h23));
         *(uint2 *)(xl + o) = make_uint2(h2_bits(l01), h2_bits(l23));
-    }
-}
-
-/* xsum[g, n_pad] = sum of x[tok, g * group .. (g + 1) * group - 1] in fp32 (0 past the
- * matrix and past n). One thread per (group, token). */
-__global__ static void k_sum_x(float *xsum, const float *__restrict__ x, int64_t n, int64_t n_pad, int64_t cols,
-                               int64_t group, int64_t m) {
-    GRID_STRIDE(i, m) {
-        const int64_t g = i / n_pad, tok = i % n_pad;
-        float s = 0.0f;
-        if (tok < n && g * group < cols) {
-            const float *xr = x + tok * cols + g * group;
-            for (int64_t c = 0; c < group; c++) s += xr[c];
-        }
-        xsum[i] = s;
+        float sx = (v[0] + v[1]) + (v[2] + v[3]);
+        for (int off = 1; off < group / 4; off <<= 1) sx += __shfl_xor_sync(0xffffffffu, sx, off);
+        if (c % group == 0) xsum[(c / group) * n_pad + tok] = sx;
     }
 }
 
@@ -313,7 +303,7 @@ extern "C" size_t cuda_affine_gemm_work_size(const cuda_affine *w, int64_t n) {
 
 extern "C" size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols) {
     const int64_t kx = round_up(cols, GM_BK);
-    return work_bytes(n, kx, kx / 32 + 1); /* groups of 32 are the smallest */
+    return work_bytes(n, kx, kx / 32); /* groups of 32 are the smallest */
 }
 
 extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
@@ -333,9 +323,8 @@ extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, con
         *r = true;
     }
 
-    const int64_t m = n_pad * (kx / 4);
-    k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, x, n, w->cols, kx, m);
-    k_sum_x<<<blocks_for(groups * n_pad), THREADS, 0, s>>>(xsum, x, n, n_pad, w->cols, w->group, groups * n_pad);
+    const int64_t m = n_pad * (kx / 4); /* a multiple of 32: whole warps in k_stage_x's shuffles */
+    k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);
     const dim3 grid((unsigned)((w->row_tiles + 7) / 8), (unsigned)(n_pad / GM_BN));
     k<<<grid, GM_WARPS * 32, smem, s>>>(y, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, (const uint4 *)w->codes,
                                         (const uint32_t *)w->sb, w->sb_kind, (int)w->rows, (int)w->row_tiles,
