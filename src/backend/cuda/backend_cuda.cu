@@ -408,7 +408,7 @@ static void cuda_op_attention(backend *be, float *out, const float *q, const voi
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
               r->block_size, r->window, r->h, r->hk, r->hd, r->scale))
         return;
-    cuda_attention(cb_of(be)->stream, out, q, kpool, vpool, rows, be->kv_f16);
+    cuda_attention(cb_of(be), out, q, kpool, vpool, rows);
 }
 
 static void cuda_op_attention_full(backend *be, float *out, const float *q, const float *k, const float *v,
@@ -458,6 +458,7 @@ static void cuda_destroy(backend *be) {
     cudaFree(cb->deq);
     cudaFree(cb->xs);
     cudaFree(cb->gemv_work);
+    cudaFree(cb->att_part);
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -511,11 +512,14 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->device = p->device;
     cb->p = *p;
     cb->deq_rows = DEQ_VALUES / (p->max_cols > 0 ? p->max_cols : 1);
+    const size_t att_bytes = cuda_attention_scratch_bytes(p->hd);
+    cb->att_part_floats = (int64_t)(att_bytes / sizeof(float));
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc(&cb->deq, 4 * (size_t)(cb->deq_rows * p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
-        cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess) {
+        cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess ||
+        cudaMalloc((void **)&cb->att_part, att_bytes) != cudaSuccess) {
         cudaGetLastError();
         cuda_destroy(&cb->base);
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
