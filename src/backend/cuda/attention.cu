@@ -3,8 +3,9 @@
  * (grouped-query, sliding windows, fp16 or fp32 pools) and full attention within
  * segments of rows (a vision encoder's tiles). cuda_attention picks the kernel:
  *
- *   - fp16 pools (head dims multiples of 8 up to 256): the decode kernel here, with each
- *     row's keys split across blocks when the rows alone leave the GPU idle;
+ *   - many rows, fp16 pools, a head dim attention_flash.cu has: its tensor-core tiles;
+ *   - otherwise fp16 pools (head dims multiples of 8 up to 256): the decode kernel here,
+ *     with each row's keys split across blocks when the rows alone leave the GPU idle;
  *   - anything else (fp32 pools): the simple kernel, also the form the others are
  *     checked against.
  *
@@ -118,6 +119,10 @@ __global__ static void k_attention(float *out, const float *q, const void *kpool
 #define SPLIT_KEYS 128  /* keys a split takes at least */
 #define SPLIT_MAX 64    /* splits of a row at most */
 #define SPLIT_PARTS 4096 /* (row, head, split) partial results the scratch holds */
+/* Calls of at most this many rows take the decode kernel even where the tiles could run:
+ * the rows of a step of few rows are often of as many sequences, which a tile of 16 rows
+ * would walk one after another. */
+#define DECODE_ROWS 8
 
 /* The splits a row of span keys takes, of at most smax. */
 __device__ static int splits_for(int span, int smax) {
@@ -260,6 +265,10 @@ void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kp
     const bool f16 = cb->base.kv_f16;
     CELER_ASSERT(ar->hd <= 32 * ATT_MAX_PER_LANE && ar->hk > 0 && ar->h % ar->hk == 0);
     if (ar->n <= 0) return;
+    if (f16 && ar->n > DECODE_ROWS && cuda_attention_flash_fits(ar->hd)) {
+        cuda_attention_flash(s, out, q, kpool, vpool, ar);
+        return;
+    }
     if (f16 && ar->hd % 8 == 0) {
         int gl = 1;
         while (gl * 8 < ar->hd) gl *= 2;

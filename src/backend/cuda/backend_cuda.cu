@@ -526,6 +526,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
         return NULL;
     }
     gemv_work_reserve(cb);
+    cuda_attention_flash_init();
     CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
     CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
     return &cb->base;
