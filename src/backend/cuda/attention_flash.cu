@@ -10,11 +10,13 @@
  * sequence at pool row table[j / block_size] * block_size + j % block_size) by cp.async
  * into two shared-memory stages, so the next tile loads while this one is computed.
  *
- * Rows are general: the rows of a block may belong to several sequences at any
- * positions (continuous batching). The block walks the distinct sequences of its rows
- * in turn, over the union of their rows' key ranges; each score is masked by its row's
- * sequence, causal bound (pos) and window, and a warp skips tiles none of its rows reads.
- * One sequence with consecutive positions (a prefill chunk) is one pass.
+ * Rows are general: the rows of a tile may belong to several sequences at any positions
+ * (continuous batching). FLASH_SEQ_BLOCKS blocks share a tile: each takes every
+ * FLASH_SEQ_BLOCKS-th of its distinct sequences and walks them in turn, each over the
+ * union of its rows' key ranges; every score is masked by its row's sequence, causal
+ * bound (pos) and window, and a warp skips key tiles none of its rows reads. One
+ * sequence with consecutive positions (a prefill chunk) is one pass of one block, its
+ * partners leaving at once.
  *
  * Exactness. K and V are fp16 in the pool, so they enter the tensor cores exactly. The
  * fp32 query is scaled per row by a power of two (its largest element to [2^14, 2^15))
@@ -36,6 +38,7 @@
 #define FLASH_THREADS (32 * FLASH_WARPS)
 #define FLASH_ROWS 64        /* rows of a block at most (16 per warp, one head) */
 #define P_SCALE 4096.0f      /* probabilities are split at p * 2^12: no fp16 subnormals */
+#define FLASH_SEQ_BLOCKS 8   /* blocks sharing a tile whose rows are of several sequences */
 
 /* The head dims with a kernel (multiples of 16). */
 #define FLASH_HDS(X) X(64) X(80) X(96) X(112) X(128) X(160) X(192) X(256)
@@ -110,6 +113,7 @@ __device__ static inline void split_pair(float x0, float x1, uint32_t *hi, uint3
 struct flash_rows {
     int seq[FLASH_ROWS], pos[FLASH_ROWS], lo[FLASH_ROWS]; /* seq -1: past the call's rows */
     float fac[FLASH_WARPS][16];                          /* scale / the query row's power of two */
+    bool own[FLASH_ROWS];                                /* the row's sequence is this block's */
     int next, klo, khi;
 };
 
@@ -278,8 +282,10 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
     }
 }
 
-/* grid (h / hq, row tiles): block x takes query heads hq * x .. of KV head x / (group / hq),
- * block y the row tile counted from the end (longer spans start first). */
+/* grid (h / hq, row tiles, FLASH_SEQ_BLOCKS): block x takes query heads hq * x .. of KV head
+ * x / (group / hq), block y the row tile counted from the end (longer spans start first),
+ * block z the tile's sequences z, z + FLASH_SEQ_BLOCKS, ... in order of their first row
+ * (their rows' outputs; blocks past the tile's sequences leave at once). */
 template <int HD>
 __global__ static void __launch_bounds__(FLASH_THREADS)
     k_flash(float *out, const float *q, const __half *kpool, const __half *vpool, attn_rows ar, int hq) {
@@ -304,6 +310,15 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         if (r < ar.n) sq = ar.seq[r], p = ar.pos[r];
         rows.seq[tid] = sq, rows.pos[tid] = p;
         rows.lo[tid] = ar.window > 0 && p - ar.window + 1 > 0 ? p - (int)ar.window + 1 : 0;
+        rows.own[tid] = false;
+    }
+    __syncthreads();
+    if (blockIdx.z > 0) { /* leave unless the rows hold more than blockIdx.z sequences */
+        const int s0 = rows.seq[0];
+        if (!__syncthreads_or(tid < bm && rows.seq[tid] >= 0 && rows.seq[tid] != s0)) return;
+        bool first = tid < bm && rows.seq[tid] >= 0;
+        for (int i = 0; first && i < tid; i++) first = rows.seq[i] != rows.seq[tid];
+        if ((int)blockIdx.z >= __syncthreads_count(first)) return;
     }
     __half *qh = qs + warp * 2 * 16 * LD, *ql = qh + 16 * LD;
     flash_load_q<HD>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
@@ -312,10 +327,9 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
 #pragma unroll
     for (int d = 0; d < ND; d++) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
 
-    bool done = true; /* thread tid < bm: its row's sequence has been attended to */
-    __syncthreads();
+    bool done = true; /* thread tid < bm: its row's sequence has been seen */
     if (tid < bm) done = rows.seq[tid] < 0;
-    for (;;) {
+    for (int k = 0;; k++) {
         /* the sequence of the first row not yet done, and its rows' key range */
         __syncthreads();
         if (tid == 0) rows.next = bm, rows.klo = INT_MAX, rows.khi = -1;
@@ -325,12 +339,15 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         const int first = rows.next;
         if (first == bm) break;
         const int sq = rows.seq[first];
+        const bool ours = k % (int)gridDim.z == (int)blockIdx.z; /* the block's k-th sequence */
         if (!done && rows.seq[tid] == sq) {
             done = true;
+            rows.own[tid] = ours;
             atomicMin(&rows.klo, rows.lo[tid]);
             atomicMax(&rows.khi, rows.pos[tid]);
         }
         __syncthreads();
+        if (!ours) continue;
         const int klo = rows.klo, khi = rows.khi;
 
         /* this warp's rows of the sequence: their key range, and this thread's two rows */
@@ -375,7 +392,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         l[w] += __shfl_xor_sync(0xffffffffu, l[w], 1);
         l[w] += __shfl_xor_sync(0xffffffffu, l[w], 2);
         const int64_t r = r0 + wrow + g + 8 * w;
-        if (r >= ar.n) continue;
+        if (r >= ar.n || !rows.own[wrow + g + 8 * w]) continue;
         const float den = l[w] * P_SCALE;
         float *o = out + r * qd + head * HD + 2 * (lane % 4);
 #pragma unroll
@@ -406,7 +423,7 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const int64_t group = ar->h / ar->hk;
     const int hq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     const int64_t bm = 16 * (FLASH_WARPS / hq);
-    const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm));
+    const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), FLASH_SEQ_BLOCKS);
     CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
 #define FLASH_LAUNCH(H)                                                                                   \
     if (ar->hd == H) {                                                                                    \
