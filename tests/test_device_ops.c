@@ -1013,12 +1013,12 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
     backend_destroy(ref);
 }
 
-/* Cases for each kernel cuda_attention picks (the name says which): more than 8 rows with
- * fp16 pools and a head dim of 64..256 in steps of 16 take the tiles; up to 8 rows, or
- * other head dims, the decode kernel, split for spans of more than 128 keys; fp32 pools
- * the simple kernel. Bounds, relative to the largest value: 4e-6 against the reference
- * backend, whose fp32 scores are themselves up to ~3e-6 off on long or peaked rows, and
- * 2e-6 against the double oracle. */
+/* Cases for each kernel cuda_attention picks (the name says which): more than 32 rows with
+ * fp16 pools and a head dim of 64..256 in steps of 16 take the tiles; up to 32 rows, or
+ * other head dims, the decode kernel (GQA groups of 1, 2, 3, 4 and 8), split for spans
+ * of more than 64 keys; fp32 pools the simple kernel. Bounds, relative to the largest value: 4e-6
+ * against the reference backend, whose fp32 scores are themselves up to ~3e-6 off on long or peaked
+ * rows, and 2e-6 against the double oracle. */
 static void test_attention_paths(void) {
     const att_case cases[] = {
         {"tiles", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true},
@@ -1030,11 +1030,11 @@ static void test_attention_paths(void) {
         {"tiles", 65, 4, 2, 256, 16, 0, 1, {333}, ROWS_RUN, 2.0f, true},
         {"tiles", 40, 4, 1, 256, 16, 100, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
         {"tiles", 33, 8, 2, 112, 16, 0, 1, {140}, ROWS_RUN, 2.0f, true},
-        {"tiles", 20, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true},
+        {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true},
         {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true},
         {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true}, /* peaked scores */
-        {"tiles", 9, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
@@ -1043,6 +1043,10 @@ static void test_attention_paths(void) {
         {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true},
         {"split", 2, 4, 4, 64, 16, 0, 1, {2100}, ROWS_DECODE, 2.0f, true},
         {"split", 2, 4, 2, 40, 16, 0, 2, {1500, 129}, ROWS_DECODE, 2.0f, true},
+        {"split", 3, 16, 2, 128, 16, 0, 3, {2500, 700, 64}, ROWS_DECODE, 2.0f, true},
+        {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true},
+        {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
+        {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true},
         {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false},
