@@ -97,11 +97,6 @@ __device__ static void attend(float *out, const float *q, const void *kpool, con
     }
 }
 
-/* The first key a row at position p reads. */
-__device__ static int first_key(int p, int64_t window) {
-    return window > 0 && p - window + 1 > 0 ? p - (int)window + 1 : 0;
-}
-
 /* grid (h, n): query head blockIdx.x of row blockIdx.y over its sequence's cache. */
 __global__ static void k_attention(float *out, const float *q, const void *kpool, const void *vpool, bool f16,
                                    attn_rows ar) {

@@ -309,7 +309,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         int sq = -1, p = 0;
         if (r < ar.n) sq = ar.seq[r], p = ar.pos[r];
         rows.seq[tid] = sq, rows.pos[tid] = p;
-        rows.lo[tid] = ar.window > 0 && p - ar.window + 1 > 0 ? p - (int)ar.window + 1 : 0;
+        rows.lo[tid] = first_key(p, ar.window);
         rows.own[tid] = false;
     }
     __syncthreads();

@@ -138,6 +138,11 @@ void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t s
 
 /* ==== Attention (attention.cu, attention_flash.cu) ==== */
 
+/* The first key a row at position p reads (window 0: none). */
+__device__ static inline int first_key(int p, int64_t window) {
+    return window > 0 && p - window + 1 > 0 ? p - (int)window + 1 : 0;
+}
+
 /* The pool row of key j of a sequence with block table table (blocks of bs positions). */
 __device__ static inline int64_t kv_slot(const int32_t *table, int bs, int j) {
     return (int64_t)table[j / bs] * bs + j % bs;
