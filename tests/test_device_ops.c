@@ -8,7 +8,11 @@
  * without bias (out of place and in place), RoPE (half-split and traditional, mscale),
  * K/V stores read back by paged causal attention (two sequences with shuffled block
  * tables in one call: a prefill run and decode rows; GQA, windows 0 and 9, fp16 and fp32
- * pools, head dims 40 and 128), full attention over segments, SwiGLU, the GELU family,
+ * pools, head dims 40 and 128), paged attention on every kernel the device picks (runs
+ * of up to 300 rows, rows of several sequences mixed or at random positions, decode rows
+ * with spans past 2048, windows, GQA ratios 1 to 8, head dims 40 to 256, blocks of 7 and
+ * 16 positions; also against a double-precision oracle), full attention over segments,
+ * SwiGLU, the GELU family,
  * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
  * image patches), and the fused ops (add_rmsnorm; rope_store, its pools read back by
  * attention) against the reference's ops they stand for. Matrices and weight vectors reach the device as a model's do: prepared
@@ -31,7 +35,8 @@
  * and RoPE: 1e-6 of the largest value (one multiply-add apart). Activations and SwiGLU:
  * 1e-5 of max(1, |y|) per element (device expf, erff, tanhf against libm). Attention:
  * 2e-5 absolute on unit-scale values; with fp16 pools both backends read the same
- * rounded values, so the bound is that of fp32 pools.
+ * rounded values, so the bound is that of fp32 pools. The kernel cases: 4e-6 of the
+ * largest value against the reference backend and 2e-6 against the double oracle.
  */
 #include "harness.h"
 
@@ -873,6 +878,278 @@ static void test_rope_store(int64_t hd, bool kv_f16) {
     arena_free(&mem);
 }
 
+/* ==== attention: tiles, decode splits and the general rows ==== */
+
+/* How a case's rows are laid out over its sequences. */
+typedef enum att_layout {
+    ROWS_RUN,    /* one sequence, consecutive positions ending at its last */
+    ROWS_MIXED,  /* a run of sequence 0 with decode rows of the others (and a few of sequence
+                    0 at earlier positions) put in at random places */
+    ROWS_RANDOM, /* every row a random sequence at a random position */
+    ROWS_DECODE, /* row r: sequence r % n_seq at its last position */
+} att_layout;
+
+typedef struct att_case {
+    const char *path; /* the kernel the case is meant for: tiles, split, decode, simple */
+    int64_t n, h, hk, hd, bs, window;
+    int n_seq;
+    int32_t len[4]; /* positions stored of each sequence */
+    att_layout layout;
+    float qscale;
+    bool f16;
+} att_case;
+
+/* The rows of case c: seq[n], pos[n]. */
+static void att_rows(const att_case *c, int32_t *seq, int32_t *pos) {
+    const int64_t n = c->n;
+    switch (c->layout) {
+    case ROWS_RUN:
+        for (int64_t r = 0; r < n; r++) seq[r] = 0, pos[r] = c->len[0] - (int32_t)n + (int32_t)r;
+        break;
+    case ROWS_MIXED:
+        for (int64_t r = 0; r < n; r++) seq[r] = 0, pos[r] = c->len[0] - (int32_t)n + (int32_t)r;
+        for (int64_t k = 0; k < n / 6; k++) { /* the run moves up a row, another row goes in */
+            const int64_t at = rand_below((int32_t)n);
+            memmove(seq + at + 1, seq + at, sizeof(int32_t) * (size_t)(n - at - 1));
+            memmove(pos + at + 1, pos + at, sizeof(int32_t) * (size_t)(n - at - 1));
+            const int32_t s = (int32_t)(k % c->n_seq);
+            seq[at] = s;
+            pos[at] = k % 3 == 0 ? rand_below(c->len[s]) : c->len[s] - 1;
+        }
+        break;
+    case ROWS_RANDOM:
+        for (int64_t r = 0; r < n; r++) {
+            seq[r] = rand_below(c->n_seq);
+            pos[r] = rand_below(c->len[seq[r]]);
+        }
+        break;
+    case ROWS_DECODE:
+        for (int64_t r = 0; r < n; r++)
+            seq[r] = (int32_t)(r % c->n_seq), pos[r] = c->len[seq[r]] - 1 - (int32_t)(r / c->n_seq);
+        break;
+    }
+}
+
+/* out[n, h*hd] in double: the attention of rows ar over host pools (scores and softmax in
+ * double), the oracle both backends are measured against. */
+static void attention_double(double *out, const float *q, const void *kp, const void *vp, bool f16,
+                             const attn_rows *ar) {
+    const int64_t group = ar->h / ar->hk, kvd = ar->hk * ar->hd, qd = ar->h * ar->hd;
+    double *sc = malloc(sizeof(double) * (size_t)(ar->pos[0] + 1));
+    int64_t cap = ar->pos[0] + 1;
+    for (int64_t r = 0; r < ar->n; r++) {
+        const int64_t p = ar->pos[r],
+                      lo = ar->window > 0 && p - ar->window + 1 > 0 ? p - ar->window + 1 : 0;
+        const int32_t *table = ar->tables + (int64_t)ar->seq[r] * ar->table_cols;
+        if (p + 1 > cap) sc = realloc(sc, sizeof(double) * (size_t)(cap = p + 1));
+        CELER_ASSERT(sc != NULL);
+        for (int64_t i = 0; i < ar->h; i++) {
+            const float *qi = q + r * qd + i * ar->hd;
+            const int64_t off = (i / group) * ar->hd;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = lo; j <= p; j++) {
+                const int64_t at =
+                    ((int64_t)table[j / ar->block_size] * ar->block_size + j % ar->block_size) *
+                        kvd +
+                    off;
+                double dot = 0;
+                for (int64_t c = 0; c < ar->hd; c++)
+                    dot += (double)qi[c] * (f16 ? f16_to_f32(((const uint16_t *)kp)[at + c])
+                                                : ((const float *)kp)[at + c]);
+                sc[j] = dot * ar->scale;
+                mx = fmax(mx, sc[j]);
+            }
+            for (int64_t j = lo; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
+            double *o = out + r * qd + i * ar->hd;
+            for (int64_t c = 0; c < ar->hd; c++) o[c] = 0;
+            for (int64_t j = lo; j <= p; j++) {
+                const int64_t at =
+                    ((int64_t)table[j / ar->block_size] * ar->block_size + j % ar->block_size) *
+                        kvd +
+                    off;
+                for (int64_t c = 0; c < ar->hd; c++)
+                    o[c] += sc[j] / sum *
+                            (f16 ? f16_to_f32(((const uint16_t *)vp)[at + c])
+                                 : ((const float *)vp)[at + c]);
+            }
+        }
+    }
+    free(sc);
+}
+
+/* max |a - b| / max |b| against the double oracle. */
+static double rel_to_double(const float *a, const double *b, int64_t m) {
+    double d = 0, mx = 0;
+    for (int64_t i = 0; i < m; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        d = e != e ? INFINITY : fmax(d, e);
+        mx = fmax(mx, fabs(b[i]));
+    }
+    return d / mx;
+}
+
+#define ATT_MAX_KEYS 2600
+
+/* One case: sequences of random K and V in shuffled blocks (stored by each backend's own
+ * kv_store), random queries; the device against the reference backend and against the
+ * double oracle, each relative to the largest value of what it is compared with. */
+static void attention_case(const att_case *c, double tol_ref, double tol_oracle) {
+    const int64_t n = c->n, kvd = c->hk * c->hd, qd = c->h * c->hd, bs = c->bs;
+    int64_t blocks = 0, cols = 0;
+    for (int s = 0; s < c->n_seq; s++) {
+        const int64_t b = (c->len[s] + bs - 1) / bs;
+        blocks += b;
+        cols = b > cols ? b : cols;
+        CELER_ASSERT(c->len[s] <= ATT_MAX_KEYS);
+    }
+    cols += 1; /* a column more than any sequence uses */
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)blocks),
+            *tables = malloc(sizeof(int32_t) * (size_t)(c->n_seq * cols));
+    for (int64_t i = 0; i < blocks; i++) perm[i] = (int32_t)i;
+    for (int64_t i = blocks - 1; i > 0; i--) { /* the blocks in a random order */
+        const int32_t j = rand_below((int32_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int64_t next = 0, stored = 0;
+    for (int s = 0; s < c->n_seq; s++)
+        for (int64_t b = 0; b < cols; b++)
+            tables[s * cols + b] = b < (c->len[s] + bs - 1) / bs ? perm[next++] : 0;
+    for (int s = 0; s < c->n_seq; s++) stored += c->len[s];
+    int32_t *slot = malloc(sizeof(int32_t) * (size_t)stored);
+    for (int s = 0, k = 0; s < c->n_seq; s++)
+        for (int32_t p = 0; p < c->len[s]; p++, k++)
+            slot[k] = tables[s * cols + p / bs] * (int32_t)bs + p % (int32_t)bs;
+
+    const weight_set ws = {0};
+    const backend_params bp = params(c->f16, 512, 1024, ATT_MAX_KEYS, c->hd);
+    device d;
+    backend *ref = backend_ref_create(N_THREADS, 1024, ATT_MAX_KEYS, c->f16);
+    CELER_ASSERT(ref != NULL);
+    if (!device_open(&d, &ws, &bp)) {
+        backend_destroy(ref);
+        free(perm), free(tables), free(slot);
+        return;
+    }
+    backend *be = d.be;
+    float *k = rand_vec(stored * kvd, 1.0f), *v = rand_vec(stored * kvd, 1.0f);
+    const size_t pool = (size_t)(blocks * bs * kvd * backend_kv_bytes(c->f16));
+    void *kp = calloc(1, pool), *vp = calloc(1, pool), *dkp = put(be, NULL, pool),
+         *dvp = put(be, NULL, pool);
+    float *dk = put(be, k, sizeof(float) * (size_t)(stored * kvd)),
+          *dv = put(be, v, sizeof(float) * (size_t)(stored * kvd));
+    int32_t *dslot = put(be, slot, sizeof(int32_t) * (size_t)stored);
+    for (int64_t r0 = 0; r0 < stored; r0 += 512) {
+        const int64_t m = stored - r0 < 512 ? stored - r0 : 512;
+        be->ops->kv_store(be, dkp, dvp, dk + r0 * kvd, dv + r0 * kvd, dslot + r0, m, kvd);
+        ref->ops->kv_store(ref, kp, vp, k + r0 * kvd, v + r0 * kvd, slot + r0, m, kvd);
+    }
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)n), *pos = malloc(sizeof(int32_t) * (size_t)n);
+    att_rows(c, seq, pos);
+    float *q = rand_vec(n * qd, c->qscale), *out = malloc(sizeof(float) * (size_t)(n * qd)),
+          *outd = malloc(sizeof(float) * (size_t)(n * qd));
+    double *oracle = malloc(sizeof(double) * (size_t)(n * qd));
+    float *dq = put(be, q, sizeof(float) * (size_t)(n * qd)), *dout = put_nan(be, n * qd);
+    int32_t *dpos = put(be, pos, sizeof(int32_t) * (size_t)n),
+            *dseq = put(be, seq, sizeof(int32_t) * (size_t)n),
+            *dtab = put(be, tables, sizeof(int32_t) * (size_t)(c->n_seq * cols));
+    const attn_rows rows = {.n = n,
+                            .pos = pos,
+                            .seq = seq,
+                            .tables = tables,
+                            .table_cols = cols,
+                            .block_size = bs,
+                            .window = c->window,
+                            .h = c->h,
+                            .hk = c->hk,
+                            .hd = c->hd,
+                            .scale = 1.0f / sqrtf((float)c->hd)};
+    attn_rows drows = rows;
+    drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
+    be->ops->attention(be, dout, dq, dkp, dvp, &drows);
+    ref->ops->attention(ref, out, q, kp, vp, &rows);
+    get(be, outd, dout, sizeof(float) * (size_t)(n * qd));
+    attention_double(oracle, q, kp, vp, c->f16, &rows);
+    const double mx = max_abs(out, n * qd), diff = max_abs_diff(outd, out, n * qd) / mx;
+    static const char *const layouts[] = {"run", "mixed", "random", "decode"};
+    int32_t keys = 0;
+    for (int s = 0; s < c->n_seq; s++) keys = c->len[s] > keys ? c->len[s] : keys;
+    char what[160];
+    snprintf(what, sizeof what,
+             "attention %s: %lld %s rows, %d seq <= %d, %lld/%lld x %lld bs %lld%s%s%s", c->path,
+             (long long)n, layouts[c->layout], c->n_seq, (int)keys, (long long)c->h,
+             (long long)c->hk, (long long)c->hd, (long long)bs, c->window ? " win" : "",
+             c->qscale > 2.0f ? " peaked" : "", c->f16 ? "" : " fp32");
+    report(what, diff, tol_ref);
+    snprintf(what, sizeof what, "  ... against the double oracle (the reference: %.3g)",
+             rel_to_double(out, oracle, n * qd));
+    report(what, rel_to_double(outd, oracle, n * qd), tol_oracle);
+    if (c->layout == ROWS_MIXED) { /* one row read as another sequence's must be seen */
+        int32_t *wrong = malloc(sizeof(int32_t) * (size_t)n);
+        memcpy(wrong, seq, sizeof(int32_t) * (size_t)n);
+        for (int64_t r = 0; r < n; r++) { /* the first row another sequence holds a key at */
+            const int32_t other = (seq[r] + 1) % c->n_seq;
+            if (pos[r] >= c->len[other]) continue;
+            wrong[r] = other;
+            attn_rows wr = rows;
+            wr.seq = wrong;
+            ref->ops->attention(ref, out, q, kp, vp, &wr);
+            report_wrong("  ... against the reference with one row of another sequence",
+                         max_abs_diff(outd, out, n * qd) / mx, tol_ref);
+            break;
+        }
+        free(wrong);
+    }
+    drop(be, dkp), drop(be, dvp), drop(be, dk), drop(be, dv), drop(be, dslot);
+    drop(be, dq), drop(be, dout), drop(be, dpos), drop(be, dseq), drop(be, dtab);
+    free(k), free(v), free(kp), free(vp), free(q), free(out), free(outd), free(oracle);
+    free(seq), free(pos), free(perm), free(tables), free(slot);
+    device_close(&d);
+    backend_destroy(ref);
+}
+
+/* Cases for each kernel cuda_attention picks (the name says which): more than 32 rows with
+ * fp16 pools and a head dim of 64..256 in steps of 16 take the tiles; up to 32 rows, or
+ * other head dims, the decode kernel (GQA groups of 1, 2, 3, 4 and 8), split for spans
+ * of more than 64 keys; fp32 pools the simple kernel. Bounds, relative to the largest value: 4e-6
+ * against the reference backend, whose fp32 scores are themselves up to ~3e-6 off on long or peaked
+ * rows, and 2e-6 against the double oracle. */
+static void test_attention_paths(void) {
+    const att_case cases[] = {
+        {"tiles", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true},
+        {"tiles", 200, 8, 8, 64, 7, 0, 1, {1200}, ROWS_RUN, 2.0f, true},
+        {"tiles", 150, 16, 2, 128, 16, 37, 1, {400}, ROWS_RUN, 2.0f, true},
+        {"tiles", 100, 4, 1, 80, 16, 0, 3, {700, 300, 1200}, ROWS_MIXED, 2.0f, true},
+        {"tiles", 90, 8, 2, 128, 16, 50, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true},
+        {"tiles", 77, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true},
+        {"tiles", 65, 4, 2, 256, 16, 0, 1, {333}, ROWS_RUN, 2.0f, true},
+        {"tiles", 40, 4, 1, 256, 16, 100, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
+        {"tiles", 33, 8, 2, 112, 16, 0, 1, {140}, ROWS_RUN, 2.0f, true},
+        {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true},
+        {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true},
+        {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true}, /* peaked scores */
+        {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
+        {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true},
+        {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true},
+        {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true},
+        {"split", 2, 4, 4, 64, 16, 0, 1, {2100}, ROWS_DECODE, 2.0f, true},
+        {"split", 2, 4, 2, 40, 16, 0, 2, {1500, 129}, ROWS_DECODE, 2.0f, true},
+        {"split", 3, 16, 2, 128, 16, 0, 3, {2500, 700, 64}, ROWS_DECODE, 2.0f, true},
+        {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true},
+        {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
+        {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true},
+        {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false},
+        {"simple", 3, 8, 2, 128, 16, 0, 3, {2000, 100, 200}, ROWS_DECODE, 2.0f, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        attention_case(&cases[i], 4e-6, 2e-6);
+}
+
 /* ==== attention_full ==== */
 
 static void test_attention_full(void) {
@@ -948,6 +1225,7 @@ int main(void) {
         test_rope_store(hds[i], false);
         test_rope_store(hds[i], true);
     }
+    test_attention_paths();
     test_attention_full();
     return harness_done("test_device_ops");
 }

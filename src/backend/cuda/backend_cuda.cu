@@ -398,7 +398,7 @@ static void cuda_op_attention(backend *be, float *out, const float *q, const voi
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
               r->block_size, r->window, r->h, r->hk, r->hd, r->scale))
         return;
-    cuda_attention(cb_of(be)->stream, out, q, kpool, vpool, rows, be->kv_f16);
+    cuda_attention(cb_of(be), out, q, kpool, vpool, rows);
 }
 
 static void cuda_op_attention_full(backend *be, float *out, const float *q, const float *k, const float *v,
@@ -464,6 +464,7 @@ static void cuda_destroy(backend *be) {
     cudaFree(cb->gemm_work);
     cudaFree(cb->xs);
     cudaFree(cb->gemv_work);
+    cudaFree(cb->att_part);
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
@@ -518,17 +519,21 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->base.weights = w;
     cb->device = p->device;
     cb->p = *p;
+    const size_t att_bytes = cuda_attention_scratch_bytes(p->hd);
+    cb->att_part_floats = (int64_t)(att_bytes / sizeof(float));
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc(&cb->gemm_work, cuda_affine_gemm_work_bound(p->max_rows, p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
-        cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess) {
+        cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess ||
+        cudaMalloc((void **)&cb->att_part, att_bytes) != cudaSuccess) {
         cudaGetLastError();
         cuda_destroy(&cb->base);
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
         return NULL;
     }
     gemv_work_reserve(cb);
+    cuda_attention_flash_init();
     CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
     CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
     return &cb->base;

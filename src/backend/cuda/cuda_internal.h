@@ -124,6 +124,8 @@ typedef struct cuda_backend {
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */
+    float *att_part;         /* split attention's partial results (cuda_attention_scratch_bytes) */
+    int64_t att_part_floats;
     cuda_graph graphs[GRAPH_CACHE];
     uint64_t tick;
 } cuda_backend;
@@ -165,10 +167,30 @@ void cuda_gather_rows(cudaStream_t s, float *y, const float *x, const int32_t *i
 void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t p, bool channels_last,
                   bool lead);
 
-/* ==== Attention (attention.cu) ==== */
+/* ==== Attention (attention.cu, attention_flash.cu) ==== */
 
-void cuda_attention(cudaStream_t s, float *out, const float *q, const void *kpool, const void *vpool,
-                    const attn_rows *ar, bool f16);
+/* The first key a row at position p reads (window 0: none). */
+__device__ static inline int first_key(int p, int64_t window) {
+    return window > 0 && p - window + 1 > 0 ? p - (int)window + 1 : 0;
+}
+
+/* The pool row of key j of a sequence with block table table (blocks of bs positions). */
+__device__ static inline int64_t kv_slot(const int32_t *table, int bs, int j) {
+    return (int64_t)table[j / bs] * bs + j % bs;
+}
+
+/* out[n, h*hd] = attention of q[n, h*hd] over cb's pools as rows ar says; picks the kernel
+ * (attention.cu's header). Splits of decode rows use cb->att_part. */
+void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kpool, const void *vpool,
+                    const attn_rows *ar);
+/* Bytes of the split partials' scratch for head dims up to hd. */
+size_t cuda_attention_scratch_bytes(int64_t hd);
+/* The tensor-core kernel for fp16 pools: whether it has head dim hd; the shared-memory
+ * limits its kernels need (once, at backend creation); the launch. */
+bool cuda_attention_flash_fits(int64_t hd);
+void cuda_attention_flash_init(void);
+void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void *kpool, const void *vpool,
+                          const attn_rows *ar);
 void cuda_attention_full(cudaStream_t s, float *out, const float *q, const float *k, const float *v, int64_t n,
                          int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
 

@@ -1,0 +1,437 @@
+/*
+ * attention_flash.cu - causal attention of many rows over the paged fp16 KV pool on the
+ * tensor cores (prefill, and mixed prefill + decode batches): flash-style tiles, online
+ * softmax in fp32, scores and products by mma.sync m16n8k16 (fp16 inputs, fp32 sums).
+ *
+ * A block is 4 warps sharing one KV head: each warp holds 16 query rows of one query
+ * head; the warps take hq query heads of the head's group (4, 2 or 1, whichever divides
+ * the group) times 4/hq runs of 16 rows, so GQA reads each K/V tile once for hq heads
+ * and nothing is copied. K and V tiles of BN keys come from the paged pool (key j of a
+ * sequence at pool row table[j / block_size] * block_size + j % block_size) by cp.async
+ * into two shared-memory stages, so the next tile loads while this one is computed.
+ *
+ * Rows are general: the rows of a tile may belong to several sequences at any positions
+ * (continuous batching). FLASH_SEQ_BLOCKS blocks share a tile: each takes every
+ * FLASH_SEQ_BLOCKS-th of its distinct sequences and walks them in turn, each over the
+ * union of its rows' key ranges; every score is masked by its row's sequence, causal
+ * bound (pos) and window, and a warp skips key tiles none of its rows reads. One
+ * sequence with consecutive positions (a prefill chunk) is one pass of one block, its
+ * partners leaving at once.
+ *
+ * Exactness. K and V are fp16 in the pool, so they enter the tensor cores exactly. The
+ * fp32 query is scaled per row by a power of two (its largest element to [2^14, 2^15))
+ * and split into fp16 hi + lo, and each probability (times 2^12) likewise: two products
+ * each, which carry about 22 bits. The tensor cores sum in fp32 but truncate, so no
+ * accumulator chains more than one k-step (16 products, hi then lo): every partial is
+ * added to the running scores and outputs in ordinary fp32. Exponentials are expf of the
+ * scaled score minus the running max, as the reference computes them.
+ *
+ * Not here: fp32 pools, head dims outside FLASH_HDS, and few-row steps (attention.cu).
+ */
+#include "backend/cuda/cuda_internal.h"
+
+#include <cuda_fp16.h>
+#include <limits.h>
+#include <math.h>
+
+#define FLASH_WARPS 4
+#define FLASH_THREADS (32 * FLASH_WARPS)
+#define FLASH_ROWS 64        /* rows of a block at most (16 per warp, one head) */
+#define P_SCALE 4096.0f      /* probabilities are split at p * 2^12: no fp16 subnormals */
+#define FLASH_SEQ_BLOCKS 8   /* blocks sharing a tile whose rows are of several sequences */
+
+/* The head dims with a kernel (multiples of 16). */
+#define FLASH_HDS(X) X(64) X(80) X(96) X(112) X(128) X(160) X(192) X(256)
+
+template <int HD> struct flash_shape {
+    static constexpr int BN = HD <= 96 ? 64 : HD <= 128 ? 32 : 16; /* keys per tile (registers: acc is HD / 2
+                                                                       floats a thread, the scores BN / 2) */
+    static constexpr int LD = HD + 8;              /* halves per shared row: 16 bytes of pad keep
+                                                      ldmatrix's 8 rows on distinct banks */
+    static constexpr size_t SMEM = sizeof(__half) * (size_t)LD * (FLASH_WARPS * 2 * 16 + 4 * BN);
+};
+
+/* ==== Tensor-core and copy primitives ==== */
+
+__device__ static inline uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16 bytes global -> shared, zero-filled when !ok (src is not read then). */
+__device__ static inline void cp_async16(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(__cvta_generic_to_global(src)), "r"(ok ? 16 : 0));
+}
+__device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ static inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ static inline void ldsm_x4(uint32_t r[4], const __half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ static inline void ldsm_x4_t(uint32_t r[4], const __half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* c[16x8] += a[16x16] b[16x8] (fp16 in, fp32 sums). */
+__device__ static inline void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* c[2][16x8] = a[16x16] (hi + lo) times two b[16x8] (b[0..1], b[2..3]), from zero. */
+__device__ static inline void mma_hilo2(float c[2][4], const uint32_t hi[4], const uint32_t lo[4],
+                                        const uint32_t b[4]) {
+    for (int i = 0; i < 4; i++) c[0][i] = c[1][i] = 0.0f;
+    mma16816(c[0], hi, b[0], b[1]);
+    mma16816(c[0], lo, b[0], b[1]);
+    mma16816(c[1], hi, b[2], b[3]);
+    mma16816(c[1], lo, b[2], b[3]);
+}
+
+/* acc[4] += c[4] in fp32, kept in program order (volatile): left to itself the compiler
+ * holds every fresh accumulator of an unrolled loop until its end. */
+__device__ static inline void add4(float acc[4], const float c[4]) {
+    for (int i = 0; i < 4; i++) asm volatile("add.rn.f32 %0, %0, %1;\n" : "+f"(acc[i]) : "f"(c[i]));
+}
+
+/* Two fp32 values (a pair of columns) as fp16 hi and lo pairs: x = hi + lo to ~22 bits. */
+__device__ static inline void split_pair(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    const __half h0 = __float2half_rn(x0), h1 = __float2half_rn(x1);
+    const __half l0 = __float2half_rn(x0 - __half2float(h0)), l1 = __float2half_rn(x1 - __half2float(h1));
+    const __half2 h = __halves2half2(h0, h1), l = __halves2half2(l0, l1);
+    *hi = *(const uint32_t *)&h;
+    *lo = *(const uint32_t *)&l;
+}
+
+/* ==== The kernel ==== */
+
+/* What a block knows of its rows (the 16 * 4/hq rows from r0). */
+struct flash_rows {
+    int seq[FLASH_ROWS], pos[FLASH_ROWS], lo[FLASH_ROWS]; /* seq -1: past the call's rows */
+    float fac[FLASH_WARPS][16];                          /* scale / the query row's power of two */
+    bool own[FLASH_ROWS];                                /* the row's sequence is this block's */
+    int next, klo, khi;
+};
+
+/* The warp's 16 query rows of its head, scaled per row by a power of two and split into
+ * fp16 hi [16][LD] and lo [16][LD]; fac[i] = scale / that power. */
+template <int HD>
+__device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const float *q, const attn_rows &ar,
+                                    int64_t r0, int64_t head, int lane) {
+    constexpr int LD = flash_shape<HD>::LD, PER = (HD + 31) / 32;
+    const int64_t qd = ar.h * HD;
+    for (int i = 0; i < 16; i++) {
+        const int64_t r = r0 + i;
+        float v[PER], mx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int c = lane + 32 * k;
+            v[k] = r < ar.n && c < HD ? q[r * qd + head * HD + c] : 0.0f;
+            mx = fmaxf(mx, fabsf(v[k]));
+        }
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        int e = 0;
+        frexpf(mx, &e); /* mx < 2^e */
+        const int up = mx > 0.0f ? max(-100, min(100, 15 - e)) : 0;
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int c = lane + 32 * k;
+            if (c < HD) {
+                const float x = ldexpf(v[k], up);
+                const __half h = __float2half_rn(x);
+                qh[i * LD + c] = h;
+                ql[i * LD + c] = __float2half_rn(x - __half2float(h));
+            }
+        }
+        if (lane == 0) fac[i] = ldexpf(ar.scale, -up);
+    }
+}
+
+/* Keys k0 .. k0+BN-1 of a sequence (those past khi zero-filled) into K and V stage
+ * tiles [BN][LD]. */
+template <int HD>
+__device__ static void flash_load_kv(__half *kt, __half *vt, const __half *kpool, const __half *vpool,
+                                     const int32_t *table, int bs, int64_t kvd, int64_t koff, int k0, int khi,
+                                     int tid) {
+    constexpr int BN = flash_shape<HD>::BN, LD = flash_shape<HD>::LD, CH = HD / 8;
+    for (int i = tid; i < BN * CH; i += FLASH_THREADS) {
+        const int key = i / CH, ch = i % CH, j = k0 + key;
+        const bool ok = j <= khi;
+        const int64_t at = ok ? kv_slot(table, bs, j) * kvd + koff + ch * 8 : 0;
+        cp_async16(kt + key * LD + ch * 8, kpool + at, ok);
+        cp_async16(vt + key * LD + ch * 8, vpool + at, ok);
+    }
+}
+
+/* The keys a thread's two rows (g and g + 8 of its warp's 16) read of one sequence:
+ * lo[w] .. hi[w] (empty when the row is of another sequence), and their score factors. */
+struct row_pair {
+    int lo[2], hi[2];
+    float fac[2];
+};
+
+/* One tile: scores s = Q K^T (masked, scaled), the online softmax update of m, l, acc,
+ * and acc += P V. */
+template <int HD>
+__device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], const __half *qh, const __half *ql,
+                                  const __half *kt, const __half *vt, const row_pair &rp, int k0, int lane) {
+    constexpr int BN = flash_shape<HD>::BN, LD = flash_shape<HD>::LD, NC = BN / 8, ND = HD / 8;
+    const int t = lane % 4;
+    float s[NC][4];
+#pragma unroll
+    for (int c = 0; c < NC; c++) s[c][0] = s[c][1] = s[c][2] = s[c][3] = 0.0f;
+    /* s += Q K^T: steps u of (16 dims, 16 keys); a step's operands are loaded a step ahead
+     * and its products added a step behind, so neither waits on the one before */
+    {
+        constexpr int PAIRS = NC / 2, STEPS = HD / 16 * PAIRS;
+        const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8, *qb = ql + (lane % 16) * LD + (lane / 16) * 8;
+        const __half *ka = kt + ((lane / 16) * 8 + lane % 8) * LD + ((lane / 8) % 2) * 8;
+        uint32_t ah[4], al[4], b[4];
+        float cprev[2][4];
+        ldsm_x4(ah, qa);
+        ldsm_x4(al, qb);
+        ldsm_x4(b, ka);
+#pragma unroll
+        for (int u = 0; u < STEPS; u++) {
+            uint32_t nh[4], nl[4], nb[4];
+            if (u + 1 < STEPS) {
+                const int nk = (u + 1) / PAIRS, ncol = ((u + 1) % PAIRS) * 2;
+                if (ncol == 0) ldsm_x4(nh, qa + nk * 16), ldsm_x4(nl, qb + nk * 16);
+                ldsm_x4(nb, ka + ncol * 8 * LD + nk * 16);
+            }
+            float cur[2][4];
+            mma_hilo2(cur, ah, al, b);
+            if (u > 0) {
+                const int pc = ((u - 1) % PAIRS) * 2;
+                add4(s[pc], cprev[0]);
+                add4(s[pc + 1], cprev[1]);
+            }
+            for (int i = 0; i < 4; i++) cprev[0][i] = cur[0][i], cprev[1][i] = cur[1][i], b[i] = nb[i];
+            if (u + 1 < STEPS && ((u + 1) % PAIRS) == 0)
+                for (int i = 0; i < 4; i++) ah[i] = nh[i], al[i] = nl[i];
+        }
+        add4(s[NC - 2], cprev[0]);
+        add4(s[NC - 1], cprev[1]);
+    }
+    /* masks (where the tile is not wholly inside both rows' ranges), the running max */
+    const int k1 = k0 + BN - 1;
+    const bool whole = k0 >= rp.lo[0] && k1 <= rp.hi[0] && k0 >= rp.lo[1] && k1 <= rp.hi[1];
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int w = e / 2, j = k0 + c * 8 + 2 * t + (e & 1);
+            s[c][e] = whole || (j >= rp.lo[w] && j <= rp.hi[w]) ? s[c][e] * rp.fac[w] : -INFINITY;
+            mx[w] = fmaxf(mx[w], s[c][e]);
+        }
+    float base[2];
+#pragma unroll
+    for (int w = 0; w < 2; w++) {
+        mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 1));
+        mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 2));
+        base[w] = mx[w] == -INFINITY ? 0.0f : mx[w];
+        const float corr = expf(m[w] - base[w]); /* 0 while nothing was seen */
+        l[w] *= corr;
+        m[w] = mx[w];
+#pragma unroll
+        for (int d = 0; d < ND; d++) acc[d][2 * w] *= corr, acc[d][2 * w + 1] *= corr;
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = expf(s[c][e] - base[e / 2]);
+            l[e / 2] += p;
+            s[c][e] = p * P_SCALE;
+        }
+    /* acc += P V, steps of (16 keys, 16 dims) as above; P's fragment is the scores'
+     * accumulator layout */
+    {
+        constexpr int PAIRS = ND / 2, STEPS = BN / 16 * PAIRS;
+        const __half *va = vt + (lane % 16) * LD + (lane / 16) * 8;
+        uint32_t ph[4], pl[4], b[4];
+        float cprev[2][4];
+        ldsm_x4_t(b, va);
+#pragma unroll
+        for (int u = 0; u < STEPS; u++) {
+            const int kk = u / PAIRS, d = (u % PAIRS) * 2;
+            uint32_t nb[4];
+            if (u + 1 < STEPS) ldsm_x4_t(nb, va + ((u + 1) / PAIRS) * 16 * LD + ((u + 1) % PAIRS) * 16);
+            if (d == 0) {
+                split_pair(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
+                split_pair(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
+                split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
+                split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+            }
+            float cur[2][4];
+            mma_hilo2(cur, ph, pl, b);
+            if (u > 0) {
+                const int pd = ((u - 1) % PAIRS) * 2;
+                add4(acc[pd], cprev[0]);
+                add4(acc[pd + 1], cprev[1]);
+            }
+            for (int i = 0; i < 4; i++) cprev[0][i] = cur[0][i], cprev[1][i] = cur[1][i], b[i] = nb[i];
+        }
+        add4(acc[ND - 2], cprev[0]);
+        add4(acc[ND - 1], cprev[1]);
+    }
+}
+
+/* grid (h / hq, row tiles, FLASH_SEQ_BLOCKS): block x takes query heads hq * x .. of KV head
+ * x / (group / hq), block y the row tile counted from the end (longer spans start first),
+ * block z the tile's sequences z, z + FLASH_SEQ_BLOCKS, ... in order of their first row
+ * (their rows' outputs; blocks past the tile's sequences leave at once). */
+template <int HD>
+__global__ static void __launch_bounds__(FLASH_THREADS)
+    k_flash(float *out, const float *q, const __half *kpool, const __half *vpool, attn_rows ar, int hq) {
+    using shape = flash_shape<HD>;
+    constexpr int BN = shape::BN, LD = shape::LD, ND = HD / 8;
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    __shared__ flash_rows rows;
+    __half *qs = (__half *)flash_smem;           /* [warps][hi, lo][16][LD] */
+    __half *ks = qs + FLASH_WARPS * 2 * 16 * LD; /* [2 stages][BN][LD] */
+    __half *vs = ks + 2 * BN * LD;               /* [2 stages][BN][LD] */
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
+    const int bm = 16 * (FLASH_WARPS / hq), wrow = (warp / hq) * 16;
+    const int64_t group = ar.h / ar.hk, per_kv = group / hq, kvh = blockIdx.x / per_kv;
+    const int64_t head = kvh * group + (blockIdx.x % per_kv) * hq + warp % hq;
+    const int64_t r0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * bm, kvd = ar.hk * HD, qd = ar.h * HD;
+    const int bs = (int)ar.block_size;
+
+    if (tid < bm) {
+        const int64_t r = r0 + tid;
+        int sq = -1, p = 0;
+        if (r < ar.n) sq = ar.seq[r], p = ar.pos[r];
+        rows.seq[tid] = sq, rows.pos[tid] = p;
+        rows.lo[tid] = first_key(p, ar.window);
+        rows.own[tid] = false;
+    }
+    __syncthreads();
+    if (blockIdx.z > 0) { /* leave unless the rows hold more than blockIdx.z sequences */
+        const int s0 = rows.seq[0];
+        if (!__syncthreads_or(tid < bm && rows.seq[tid] >= 0 && rows.seq[tid] != s0)) return;
+        bool first = tid < bm && rows.seq[tid] >= 0;
+        for (int i = 0; first && i < tid; i++) first = rows.seq[i] != rows.seq[tid];
+        if ((int)blockIdx.z >= __syncthreads_count(first)) return;
+    }
+    __half *qh = qs + warp * 2 * 16 * LD, *ql = qh + 16 * LD;
+    flash_load_q<HD>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
+
+    float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int d = 0; d < ND; d++) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+
+    bool done = true; /* thread tid < bm: its row's sequence has been seen */
+    if (tid < bm) done = rows.seq[tid] < 0;
+    for (int k = 0;; k++) {
+        /* the sequence of the first row not yet done, and its rows' key range */
+        __syncthreads();
+        if (tid == 0) rows.next = bm, rows.klo = INT_MAX, rows.khi = -1;
+        __syncthreads();
+        if (!done) atomicMin(&rows.next, tid);
+        __syncthreads();
+        const int first = rows.next;
+        if (first == bm) break;
+        const int sq = rows.seq[first];
+        const bool ours = k % (int)gridDim.z == (int)blockIdx.z; /* the block's k-th sequence */
+        if (!done && rows.seq[tid] == sq) {
+            done = true;
+            rows.own[tid] = ours;
+            atomicMin(&rows.klo, rows.lo[tid]);
+            atomicMax(&rows.khi, rows.pos[tid]);
+        }
+        __syncthreads();
+        if (!ours) continue;
+        const int klo = rows.klo, khi = rows.khi;
+
+        /* this warp's rows of the sequence: their key range, and this thread's two rows */
+        const int mine = wrow + lane % 16;
+        const bool in = rows.seq[mine] == sq;
+        int wlo = in ? rows.lo[mine] : INT_MAX, whi = in ? rows.pos[mine] : -1;
+        for (int o = 16; o > 0; o >>= 1) {
+            wlo = min(wlo, __shfl_xor_sync(0xffffffffu, wlo, o));
+            whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, o));
+        }
+        row_pair rp;
+        for (int w = 0; w < 2; w++) {
+            const int i = wrow + g + 8 * w;
+            const bool own = rows.seq[i] == sq;
+            rp.lo[w] = own ? rows.lo[i] : INT_MAX, rp.hi[w] = own ? rows.pos[i] : -1;
+            rp.fac[w] = rows.fac[warp][g + 8 * w];
+        }
+
+        const int32_t *table = ar.tables + (int64_t)sq * ar.table_cols;
+        const int tiles = (khi - klo) / BN + 1;
+        flash_load_kv<HD>(ks, vs, kpool, vpool, table, bs, kvd, kvh * HD, klo, khi, tid);
+        cp_async_commit();
+        for (int it = 0; it < tiles; it++) {
+            const int st = it & 1, k0 = klo + it * BN;
+            if (it + 1 < tiles) {
+                flash_load_kv<HD>(ks + (st ^ 1) * BN * LD, vs + (st ^ 1) * BN * LD, kpool, vpool, table, bs, kvd,
+                                  kvh * HD, k0 + BN, khi, tid);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            if (k0 <= whi && k0 + BN - 1 >= wlo)
+                flash_tile<HD>(acc, m, l, qh, ql, ks + st * BN * LD, vs + st * BN * LD, rp, k0, lane);
+            __syncthreads(); /* the stage is loaded again two tiles on */
+        }
+    }
+
+    /* out = acc / (l * 2^12), l summed over the row's four threads */
+    for (int w = 0; w < 2; w++) {
+        l[w] += __shfl_xor_sync(0xffffffffu, l[w], 1);
+        l[w] += __shfl_xor_sync(0xffffffffu, l[w], 2);
+        const int64_t r = r0 + wrow + g + 8 * w;
+        if (r >= ar.n || !rows.own[wrow + g + 8 * w]) continue;
+        const float den = l[w] * P_SCALE;
+        float *o = out + r * qd + head * HD + 2 * (lane % 4);
+#pragma unroll
+        for (int d = 0; d < ND; d++)
+            *(float2 *)(o + d * 8) = make_float2(acc[d][2 * w] / den, acc[d][2 * w + 1] / den);
+    }
+}
+
+/* ==== Launch ==== */
+
+void cuda_attention_flash_init(void) {
+#define FLASH_ATTR(H)                                                                                     \
+    CUDA_CHECK(cudaFuncSetAttribute(k_flash<H>, cudaFuncAttributeMaxDynamicSharedMemorySize,             \
+                                    (int)flash_shape<H>::SMEM));
+    FLASH_HDS(FLASH_ATTR)
+#undef FLASH_ATTR
+}
+
+bool cuda_attention_flash_fits(int64_t hd) {
+#define FLASH_FITS(H) if (hd == H) return true;
+    FLASH_HDS(FLASH_FITS)
+#undef FLASH_FITS
+    return false;
+}
+
+void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void *kpool, const void *vpool,
+                          const attn_rows *ar) {
+    const int64_t group = ar->h / ar->hk;
+    const int hq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+    const int64_t bm = 16 * (FLASH_WARPS / hq);
+    const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), FLASH_SEQ_BLOCKS);
+    CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
+#define FLASH_LAUNCH(H)                                                                                   \
+    if (ar->hd == H) {                                                                                    \
+        k_flash<H><<<grid, FLASH_THREADS, flash_shape<H>::SMEM, s>>>(out, q, (const __half *)kpool,      \
+                                                                      (const __half *)vpool, *ar, hq);    \
+        return;                                                                                           \
+    }
+    FLASH_HDS(FLASH_LAUNCH)
+#undef FLASH_LAUNCH
+    CELER_ASSERT(!"cuda_attention_flash: a head dim without a kernel");
+}
