@@ -215,6 +215,23 @@ static void test_rows(ctx *c, const cuda_affine *w, const matview *h, const char
     free(ids);
 }
 
+/* h (a random host matrix), d (its device copy) and w (its tiled upload), named in what;
+ * false (a failed check) when the upload refuses. */
+static bool matrix_open(ctx *c, const char *kind, int64_t rows, int64_t cols, int bits, int64_t group, dtype st,
+                        char *what, size_t what_size, matview *h, matview *d, cuda_affine *w) {
+    char err[256];
+    *h = host_matrix(rows, cols, bits, group, st);
+    *d = device_copy(h);
+    snprintf(what, what_size, "%s%d-bit g%lld %s %lld x %lld", kind, bits, (long long)group, scale_name(st),
+             (long long)rows, (long long)cols);
+    if (cuda_affine_upload(w, h, c->s, err, sizeof err) == 0) return true;
+    printf("%s: %s\n", what, err);
+    expect(0, what);
+    device_free(d);
+    host_free(h);
+    return false;
+}
+
 /* The figure of one product is max|y - ref| / max|ref|. With a handful of outputs (rows 1
  * or 7 at n = 1) max|ref| is one or a few random draws and can sit near zero, so every n
  * is held to TOL of the largest |ref| of the matrix's 8-token reference; *strict gets
@@ -222,17 +239,10 @@ static void test_rows(ctx *c, const cuda_affine *w, const matview *h, const char
  * and on large matrices). Returns the worst figure; counts each check. */
 static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t group, dtype st,
                           double *strict) {
-    char what[160], err[256];
-    matview h = host_matrix(rows, cols, bits, group, st);
-    matview d = device_copy(&h);
+    char what[160];
+    matview h, d;
     cuda_affine w;
-    snprintf(what, sizeof what, "%d-bit g%lld %s %lld x %lld", bits, (long long)group, scale_name(st),
-             (long long)rows, (long long)cols);
-    if (cuda_affine_upload(&w, &h, c->s, err, sizeof err)) {
-        printf("%s: %s\n", what, err);
-        expect(0, what);
-        return 1;
-    }
+    if (!matrix_open(c, "", rows, cols, bits, group, st, what, sizeof what, &h, &d, &w)) return 1;
     {
         float *hx = (float *)malloc((size_t)(8 * cols) * 4);
         for (int64_t i = 0; i < 8 * cols; i++) hx[i] = (float)rng_normal();
@@ -282,17 +292,10 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
 /* cuda_affine_gemm on n token rows against the double reference; max|ref| over the case's
  * n rows. Returns the worst figure through worst. */
 static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t group, dtype st, double *worst) {
-    char what[160], err[256], line[256];
-    matview h = host_matrix(rows, cols, bits, group, st);
-    matview d = device_copy(&h);
+    char what[160], line[256];
+    matview h, d;
     cuda_affine w;
-    snprintf(what, sizeof what, "gemm %d-bit g%lld %s %lld x %lld", bits, (long long)group, scale_name(st),
-             (long long)rows, (long long)cols);
-    if (cuda_affine_upload(&w, &h, c->s, err, sizeof err)) {
-        printf("%s: %s\n", what, err);
-        expect(0, what);
-        return;
-    }
+    if (!matrix_open(c, "gemm ", rows, cols, bits, group, st, what, sizeof what, &h, &d, &w)) return;
     const int64_t ns[] = {1, 9, 31, 128, 129, GEMM_MAX_N};
     for (int ni = 0; ni < 6; ni++) {
         const int64_t n = ns[ni];
