@@ -132,6 +132,17 @@ static void device_close(device *d) {
     if (d->w) cls->unprepare(d->w);
 }
 
+/* The device's backend for p (in d) and a reference backend of the same sizes (returned);
+ * NULL, with a failed check and nothing left open, when the device's class refuses. */
+static backend *open_pair(device *d, const weight_set *ws, const backend_params *p) {
+    backend *ref = backend_ref_create(N_THREADS, p->max_cols, p->max_keys, p->kv_f16);
+    CELER_ASSERT(ref != NULL);
+    if (device_open(d, ws, p)) return ref;
+    backend_destroy(ref);
+    return NULL;
+}
+
+
 /* Backend memory holding bytes of src (zeroed when src is NULL); release with drop. */
 static void *put(backend *be, const void *src, size_t bytes) {
     void *p = be->ops->alloc(be, bytes);
@@ -725,12 +736,8 @@ static void test_attention(int64_t hd, bool kv_f16) {
     const weight_set ws = {0};
     const backend_params p = params(kv_f16, 64, 1024, MAX_KEYS, hd);
     device d;
-    backend *ref = backend_ref_create(N_THREADS, 1024, MAX_KEYS, kv_f16);
-    CELER_ASSERT(ref != NULL);
-    if (!device_open(&d, &ws, &p)) {
-        backend_destroy(ref);
-        return;
-    }
+    backend *ref = open_pair(&d, &ws, &p);
+    if (!ref) return;
     backend *be = d.be;
     float *k = rand_vec(STORED * kvd, 1.0f), *v = rand_vec(STORED * kvd, 1.0f);
     int32_t slot[STORED];
@@ -822,10 +829,8 @@ static void test_rope_store(int64_t hd, bool kv_f16) {
     const weight_set ws = {.vectors = vl, .n_vectors = 1};
     const backend_params p = params(kv_f16, 64, 1024, MAX_KEYS, hd);
     device d;
-    backend *ref = backend_ref_create(N_THREADS, 1024, MAX_KEYS, kv_f16);
-    CELER_ASSERT(ref != NULL);
-    if (!device_open(&d, &ws, &p)) {
-        backend_destroy(ref);
+    backend *ref = open_pair(&d, &ws, &p);
+    if (!ref) {
         arena_free(&mem);
         return;
     }
@@ -1023,10 +1028,8 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
     const weight_set ws = {0};
     const backend_params bp = params(c->f16, 512, 1024, ATT_MAX_KEYS, c->hd);
     device d;
-    backend *ref = backend_ref_create(N_THREADS, 1024, ATT_MAX_KEYS, c->f16);
-    CELER_ASSERT(ref != NULL);
-    if (!device_open(&d, &ws, &bp)) {
-        backend_destroy(ref);
+    backend *ref = open_pair(&d, &ws, &bp);
+    if (!ref) {
         free(perm), free(tables), free(slot);
         return;
     }
@@ -1163,12 +1166,8 @@ static void test_attention_full(void) {
     const weight_set ws = {0};
     const backend_params p = params(false, 2 * 577, 1024, 64, 256);
     device d;
-    backend *ref = backend_ref_create(N_THREADS, 1024, 64, false);
-    CELER_ASSERT(ref != NULL);
-    if (!device_open(&d, &ws, &p)) {
-        backend_destroy(ref);
-        return;
-    }
+    backend *ref = open_pair(&d, &ws, &p);
+    if (!ref) return;
     backend *be = d.be;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int64_t n = cases[c].n, seg = cases[c].seg, h = cases[c].h, hk = cases[c].hk,
