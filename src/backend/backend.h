@@ -137,6 +137,10 @@ typedef struct backend_ops {
                     bool channels_last, bool lead);
 
     /* ---- fused ops: optional (NULL: the backend_* helper below calls the ops above) ---- */
+    /* ys[i][n, ws[i]->rows] = x[n, cols] @ W_i^T for i < k: products of one input (q, k and
+     * v; gate and up), which a backend may run as one */
+    void (*matmul_multi)(backend *be, float *const *ys, const matview *const *ws, int k, const float *x,
+                         int64_t n);
     /* x[n, d] += r[n, d], then y[n, d] = rmsnorm(x) * w[d] */
     void (*add_rmsnorm)(backend *be, float *y, float *x, const float *r, const float *w, int64_t n,
                         int64_t d, float eps);
@@ -241,6 +245,15 @@ void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int6
                           bool channels_last, bool lead);
 
 /* ==== Fused ops: one op where the backend has it, else the ops it stands for ==== */
+
+static inline void backend_matmul_multi(backend *be, float *const *ys, const matview *const *ws, int k,
+                                        const float *x, int64_t n) {
+    if (be->ops->matmul_multi) {
+        be->ops->matmul_multi(be, ys, ws, k, x, n);
+        return;
+    }
+    for (int i = 0; i < k; i++) be->ops->matmul(be, ys[i], ws[i], x, n);
+}
 
 static inline void backend_add_rmsnorm(backend *be, float *y, float *x, const float *r, const float *w,
                                        int64_t n, int64_t d, float eps) {

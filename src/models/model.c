@@ -305,6 +305,14 @@ void model_linear(backend *be, float *y, const matview *w, const float *b, const
     if (b) be->ops->add_bias(be, y, b, n, w->rows);
 }
 
+/* model_linear for k matrices of one input, as one product where the backend can. */
+static void model_linear_multi(backend *be, float *const *ys, const matview *const *ws, const float *const *bs, int k,
+                               const float *x, int64_t n) {
+    backend_matmul_multi(be, ys, ws, k, x, n);
+    for (int i = 0; i < k; i++)
+        if (bs[i]) be->ops->add_bias(be, ys[i], bs[i], n, ws[i]->rows);
+}
+
 void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]) {
     const model_dims *dm = &m->dims;
     dims[TEXT_D] = dm->d, dims[TEXT_QD] = dm->h * dm->hd, dims[TEXT_KVD] = dm->hk * dm->hd;
@@ -340,9 +348,10 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
     const model_dims *dm = &m->dims;
     const int64_t n = st->n, qd = dm->h * dm->hd, kvd = dm->hk * dm->hd;
     float *q = scratch, *att = q + n * qd, *k = att + n * qd, *v = k + n * kvd;
-    model_linear(be, q, &a->wq, a->bq, xb, n);
-    model_linear(be, k, &a->wk, a->bk, xb, n);
-    model_linear(be, v, &a->wv, a->bv, xb, n);
+    float *const ys[3] = {q, k, v};
+    const matview *const ws[3] = {&a->wq, &a->wk, &a->wv};
+    const float *const bs[3] = {a->bq, a->bk, a->bv};
+    model_linear_multi(be, ys, ws, bs, 3, xb, n);
     if (a->no_rope) op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
     else backend_rope_store(be, q, k, v, kv->k[l], kv->v[l], st->pos, st->slot, n, dm->h, dm->hk, dm->hd, rope);
     const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
@@ -356,8 +365,10 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
                float *scratch, float *out) {
     const int64_t f = m->dims.f;
     float *gate = scratch, *up = gate + n * f;
-    model_linear(be, gate, &p->gate, p->b_gate, xb, n);
-    model_linear(be, up, &p->up, p->b_up, xb, n);
+    float *const ys[2] = {gate, up};
+    const matview *const ws[2] = {&p->gate, &p->up};
+    const float *const bs[2] = {p->b_gate, p->b_up};
+    model_linear_multi(be, ys, ws, bs, 2, xb, n);
     be->ops->swiglu(be, gate, gate, up, n * f);
     model_linear(be, out, &p->down, p->b_down, gate, n);
 }

@@ -496,6 +496,7 @@ static const backend_ops cuda_ops = {
     .add_bias = cuda_op_add_bias,
     .scale = cuda_op_scale,
     .patches = cuda_op_patches,
+    .matmul_multi = nullptr, /* the products one by one (backend_matmul_multi) */
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
 };
