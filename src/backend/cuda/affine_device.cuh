@@ -92,4 +92,69 @@ __device__ __forceinline__ void sb_pair(const uint32_t *sb, int kind, int64_t p,
     }
 }
 
+/* Matrices of one input that one product launch takes (q, k and v; gate and up): blocks
+ * along x are blocks of 8 row tiles, matrix i's from first_block[i] on. All share cols,
+ * bits, group and scale type (cuda_affine_compatible). */
+typedef struct affine_set {
+    const uint4 *codes[CUDA_AFFINE_SET];
+    const uint32_t *sb[CUDA_AFFINE_SET];
+    float *y[CUDA_AFFINE_SET];
+    int rows[CUDA_AFFINE_SET], row_tiles[CUDA_AFFINE_SET], group_blocks[CUDA_AFFINE_SET];
+    int first_block[CUDA_AFFINE_SET]; /* blocks of 8 row tiles before matrix i */
+    int first_tile[CUDA_AFFINE_SET];  /* row tiles before matrix i */
+    int k;
+} affine_set;
+
+/* What block bx of a set's launch works on. */
+typedef struct set_member {
+    const uint4 *codes;
+    const uint32_t *sb;
+    float *y;
+    int rows, row_tiles, group_blocks;
+    int block0, tile0; /* the matrix's first block and row tile in the launch */
+} set_member;
+
+__device__ __forceinline__ set_member member_of(const affine_set &s, int bx) {
+    set_member m = {s.codes[0], s.sb[0], s.y[0], s.rows[0], s.row_tiles[0], s.group_blocks[0], 0, 0};
+#pragma unroll
+    for (int i = 1; i < CUDA_AFFINE_SET; i++)
+        if (i < s.k && bx >= s.first_block[i])
+            m = {s.codes[i], s.sb[i], s.y[i], s.rows[i], s.row_tiles[i], s.group_blocks[i], s.first_block[i],
+                 s.first_tile[i]};
+    return m;
+}
+
+/* The set of ws[0..k-1] with outputs ys; false when k is out of range or the matrices
+ * cannot share a launch. */
+static inline bool affine_set_of(affine_set *s, float *const *ys, const cuda_affine *const *ws, int k) {
+    if (k < 1 || k > CUDA_AFFINE_SET) return false;
+    int blocks = 0, tiles = 0;
+    for (int i = 0; i < k; i++) {
+        if (!cuda_affine_compatible(ws[0], ws[i])) return false;
+        s->codes[i] = (const uint4 *)ws[i]->codes;
+        s->sb[i] = (const uint32_t *)ws[i]->sb;
+        s->y[i] = ys[i];
+        s->rows[i] = (int)ws[i]->rows;
+        s->row_tiles[i] = (int)ws[i]->row_tiles;
+        s->group_blocks[i] = (int)ws[i]->group_blocks;
+        s->first_block[i] = blocks;
+        s->first_tile[i] = tiles;
+        blocks += (int)((ws[i]->row_tiles + 7) / 8);
+        tiles += (int)ws[i]->row_tiles;
+    }
+    for (int i = k; i < CUDA_AFFINE_SET; i++) {
+        s->codes[i] = NULL, s->sb[i] = NULL, s->y[i] = NULL;
+        s->rows[i] = s->row_tiles[i] = s->group_blocks[i] = 0;
+        s->first_block[i] = blocks, s->first_tile[i] = tiles;
+    }
+    s->k = k;
+    return true;
+}
+
+/* Blocks of 8 row tiles and row tiles of a set. */
+static inline int affine_set_blocks(const affine_set *s) {
+    return s->first_block[s->k - 1] + (s->row_tiles[s->k - 1] + 7) / 8;
+}
+static inline int affine_set_tiles(const affine_set *s) { return s->first_tile[s->k - 1] + s->row_tiles[s->k - 1]; }
+
 #endif

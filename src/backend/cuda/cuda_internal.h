@@ -141,6 +141,10 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
 /* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
+/* ys[i] = x @ W_i^T for k <= CUDA_AFFINE_SET matrices of one input: one launch where they
+ * are compatible affine matrices (and, for the GEMV, the work buffer holds the set), else
+ * cuda_product for each. */
+void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n);
 
 /* ==== Kernels (kernels.cu) ==== */
 
