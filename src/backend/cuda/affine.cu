@@ -755,18 +755,21 @@ extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n
 }
 
 /* Column tiles of a streaming task for tiles row tiles of k_tiles: 4, or more while that
- * makes over 16 tasks for each of the warps two blocks an SM would have. */
-static int stream_c(int64_t tiles, int64_t k_tiles) {
+ * makes over 16 tasks for each of the warps two blocks an SM would have and a block's
+ * shared memory stays within SMEM_MAX. */
+static int stream_c(int64_t tiles, int64_t k_tiles, const cuda_affine *w, int nb) {
     const int64_t warps = (int64_t)device_sms() * 2 * NW;
     int c = 4;
-    while (c < 16 && tiles * ((k_tiles + c - 1) / c) > 16 * warps) c *= 2;
+    while (c < 16 && tiles * ((k_tiles + c - 1) / c) > 16 * warps &&
+           NW * stream_layout_of(w->bits, (int)w->group, w->sb_kind, nb, 2 * c).warp <= SMEM_MAX)
+        c *= 2;
     return c;
 }
 
 /* The streaming kernel's work: counters (one per row tile, 256-byte aligned), then partial
  * rows [splits][n][row tiles x 16]. */
-static size_t stream_work_bytes(int64_t tiles, int64_t k_tiles, int64_t n) {
-    const int64_t c = stream_c(tiles, k_tiles), splits = (k_tiles + c - 1) / c;
+static size_t stream_work_bytes(int64_t tiles, const cuda_affine *w, int64_t n) {
+    const int64_t c = stream_c(tiles, w->k_tiles, w, nb_of(n)), splits = (w->k_tiles + c - 1) / c;
     if (splits <= 1) return 0;
     return (((size_t)tiles * 4 + 255) & ~(size_t)255) + (size_t)splits * (size_t)n * (size_t)tiles * 16 * 4;
 }
@@ -791,7 +794,7 @@ static int stream_blocks(stream_kernel k, size_t smem, int64_t splits) {
 
 static cudaError_t stream_launch(const affine_set *set, const cuda_affine *w0, const float *x, int64_t n, void *work,
                                  cudaStream_t s, unsigned flags) {
-    const int tiles = affine_set_tiles(set), c = stream_c(tiles, w0->k_tiles);
+    const int tiles = affine_set_tiles(set), c = stream_c(tiles, w0->k_tiles, w0, nb_of(n));
     const int64_t splits = (w0->k_tiles + c - 1) / c;
     if (n < 1 || n > MAX_N || (splits > 1 && !work) || ((uintptr_t)x & 15)) return cudaErrorInvalidValue;
     const int nb = nb_of(n);
@@ -817,7 +820,7 @@ static cudaError_t stream_launch(const affine_set *set, const cuda_affine *w0, c
 }
 
 extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
-    return stream_work_bytes(w->row_tiles, w->k_tiles, n);
+    return stream_work_bytes(w->row_tiles, w, n);
 }
 
 extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
@@ -831,14 +834,14 @@ extern "C" size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, in
     affine_set set;
     float *ys[CUDA_AFFINE_SET] = {NULL, NULL, NULL, NULL};
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return 0;
-    return stream_work_bytes(affine_set_tiles(&set), w[0]->k_tiles, n);
+    return stream_work_bytes(affine_set_tiles(&set), w[0], n);
 }
 
 extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x,
                                             int64_t n, void *work, size_t work_size, cudaStream_t s, unsigned flags) {
     affine_set set;
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return cudaErrorInvalidValue;
-    if (stream_work_bytes(affine_set_tiles(&set), w[0]->k_tiles, n) > work_size) return cudaErrorInvalidValue;
+    if (stream_work_bytes(affine_set_tiles(&set), w[0], n) > work_size) return cudaErrorInvalidValue;
     return stream_launch(&set, w[0], x, n, work, s, flags);
 }
 
