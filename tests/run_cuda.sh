@@ -3,7 +3,8 @@
 # the reference backend (test_device_ops), every fixture against the transformers goldens
 # and the model contract on the device (test_parity, test_vlm, test_contract:
 # CELER_TEST_DEVICE), the engine wholly on the device (test_engine: CELER_DEVICE), the
-# real model's KL against the CPU reference (test_real_kl), and the affine product
+# real model's KL against the CPU reference (test_real_kl), the server suite with every
+# server on the device (tests/server/run.sh: CELER_DEVICE), and the affine product
 # kernels' own test when built (BUILD/cuda/test_affine). Same summary lines as run.sh.
 #   bash tests/run_cuda.sh [BUILD] [DEVICE]      DEVICE: cuda (default), cuda:N
 set -u
@@ -16,6 +17,8 @@ for t in test_device_ops test_parity test_vlm test_contract test_real_kl; do
     run_one "$t ($device)" "$build/tests/$t"
 done
 run_one "test_engine ($device)" env CELER_DEVICE="$device" "$build/tests/test_engine"
+# the OpenAI-compatible server end to end, every model on the device (celer serve reads CELER_DEVICE)
+run_one "test_server ($device)" env CELER_DEVICE="$device" bash tests/server/run.sh "$build"
 [ -x "$build/cuda/test_affine" ] && run_one "test_affine ($device)" "$build/cuda/test_affine"
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
