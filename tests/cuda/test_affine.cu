@@ -103,7 +103,9 @@ static matview host_matrix(int64_t rows, int64_t cols, int bits, int64_t group, 
     for (int64_t i = 0; i < groups; i++) {
         const float sc = (float)(0.005 + 0.015 * rng_unit());
         scale_store(st, s, i, sc);
-        scale_store(st, b, i, sc * (float)(-8.0 + (rng_unit() - 0.5)));
+        /* near -2^(bits-1) s, as checkpoints store it (the group's minimum): the bias term
+         * then nearly cancels the codes' sum, which the products must survive */
+        scale_store(st, b, i, sc * (float)(-(double)(1 << (bits - 1)) + (rng_unit() - 0.5)));
     }
     w.data = codes;
     w.scales = s;

@@ -293,11 +293,12 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
 
 /* acc[rows r, r+8][columns 2t, 2t+1] += s * c + b * sum(x) for one scaling unit; p: the sb
  * pair of row r (row r + 8 is p + 1); xe: the unit's sums of x at column 2t. */
+template <int BITS>
 __device__ __forceinline__ void scale_add(float acc[4], float c[4], const uint32_t *sb, int kind, int p,
                                           const float *xe) {
     float s0, b0, s1, b1;
-    sb_pair(sb, kind, p, s0, b0);
-    sb_pair(sb, kind, p + 1, s1, b1);
+    sb_centered<BITS>(sb, kind, p, s0, b0);
+    sb_centered<BITS>(sb, kind, p + 1, s1, b1);
     const float2 sx = *(const float2 *)xe;
     acc[0] = fmaf(s0, c[0], fmaf(b0, sx.x, acc[0]));
     acc[1] = fmaf(s0, c[1], fmaf(b0, sx.y, acc[1]));
@@ -329,9 +330,9 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
                 mma16816(c, ar[0], a8[0], ar[1], a8[1], b.x, b.y);
                 mma16816(c, ar[2], a8[2], ar[3], a8[3], b.z, b.w);
             }
-            if (K::GPB == 2) scale_add(acc, c, sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * 8 + 2 * t);
+            if (K::GPB == 2) scale_add<BITS>(acc, c, sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * 8 + 2 * t);
         }
-        if (K::GPB == 1) scale_add(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+        if (K::GPB == 1) scale_add<BITS>(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
     } else {
         uint4 b[NB];
 #pragma unroll
@@ -345,7 +346,7 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
         codes8(a8, cw.w);
 #pragma unroll
         for (int op = 0; op < NB; op++) mma16816(c, ar[0], a8[0], ar[1], a8[1], b[op].z, b[op].w);
-        scale_add(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+        scale_add<BITS>(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
     }
 }
 

@@ -27,24 +27,27 @@ template <uint32_t MASK> __device__ __forceinline__ uint32_t mask_or_magic(uint3
     return r;
 }
 
-/* The exact codes of one row from a 4-bit word as four A-register half2 (k-pairs of two
- * mma steps): (n0, n4), (n1, n5), (n2, n6), (n3, n7). (1024 + q) - 1024 and
- * (1024 + 16q) / 16 - 64 are exact in fp16. */
+/* The exact centered codes q - 8 of one row from a 4-bit word as four A-register half2
+ * (k-pairs of two mma steps): (n0, n4), (n1, n5), (n2, n6), (n3, n7). (1024 + q) - 1032
+ * and (1024 + 16q) / 16 - 72 are exact in fp16. Centered codes keep the products' partial
+ * sums near the result: with q itself, s * sum(q x) and b * sum(x) (b near -8 s, as
+ * checkpoints store it) nearly cancel, and the tensor cores' truncated fp32 sums lose
+ * what remains. */
 __device__ __forceinline__ void codes4(uint32_t a[4], uint32_t w) {
     const uint32_t w8 = w >> 8;
-    const __half2 k1024 = __float2half2_rn(1024.0f), k16th = __float2half2_rn(1.0f / 16.0f),
-                  km64 = __float2half2_rn(-64.0f);
-    a[0] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w)), k1024));
-    a[1] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w)), k16th, km64));
-    a[2] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w8)), k1024));
-    a[3] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w8)), k16th, km64));
+    const __half2 k1032 = __float2half2_rn(1032.0f), k16th = __float2half2_rn(1.0f / 16.0f),
+                  km72 = __float2half2_rn(-72.0f);
+    a[0] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w)), k1032));
+    a[1] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w)), k16th, km72));
+    a[2] = h2_bits(__hsub2(bits_h2(mask_or_magic<0x000f000fu>(w8)), k1032));
+    a[3] = h2_bits(__hfma2(bits_h2(mask_or_magic<0x00f000f0u>(w8)), k16th, km72));
 }
 
-/* The exact codes of one row from an 8-bit word: (b0, b2), (b1, b3). */
+/* The exact centered codes q - 128 of one row from an 8-bit word: (b0, b2), (b1, b3). */
 __device__ __forceinline__ void codes8(uint32_t a[2], uint32_t w) {
-    const __half2 k1024 = __float2half2_rn(1024.0f);
-    a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4240)), k1024));
-    a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4341)), k1024));
+    const __half2 k1152 = __float2half2_rn(1152.0f);
+    a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4240)), k1152));
+    a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w, 0x64646464u, 0x4341)), k1152));
 }
 
 /* c[16 rows, 8 columns] += A[16, 16] @ B[16, 8], fp16 in, fp32 accumulate. */
@@ -90,6 +93,13 @@ __device__ __forceinline__ void sb_pair(const uint32_t *sb, int kind, int64_t p,
         const float2 f = __half22float2(bits_h2(w));
         s = f.x, b = f.y;
     }
+}
+
+/* A group's (scale, bias) for products over centered codes: s * q + b = s * (q - c) +
+ * (b + c s), c = 2^(bits - 1); c s is exact and the sum rounded once. */
+template <int BITS> __device__ __forceinline__ void sb_centered(const uint32_t *sb, int kind, int64_t p, float &s, float &b) {
+    sb_pair(sb, kind, p, s, b);
+    b = fmaf((float)(1 << (BITS - 1)), s, b);
 }
 
 /* Matrices of one input that one product launch takes (q, k and v; gate and up): blocks

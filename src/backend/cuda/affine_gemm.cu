@@ -232,8 +232,8 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     const uint32_t *sbs = (const uint32_t *)(st + S::SB + (wm * 2 + i) * S::SB_RT);
-                    sb_pair(sbs, kind, p, sc[i][0], bi[i][0]);
-                    sb_pair(sbs, kind, p + 1, sc[i][1], bi[i][1]);
+                    sb_centered<BITS>(sbs, kind, p, sc[i][0], bi[i][0]);
+                    sb_centered<BITS>(sbs, kind, p + 1, sc[i][1], bi[i][1]);
                 }
             }
             const float *xe = (const float *)(st + S::XSUM) + (g - ks * GM_BK / GROUP) * GM_BN + wn * 64 + 2 * t;
