@@ -478,10 +478,12 @@ def write_report(args, info, runs, tests, check, started, finished):
     w("Memory: the highest device memory nvidia-smi showed (every 200 ms) during any invocation of an engine on a "
       "pair" + (f", and that less the {idle:.0f} MiB in use before the first run" if idle is not None else
                 " (not measured: no nvidia-smi)") + "; the peak resident memory of the process on the host; the load "
-      "time celer reports (model open + context create; llama-bench reports none).")
+      "time celer reports (model open + context create; llama-bench reports none); what celer's context says it "
+      "holds on the device (weights + KV cache + buffers, for the largest context of the pair's invocations).")
     w("")
-    w("| engine (weights) | file MiB | peak device MiB | above idle MiB | peak host RSS MiB | load ms |")
-    w("| --- | ---: | ---: | ---: | ---: | ---: |")
+    w("| engine (weights) | file MiB | peak device MiB | above idle MiB | peak host RSS MiB | load ms | "
+      "celer's own count, MiB |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, _, _, twin, clabel, llabel, bpw in PAIRS:
         if name not in runs:
             continue
@@ -491,11 +493,17 @@ def write_report(args, info, runs, tests, check, started, finished):
             dev = [r["device_peak_mib"] for r in rs if r.get("device_peak_mib") is not None]
             rss = [r["peak_rss_bytes"] for r in rs if r.get("peak_rss_bytes")]
             loads = [r["result"]["load_ms"] for r in rs if "result" in r and "load_ms" in r["result"]]
+            own = [r["result"] for r in rs if "result" in r and "device_weight_bytes" in r["result"]]
+            own_cell = "-"
+            if own:
+                o = max(own, key=lambda x: x["device_kv_bytes"] + x["device_buffer_bytes"])
+                parts = [o["device_weight_bytes"], o["device_kv_bytes"], o["device_buffer_bytes"]]
+                own_cell = " + ".join(f"{v / 2**20:.0f}" for v in parts) + f" = {sum(parts) / 2**20:.0f}"
             who = "celer" if engine == "celer" else "llama.cpp"
             cells = [mib(path), str(max(dev)) if dev else "-",
                      f"{max(dev) - idle:.0f}" if dev and idle is not None else "-",
                      f"{max(rss) / 2**20:.0f}" if rss else "-",
-                     f"{statistics.median(loads):.0f}" if loads else "-"]
+                     f"{statistics.median(loads):.0f}" if loads else "-", own_cell]
             w(f"| {who}, {label} | " + " | ".join(cells) + " |")
     if check is not None:
         w("")

@@ -130,6 +130,19 @@ const char *celer_context_kernels(const celer_context *ctx);
 /* The device ctx runs on ("cpu", "cuda:0"); valid until celer_context_destroy. */
 const char *celer_context_device(const celer_context *ctx);
 
+/* Bytes a context holds on its device. */
+typedef struct celer_context_memory {
+    int64_t weights; /* the weights its backend reads, one copy for every context of the
+                        model on that device: a GPU's copy of every weight; on the CPU the
+                        mapped checkpoint plus the copy the fast kernels repack (an upper
+                        bound: the pages of repacked matrices may be dropped) */
+    int64_t kv;      /* the KV cache pools */
+    int64_t buffers; /* activations, step inputs and logits, and the backends' own work
+                        buffers (the vision tower's included) */
+} celer_context_memory;
+
+celer_context_memory celer_context_get_memory(const celer_context *ctx);
+
 /* Device i of this machine and build (i = 0, 1, ...): its name for params.device
  * ("cpu", "cuda:0") in name and a description in desc; false past the last. */
 bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size);

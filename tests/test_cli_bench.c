@@ -79,6 +79,9 @@ static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, in
     CHECK(num(o, "model_n_params") > 0 && num(o, "load_ms") > 0 && num(o, "peak_rss_bytes") > 0,
           "%s: params, load_ms, peak_rss_bytes positive", name);
     CHECK(num(o, "n_ctx") >= n_depth + n_prompt + n_gen, "%s: n_ctx %g", name, num(o, "n_ctx"));
+    CHECK(json_is_string(json_object_get(o, "device")) && num(o, "device_weight_bytes") > 0 &&
+              num(o, "device_kv_bytes") > 0 && num(o, "device_buffer_bytes") > 0,
+          "%s: device and its weight, KV and buffer bytes", name);
 
     const json_t *sns = json_object_get(o, "samples_ns"), *sts = json_object_get(o, "samples_ts");
     if (!CHECK(json_array_size(sns) == (size_t)reps && json_array_size(sts) == (size_t)reps,
@@ -207,8 +210,8 @@ static void check_md(void) {
     for (const char *p = out; (p = strstr(p, "\n| llama")); p++) rows++;
     CHECK(rows == 2, "md has 2 rows, found %d", rows);
     CHECK(strstr(out, " pp8 | ") && strstr(out, " tg4 | "), "md rows pp8 and tg4");
-    CHECK(strstr(out, "\nload: ") && strstr(out, "\npeak RSS: "),
-          "md prints load time and peak RSS");
+    CHECK(strstr(out, "\nload: ") && strstr(out, "\npeak RSS: ") && strstr(out, "\nmemory on cpu: weights "),
+          "md prints load time, the context's memory and peak RSS");
     const char *row = strstr(out, " pp8 | ");
     CHECK(row && strstr(row, " \u00b1 "), "pp8 row has mean \u00b1 stddev");
 

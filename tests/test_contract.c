@@ -6,7 +6,8 @@
  * and must NOT equal row last_pos - 1, so a slice shifted by one row is caught. Then:
  * prefill + one decode step equals the full forward of n + 1 tokens; two sequences in
  * one context do not disturb each other; a mixed batch (prefill beside decode) equals
- * separate calls; a full context is a clean error that changes nothing.
+ * separate calls; a full context is a clean error that changes nothing; the memory a context
+ * reports (celer_context_get_memory) holds its KV pools exactly.
  *
  * The vision-language wrapper (every fixture with preprocessor_config.json): a prompt
  * whose image token expands to the image's encoded rows, as a batch mixing token rows and
@@ -253,6 +254,32 @@ out:
     celer_model_close(model);
 }
 
+/* celer_context_get_memory: the KV pools are exactly n_seq x n_ctx (in blocks of 16)
+ * positions of the model's bytes per token (fp16, the default), twice that for twice the
+ * context; the weights and buffers are there and the buffers hold at least the hidden
+ * states of a batch. */
+static void check_memory(void) {
+    const celer_model_info info = celer_model_get_info(model);
+    celer_context *a = ctx_new(40, 2), *b = ctx_new(80, 2);
+    if (!a || !b) {
+        celer_context_destroy(a);
+        celer_context_destroy(b);
+        return;
+    }
+    const celer_context_memory ma = celer_context_get_memory(a), mb = celer_context_get_memory(b);
+    CHECK(ma.kv == 2 * 48 * info.kv_bytes_per_token, "KV bytes %lld, expected %lld (2 x 48 positions)",
+          (long long)ma.kv, (long long)(2 * 48 * info.kv_bytes_per_token));
+    CHECK(mb.kv == 2 * 80 * info.kv_bytes_per_token, "KV bytes %lld, expected %lld (2 x 80 positions)",
+          (long long)mb.kv, (long long)(2 * 80 * info.kv_bytes_per_token));
+    CHECK(ma.weights > 0 && ma.weights == mb.weights, "weights %lld and %lld: one copy for both contexts",
+          (long long)ma.weights, (long long)mb.weights);
+    const int64_t hidden = 4 * celer_context_default_params().n_batch * D;
+    CHECK(ma.buffers >= hidden, "buffers %lld below a batch's hidden states (%lld)", (long long)ma.buffers,
+          (long long)hidden);
+    celer_context_destroy(a);
+    celer_context_destroy(b);
+}
+
 static void run_all(void) {
     /* cohere2: parallel blocks, global layers without RoPE, a window of 8, logit_scale */
     const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32", "cohere2-q4g64"};
@@ -271,6 +298,7 @@ static void run_all(void) {
         check_entry_points(ids, 13);
         check_cache(ids, 12);
         check_two_sequences(ids, 13);
+        check_memory();
         celer_model_close(model);
     }
     char *vlms[64];

@@ -69,6 +69,7 @@ typedef struct backend_weights {
     const backend_class *cls;
     int64_t bytes; /* of the copy */
     double ms;     /* making it took */
+    bool whole;    /* the copy holds every weight: the backend reads nothing of the checkpoint */
 } backend_weights;
 
 typedef struct backend_ops {
@@ -87,6 +88,8 @@ typedef struct backend_ops {
     /* y[n, d]: row i = x[idx[i]], or the weight vector fill[d] where idx[i] < 0 */
     void (*gather_rows)(backend *be, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
                         int64_t d);
+    /* bytes of the backend's own work buffers (NULL: none worth counting) */
+    int64_t (*work_bytes)(const backend *be);
     /* ---- steps ---- */
     /* a step of rows rows starts; its end: false when the ops must be called again */
     void (*begin)(backend *be, int64_t rows);

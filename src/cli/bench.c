@@ -204,6 +204,8 @@ typedef struct bench_result {
     const char *kernels; /* static, from the library */
     int64_t n_ctx;
     double load_ms; /* model open + context create */
+    celer_context_memory mem; /* what the context held on its device */
+    char device[32];
     char test_time[32];
     int64_t *samples_ns; /* [reps] */
     double *samples_ts;  /* [reps] */
@@ -505,6 +507,10 @@ static json_t *json_result(const bench_model *bm, const bench_result *r, const b
     json_object_set_new(j, "samples_ts", samples_ts);
     json_object_set_new(j, "load_ms", json_real(r->load_ms));
     json_object_set_new(j, "peak_rss_bytes", json_integer(peak_rss));
+    json_object_set_new(j, "device", json_string(r->device));
+    json_object_set_new(j, "device_weight_bytes", json_integer(r->mem.weights));
+    json_object_set_new(j, "device_kv_bytes", json_integer(r->mem.kv));
+    json_object_set_new(j, "device_buffer_bytes", json_integer(r->mem.buffers));
     json_object_set_new(j, "weight_bytes", json_integer(bm->info.weight_bytes));
     if (o->memory && r->n_gen) {
         json_object_set_new(j, "decode_bytes_per_token", json_integer(bm->decode_bytes));
@@ -618,6 +624,8 @@ int cmd_bench(int argc, char **argv) {
             r->kernels = celer_context_kernels(ctx);
             r->n_ctx = ctx_len;
             r->load_ms = load_ms;
+            r->mem = celer_context_get_memory(ctx);
+            snprintf(r->device, sizeof r->device, "%s", celer_context_device(ctx));
             bench_run(ctx, r, &bb, o.reps, o.full_logits);
             if (!o.json) md_row(&bm, r, o.reps, o.full_logits);
         }
@@ -656,7 +664,14 @@ int cmd_bench(int argc, char **argv) {
                    "%d)\n",
                    res[ti * per_t].load_ms, (long long)o.threads[ti], o.threads[ti] > 1 ? "s" : "",
                    (long long)ctx_len, BENCH_N_BATCH);
-        if (n_res) printf("peak RSS: %.1f MiB\n", (double)peak_rss / (1024.0 * 1024));
+        if (n_res) {
+            const celer_context_memory *mm = &res[0].mem;
+            const double mib = 1024.0 * 1024;
+            printf("memory on %s: weights %.1f + KV cache %.1f + buffers %.1f = %.1f MiB\n", res[0].device,
+                   (double)mm->weights / mib, (double)mm->kv / mib, (double)mm->buffers / mib,
+                   (double)(mm->weights + mm->kv + mm->buffers) / mib);
+            printf("peak RSS: %.1f MiB\n", (double)peak_rss / mib);
+        }
         for (int64_t ti = 0; o.memory && ti < o.n_threads; ti++) {
             printf("memory read bandwidth: %.2f GB/s (%lld thread%s, %zu MiB buffer, best of 5 "
                    "passes)\n",

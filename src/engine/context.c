@@ -35,6 +35,7 @@ struct celer_context {
     int32_t n_threads;
     kv_cache kv;
     int64_t n_batch;
+    int64_t buffer_bytes;     /* what the context allocated through be and vbe (not the KV pools) */
     /* memory of be */
     float *scratch;    /* model activations for n_batch rows */
     float *hidden;     /* [n_batch, d] */
@@ -99,6 +100,13 @@ celer_context_params celer_context_default_params(void) {
     return (celer_context_params){.n_ctx = 4096, .n_seq = 1, .n_batch = 512, .n_threads = 0};
 }
 
+/* bytes of be's memory for ctx, counted in ctx->buffer_bytes */
+static void *ctx_alloc(celer_context *ctx, backend *be, size_t bytes) {
+    void *p = be->ops->alloc(be, bytes);
+    if (p) ctx->buffer_bytes += (int64_t)bytes;
+    return p;
+}
+
 static void release(backend *be, void *p) {
     if (be && p) be->ops->release(be, p);
 }
@@ -145,7 +153,7 @@ static celer_status vision_backend(celer_context *ctx, const backend_params *tp,
     backend_params p = *tp;
     p.max_rows = v->rows, p.max_cols = v->cols, p.max_keys = v->keys, p.hd = v->hd;
     if (!(ctx->vbe = ctx->cls->create(&p, w, e))) return CELER_STATUS_OUT_OF_MEMORY;
-    ctx->vscratch = ctx->vbe->ops->alloc(ctx->vbe, sizeof(float) * (size_t)v->scratch_floats);
+    ctx->vscratch = ctx_alloc(ctx, ctx->vbe, sizeof(float) * (size_t)v->scratch_floats);
     if (!ctx->vscratch) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory (vision)");
     return CELER_OK;
 }
@@ -156,18 +164,18 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     backend *be = ctx->be;
     const model_dims *dm = &ctx->model->dims;
     const size_t nb = (size_t)n_batch, d = (size_t)dm->d;
-    ctx->scratch = be->ops->alloc(be, sizeof(float) * (size_t)model_scratch_floats(ctx->model, n_batch));
-    ctx->hidden = be->ops->alloc(be, sizeof(float) * nb * d);
+    ctx->scratch = ctx_alloc(ctx, be, sizeof(float) * (size_t)model_scratch_floats(ctx->model, n_batch));
+    ctx->hidden = ctx_alloc(ctx, be, sizeof(float) * nb * d);
     if (!ctx->scratch || !ctx->hidden) return false;
     if (be->host) return true;
     const size_t tables = nb * (size_t)ctx->kv.max_blocks;
-    ctx->out = be->ops->alloc(be, sizeof(float) * nb * (size_t)dm->v);
-    ctx->in_token = be->ops->alloc(be, sizeof(int32_t) * nb);
-    ctx->in_pos = be->ops->alloc(be, sizeof(int32_t) * nb);
-    ctx->in_slot = be->ops->alloc(be, sizeof(int32_t) * nb);
-    ctx->in_seq = be->ops->alloc(be, sizeof(int32_t) * nb);
-    ctx->in_tables = be->ops->alloc(be, sizeof(int32_t) * tables);
-    ctx->in_embd = be->ops->alloc(be, sizeof(float) * nb * d);
+    ctx->out = ctx_alloc(ctx, be, sizeof(float) * nb * (size_t)dm->v);
+    ctx->in_token = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
+    ctx->in_pos = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
+    ctx->in_slot = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
+    ctx->in_seq = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
+    ctx->in_tables = ctx_alloc(ctx, be, sizeof(int32_t) * tables);
+    ctx->in_embd = ctx_alloc(ctx, be, sizeof(float) * nb * d);
     ctx->tables = malloc(sizeof(int32_t) * tables);
     return ctx->out && ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
            ctx->in_embd && ctx->tables;
@@ -251,6 +259,25 @@ int64_t celer_context_head_rows(const celer_context *ctx) { return ctx->head_row
 kv_cache *context_kv(celer_context *ctx) { return &ctx->kv; }
 const char *celer_context_kernels(const celer_context *ctx) { return ctx->kernels; }
 const char *celer_context_device(const celer_context *ctx) { return ctx->device; }
+
+static int64_t backend_work(const backend *be) {
+    return be && be->ops->work_bytes ? be->ops->work_bytes(be) : 0;
+}
+
+celer_context_memory celer_context_get_memory(const celer_context *ctx) {
+    celer_context_memory mem = {0};
+    const backend_weights *w = ctx->be->weights;
+    if (w) mem.weights = w->bytes;
+    if (!w || !w->whole) { /* the backend also reads the mapped checkpoint */
+        int64_t params = 0, bytes = 0;
+        model_count(ctx->model, &params, &bytes);
+        mem.weights += bytes;
+    }
+    const kv_cache *kv = &ctx->kv;
+    mem.kv = 2 * kv->n_layer * kv->n_blocks * kv->block_size * kv->kvd * kv->elem_bytes;
+    mem.buffers = ctx->buffer_bytes + backend_work(ctx->be) + backend_work(ctx->vbe);
+    return mem;
+}
 
 bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size) {
     for (const backend_class *const *c = backend_classes(); *c; c++) {

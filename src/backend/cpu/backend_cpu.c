@@ -44,6 +44,7 @@ typedef struct cpu_backend {
     int32_t *tile_row;  /* [max_rows + 1] first row of each attention tile */
     const rope_params *rope_of; /* the parameters rope_cs was built for */
     float *rope_cs;     /* [max_keys, hd/2, 2] cos and sin */
+    int64_t work;       /* bytes of the buffers above */
     threadpool_counter counter;
 } cpu_backend;
 
@@ -540,10 +541,13 @@ static void cpu_destroy(backend *be) {
     free(cb);
 }
 
+static int64_t cpu_work_bytes(const backend *be) { return ((const cpu_backend *)be)->work; }
+
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
     BACKEND_HOST_MEMORY_OPS,
+    .work_bytes = cpu_work_bytes,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
@@ -598,6 +602,9 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
         cpu_destroy(&cb->base);
         return NULL;
     }
+    cb->work = (int64_t)(2 * rows * cols + sizeof(float) * 4 * rows * blocks + sizeof(float) * cols * (size_t)cb->nth +
+                         sizeof(float) * cb->att_floats * (size_t)cb->nth + sizeof(int32_t) * (rows + 1) +
+                         sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
     return &cb->base;
 }
 

@@ -175,6 +175,7 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
         goto out;
     }
     w->base.cls = &backend_cuda_class;
+    w->base.whole = true; /* every matrix and vector is copied */
     w->device = p->device;
     w->n = ws->n_mats;
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -488,6 +489,12 @@ static void cuda_op_rope_store(backend *be, float *q, float *k, const float *v, 
                     rp->traditional, be->kv_f16);
 }
 
+static int64_t cuda_work_bytes(const backend *be) {
+    const cuda_backend *cb = (const cuda_backend *)be;
+    return (int64_t)(cuda_affine_gemm_work_bound(cb->p.max_rows, cb->p.max_cols) + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) +
+                     cb->gemv_work_size + BLAS_WORKSPACE + sizeof(float) * (size_t)cb->att_part_floats);
+}
+
 static void cuda_destroy(backend *be) {
     cuda_backend *cb = cb_of(be);
     cudaSetDevice(cb->device);
@@ -513,6 +520,7 @@ static const backend_ops cuda_ops = {
     .download = cuda_download,
     .copy_rows = cuda_copy_rows,
     .gather_rows = cuda_gather,
+    .work_bytes = cuda_work_bytes,
     .begin = cuda_begin,
     .end = cuda_end,
     .matmul = cuda_matmul,

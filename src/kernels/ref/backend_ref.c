@@ -22,6 +22,7 @@ typedef struct ref_backend {
     threadpool *pool;
     int64_t max_cols, max_keys;
     float *scratch; /* per thread: max_cols + max_keys floats */
+    int n_threads;
     threadpool_counter counter;
 } ref_backend;
 
@@ -240,10 +241,16 @@ static void ref_destroy(backend *be) {
     free(rb);
 }
 
+static int64_t ref_work_bytes(const backend *be) {
+    const ref_backend *rb = (const ref_backend *)be;
+    return (int64_t)sizeof(float) * rb->n_threads * scratch_floats(rb);
+}
+
 static const backend_ops ref_ops = {
     .name = "ref",
     .destroy = ref_destroy,
     BACKEND_HOST_MEMORY_OPS,
+    .work_bytes = ref_work_bytes,
     .matmul = ref_op_matmul,
     .embed = ref_op_embed,
     .rmsnorm = ref_op_rmsnorm,
@@ -270,8 +277,8 @@ backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, b
     rb->max_cols = max_cols;
     rb->max_keys = max_keys;
     rb->pool = threadpool_create(n_threads);
-    rb->scratch =
-        calloc((size_t)(n_threads < 1 ? 1 : n_threads) * (size_t)scratch_floats(rb), sizeof(float));
+    rb->n_threads = n_threads < 1 ? 1 : n_threads;
+    rb->scratch = calloc((size_t)rb->n_threads * (size_t)scratch_floats(rb), sizeof(float));
     if (!rb->pool || !rb->scratch) {
         ref_destroy(&rb->base);
         return NULL;
