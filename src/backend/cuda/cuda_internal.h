@@ -51,7 +51,6 @@ __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.w
         pdl_wait_prev();                                                                             \
     } while (0)
 
-void cuda_check(cudaError_t err, const char *what, const char *file, int line);
 template <typename... P, typename... A>
 static inline void launch_pdl(void (*k)(P...), unsigned grid, unsigned block, size_t smem, cudaStream_t s, A... a) {
     cudaLaunchConfig_t cfg = {};
@@ -64,7 +63,7 @@ static inline void launch_pdl(void (*k)(P...), unsigned grid, unsigned block, si
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    cuda_check(cudaLaunchKernelEx(&cfg, k, (P)a...), "cudaLaunchKernelEx", __FILE__, __LINE__);
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, (P)a...));
 }
 
 /* One matrix on the device. */
