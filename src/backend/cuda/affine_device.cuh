@@ -92,4 +92,8 @@ __device__ __forceinline__ void sb_pair(const uint32_t *sb, int kind, int64_t p,
     }
 }
 
+/* Raises the prefill product's kernels' shared memory limit on the current device
+ * (affine_gemm.cu; the matrix upload calls it with its own kernels'). */
+cudaError_t affine_gemm_init(void);
+
 #endif
