@@ -45,7 +45,7 @@ from pathlib import Path
 
 import aiohttp
 
-from machine import git_commit
+from machine import cpu_model, git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 CELER = ROOT / "build" / "celer"
@@ -554,18 +554,6 @@ def report(args, runs, meta):
     return "\n".join(lines) + "\n"
 
 
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def llama_version():
     try:
         out = subprocess.run([str(llama_server_bin()), "--version"], capture_output=True,
@@ -615,7 +603,7 @@ async def main_async(args):
         if not Path(b).exists():
             raise SystemExit(f"serve.py: {b} is missing (make all / bash bench/setup_serve.sh)")
     meta = {
-        "date": datetime.date.today().isoformat(), "cpu": cpu_name(), "nproc": os.cpu_count(),
+        "date": datetime.date.today().isoformat(), "cpu": cpu_model(), "nproc": os.cpu_count(),
         "kernel": platform.platform(), "celer_commit": git_commit(),
         "llama_version": llama_version(),
         "llama_cpp_python": llama_dir().name.split("-", 1)[1],

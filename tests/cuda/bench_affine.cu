@@ -99,17 +99,7 @@ static void build_model(model *md, int bits, int64_t group, cudaStream_t s) {
         k_fill_codes<<<1024, 256, 0, s>>>(codes, words, (uint64_t)i + 1);
         k_fill_sb<<<1024, 256, 0, s>>>(sc, bi, groups, (uint64_t)i + 7);
         CHECK(cudaGetLastError());
-        matview w;
-        memset(&w, 0, sizeof w);
-        w.rows = sh->rows;
-        w.cols = sh->cols;
-        w.type = DTYPE_U32;
-        w.data = codes;
-        w.quant_bits = bits;
-        w.group = group;
-        w.scale_type = DTYPE_F16;
-        w.scales = sc;
-        w.biases = bi;
+        const matview w = affine_view(codes, sc, bi, sh->rows, sh->cols, bits, group, DTYPE_F16);
         char err[256];
         if (cuda_affine_upload_device(&md->m[i], &w, s, err, sizeof err)) {
             fprintf(stderr, "%s\n", err);

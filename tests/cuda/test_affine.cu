@@ -88,14 +88,6 @@ static float host_value(const matview *w, int64_t r, int64_t c) {
 
 /* A host matrix in the checkpoint layout; free with host_free. */
 static matview host_matrix(int64_t rows, int64_t cols, int bits, int64_t group, dtype st) {
-    matview w;
-    memset(&w, 0, sizeof w);
-    w.rows = rows;
-    w.cols = cols;
-    w.type = DTYPE_U32;
-    w.quant_bits = bits;
-    w.group = group;
-    w.scale_type = st;
     const int64_t words = rows * cols * bits / 32, groups = rows * (cols / group);
     uint32_t *codes = (uint32_t *)malloc((size_t)words * 4);
     void *s = malloc((size_t)groups * scale_size(st)), *b = malloc((size_t)groups * scale_size(st));
@@ -107,10 +99,7 @@ static matview host_matrix(int64_t rows, int64_t cols, int bits, int64_t group, 
          * then nearly cancels the codes' sum, which the products must survive */
         scale_store(st, b, i, sc * (float)(-(double)(1 << (bits - 1)) + (rng_unit() - 0.5)));
     }
-    w.data = codes;
-    w.scales = s;
-    w.biases = b;
-    return w;
+    return affine_view(codes, s, b, rows, cols, bits, group, st);
 }
 
 static void host_free(matview *w) {

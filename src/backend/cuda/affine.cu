@@ -628,8 +628,9 @@ static gemv_kernel pick(int bits, int64_t group, int nb) {
     return pick_nb<8, 128>(nb);
 }
 
-/* Every kernel may take SMEM_MAX of shared memory, and prefers shared memory to L1
- * (the weights stream past L1). On the current device. */
+/* Every decode kernel may take SMEM_MAX of shared memory, and prefers shared memory to L1
+ * (the weights stream past L1); the prefill product's kernels get what they need. On the
+ * current device. */
 static cudaError_t init_kernels(void) {
     static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2; b++)
@@ -647,7 +648,7 @@ static cudaError_t init_kernels(void) {
                                              cudaSharedmemCarveoutMaxShared);
                 if (e != cudaSuccess) return e;
             }
-    return cudaSuccess;
+    return affine_gemm_init();
 }
 
 static int nb_of(int64_t n) { return n <= 4 ? 1 : 2; }

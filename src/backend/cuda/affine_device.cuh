@@ -178,4 +178,8 @@ static inline int affine_set_blocks(const affine_set *s) {
 }
 static inline int affine_set_tiles(const affine_set *s) { return s->first_tile[s->k - 1] + s->row_tiles[s->k - 1]; }
 
+/* Raises the prefill product's kernels' shared memory limit on the current device
+ * (affine_gemm.cu; the matrix upload calls it with its own kernels'). */
+cudaError_t affine_gemm_init(void);
+
 #endif

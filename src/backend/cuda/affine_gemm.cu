@@ -294,6 +294,18 @@ static gemm_kernel pick(int bits, int64_t group, size_t *smem) {
     return NULL;
 }
 
+cudaError_t affine_gemm_init(void) {
+    static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 3; g++) {
+            size_t smem = 0;
+            const gemm_kernel k = pick(bits[b], groups[g], &smem);
+            const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return e;
+        }
+    return cudaSuccess;
+}
+
 /* x's fp16 parts [2, n_pad, kx], then its sums per group [groups, n_pad]. */
 static size_t work_bytes(int64_t n, int64_t kx, int64_t groups) {
     const int64_t n_pad = round_up(n, GM_BN);
@@ -320,14 +332,6 @@ extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine 
     const int64_t n_pad = round_up(n, GM_BN), kx = staged_cols(w);
     __half *xh = (__half *)work, *xl = xh + n_pad * kx;
     float *xsum = (float *)((char *)work + round_up(2 * n_pad * kx * 2, 256));
-
-    static bool ready[2][3]; /* the kernel's shared memory limit raised (per process: one device) */
-    bool *r = &ready[w->bits == 4 ? 0 : 1][w->group == 32 ? 0 : w->group == 64 ? 1 : 2];
-    if (!*r) {
-        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        *r = true;
-    }
 
     const int64_t m = n_pad * (kx / 4); /* a multiple of 32: whole warps in k_stage_x's shuffles */
     k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);

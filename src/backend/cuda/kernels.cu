@@ -1,8 +1,8 @@
 /*
  * kernels.cu - the CUDA backend's elementwise and data-movement kernels: embedding rows
- * (affine tables through affine.cu), RMSNorm/LayerNorm and RoPE (one block per row),
- * RoPE, K/V stores, SwiGLU and the GELU family, adds, scales, row
- * gathers and the patch layout of a vision tower. Each computes what the scalar
+ * (affine tables through affine.cu), RMSNorm/LayerNorm (one block per row), RoPE (a thread
+ * per pair), K/V stores, SwiGLU and the GELU family, adds, scales, row gathers and the
+ * patch layout of a vision tower. Each computes what the scalar
  * reference in src/kernels/ref computes, in fp32; none allocates.
  */
 #include "backend/cuda/cuda_internal.h"
@@ -14,7 +14,6 @@
  * thread's chain of dependent loads and adds short. */
 #define NORM_THREADS 1024
 #define NORM_VALS 8 /* values of a row a thread holds: rows up to 8192 in registers */
-#define ROPE_THREADS 256
 
 /* Blocks for kernels that take rows one block at a time (striding past 65535). */
 static unsigned grid_rows(int64_t n) { return (unsigned)(n < 65535 ? n : 65535); }
@@ -136,49 +135,40 @@ void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, co
 
 /* ==== RoPE and the KV cache ==== */
 
-/* Row t's (cos, sin) * mscale of every pair into cs[hd / 2]: the angle pos * inv_freq[i]
- * formed in fp32, its cosine and sine in double, as the reference does. */
-__device__ static void rope_table(float2 *cs, int32_t pos, int64_t half, const float *inv_freq, float mscale) {
-    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-        const float ang = (float)pos * inv_freq[i];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        cs[i] = make_float2((float)cd * mscale, (float)sd * mscale);
-    }
+/* Pair i of the head vector v (hd = 2 half) turned by the angle pos * inv_freq[i], formed
+ * in fp32 with its cosine and sine in double, as the reference does; the turned pair is
+ * also returned in y0, y1. */
+__device__ static void rope_pair(float *v, int32_t pos, int64_t i, int64_t half, const float *inv_freq, float mscale,
+                                 bool traditional, float *y0, float *y1) {
+    const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    const float ang = (float)pos * inv_freq[i];
+    double sd, cd;
+    sincos((double)ang, &sd, &cd);
+    const float c = (float)cd * mscale, sn = (float)sd * mscale;
+    const float x0 = v[a], x1 = v[b];
+    *y0 = x0 * c - x1 * sn;
+    *y1 = x1 * c + x0 * sn;
+    v[a] = *y0;
+    v[b] = *y1;
 }
 
-/* Every pair of h heads of one row turned by the table (the block's threads share it). */
-__device__ static void rope_heads(float *row, int64_t h, int64_t hd, const float2 *cs, bool traditional) {
+/* x[n, h, hd] turned, one thread per pair: each forms its own angle, so a row needs no
+ * shared table and one round trip to memory. */
+__global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *inv_freq,
+                              float mscale, bool traditional, int64_t m) {
+    PDL_ENTRY();
     const int64_t half = hd / 2;
-    for (int64_t j = threadIdx.x; j < h * half; j += blockDim.x) {
-        const int64_t head = j / half, i = j % half;
-        const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
-        float *v = row + head * hd;
-        const float2 c = cs[i];
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c.x - x1 * c.y;
-        v[b] = x1 * c.x + x0 * c.y;
-    }
-}
-
-/* x[n, h, hd] rotated, one block per row: the table once, then every head. */
-__global__ static void __launch_bounds__(ROPE_THREADS) k_rope(float *x, const int32_t *pos, int64_t n, int64_t h,
-                                                             int64_t hd, const float *inv_freq, float mscale,
-                                                             bool traditional) {
-    extern __shared__ float2 cs[]; /* [hd / 2] */
-    for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
-        __syncthreads(); /* the previous row's table is read */
-        rope_table(cs, pos[t], hd / 2, inv_freq, mscale);
-        __syncthreads();
-        rope_heads(x + t * h * hd, h, hd, cs, traditional);
+    GRID_STRIDE(j, m) { /* j = (t * h + head) * half + i */
+        const int64_t i = j % half, th = j / half;
+        float y0, y1;
+        rope_pair(x + th * hd, pos[th / h], i, half, inv_freq, mscale, traditional, &y0, &y1);
     }
 }
 
 void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, const float *inv_freq,
                float mscale, bool traditional) {
-    if (n > 0)
-        k_rope<<<grid_rows(n), ROPE_THREADS, (size_t)(hd / 2) * sizeof(float2), s>>>(x, pos, n, h, hd, inv_freq, mscale,
-                                                                                   traditional);
+    const int64_t m = n * h * (hd / 2);
+    if (m > 0) launch_pdl(k_rope, blocks_for(m), THREADS, 0, s, x, pos, h, hd, inv_freq, mscale, traditional, m);
 }
 
 template <typename T> __device__ static T kv_value(float v);
@@ -186,9 +176,7 @@ template <> __device__ __half kv_value<__half>(float v) { return __float2half_rn
 template <> __device__ float kv_value<float>(float v) { return v; }
 
 /* One thread per pair of a row: q's pairs (h heads) turned; k's pairs (hk heads) turned
- * and stored at slot[t] of the key pool; v's pairs stored. Each turning thread forms its
- * own angle, cosine and sine (as k_rope does), so the row needs no shared table and one
- * round trip to memory. */
+ * and stored at slot[t] of the key pool; v's pairs stored. */
 template <typename T>
 __global__ static void k_rope_store(float *__restrict__ q, float *__restrict__ k, const float *__restrict__ v,
                                     T *__restrict__ kpool, T *__restrict__ vpool, const int32_t *__restrict__ pos,
@@ -207,15 +195,9 @@ __global__ static void k_rope_store(float *__restrict__ q, float *__restrict__ k
             dst[b] = kv_value<T>(vr[b]);
             continue;
         }
-        const float ang = (float)pos[t] * inv_freq[i];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        const float c = (float)cd * mscale, sn = (float)sd * mscale;
+        float y0, y1;
         float *row = head < h ? q + (t * h + head) * hd : k + t * kvd + (head - h) * hd;
-        const float x0 = row[a], x1 = row[b];
-        const float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
-        row[a] = y0;
-        row[b] = y1;
+        rope_pair(row, pos[t], i, half, inv_freq, mscale, traditional, &y0, &y1);
         if (head >= h) {
             T *dst = kpool + (int64_t)slot[t] * kvd + (head - h) * hd;
             dst[a] = kv_value<T>(y0);
