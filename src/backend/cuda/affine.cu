@@ -241,9 +241,8 @@ __host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int k
     return L;
 }
 
-/* The slice of x (tokens 0 .. n-1, columns of tiles kb .. kb + slice - 1; zero past the
- * matrix), staged by threads tid, tid + nthreads, .. (a block's, or one warp's lanes), as
- * B fragments: float4 unit c4 of a token holds columns 4c4 .. 4c4+3
+/* The block's slice of x (tokens 0 .. n-1, columns of tiles kb .. kb + slice - 1; zero
+ * past the matrix) as B fragments: float4 unit c4 of a token holds columns 4c4 .. 4c4+3
  * of the slice, which in tile kk, step m are k rows 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of
  * lane 4 * column + t, with t = c4 & 3. With one operand, token tok's hi part is column
  * tok and its lo part column tok + 4; with two, operand 0 holds the hi parts and 1 the lo
@@ -252,7 +251,7 @@ __host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int k
  * never stored. */
 template <int BITS, int GROUP, int NB>
 __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__restrict__ x, int n, int cols,
-                                        int kb, int slice, int tid, int nthreads) {
+                                        int kb, int slice) {
     using K = kshape<BITS, GROUP>;
     constexpr int UPT = K::TC / 4, UPE = K::EU / 4, TOKS = 4 * NB; /* float4 units per tile / scaling */
     const int upt = slice * UPT;
@@ -260,7 +259,7 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
     const int lim = cols - kb * K::TC;
     /* upt is a multiple of 32: whole warps take part in the shuffles, and a scaling
      * unit's UPE units sit in aligned lanes of one warp */
-    for (int c4 = tid; c4 < upt; c4 += nthreads) {
+    for (int c4 = threadIdx.x; c4 < upt; c4 += NW * 32) {
         float4 v[TOKS]; /* every load in flight first */
 #pragma unroll
         for (int tok = 0; tok < TOKS; tok++) {
@@ -311,12 +310,12 @@ __device__ __forceinline__ void scale_add(float acc[4], float c[4], const uint32
 /* acc += tile u of the warp's slice (16 rows) @ x. cw: the lane's codes (x, y: row r, z, w:
  * row r + 8; 4 bits: steps 0-1, 2-3; 8 bits: steps 0, 1); sb: the warp's sb blocks. */
 template <int BITS, int GROUP, int NB>
-__device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint32_t *sb, int blk, int kind,
+__device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint32_t *sb, int kind,
                                              const uint4 *xs, const float *xsum, int u, int lane) {
     using K = kshape<BITS, GROUP>;
     const int r = lane >> 2, t = lane & 3;
     const uint4 *xb = xs + u * K::MP * NB * 32 + lane;
-    const int p = (blk * 8 + r) * 2 * K::GPB;
+    const int p = ((u >> K::SH) * 8 + r) * 2 * K::GPB;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (BITS == 4) {
 #pragma unroll
@@ -391,8 +390,7 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     }
 
     pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
-    stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, n, cols, kb, slice, threadIdx.x,
-                             NW * 32);
+    stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, n, cols, kb, slice);
     __syncthreads();
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -405,7 +403,7 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
 #pragma unroll
             for (int i = 0; i < CH; i++) {
                 const int u = g * CH + i;
-                if (u < nt) tile_product<BITS, GROUP, NB>(acc, cs[u * 32 + lane], sbs, u >> K::SH, kind, xs, xsum, u, lane);
+                if (u < nt) tile_product<BITS, GROUP, NB>(acc, cs[u * 32 + lane], sbs, kind, xs, xsum, u, lane);
             }
         }
     }
@@ -459,158 +457,6 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     if (threadIdx.x == 0) count[blockIdx.x] = 0;
 }
 
-/* ==== Streaming decode product ==== */
-
-/* Each warp streams its own tasks: a task is one row tile over c column tiles (a K split;
- * c is 4, or 8 or 16 for matrices of so many tiles that 4 would make far more tasks than
- * warps, such as an LM head); warp gw of W takes tasks gw, gw + W, gw + 2W, .. of the set's row tiles x
- * splits, and since W is a multiple of the splits every task of a warp has the same
- * split, so the warp stages its part of x once. Tiles come through a ring of SW_DEPTH
- * stages per warp (codes and the tile's (scale, bias) block, by cp.async), so a warp
- * keeps loads in flight across its tasks, and the grid is as many blocks as fit the
- * GPU: no waves, no block barriers. A task's sums go to y (one split) or to partial rows;
- * the last of a row tile's splits to finish adds them in split order. */
-#define SW_DEPTH 8 /* tiles in flight per warp */
-
-/* A warp's shared memory, bytes: the ring's codes [SW_DEPTH][32] uint4, its sb blocks
- * [SW_DEPTH][sb], x fragments [c][MP][nb][32] uint4, x sums [c * gpb][8] floats. */
-typedef struct stream_layout {
-    int sb, sb_bytes, xs, xsum, warp;
-} stream_layout;
-
-__host__ __device__ static stream_layout stream_layout_of(int bits, int group, int kind, int nb, int c) {
-    const int gpb = groups_per_block(bits, group);
-    stream_layout L;
-    L.sb_bytes = 16 * gpb * 4 * pair_words(kind);
-    L.sb = SW_DEPTH * 512;
-    L.xs = L.sb + SW_DEPTH * L.sb_bytes;
-    L.xsum = L.xs + c * (tile_cols(bits) / 32) * nb * 512;
-    L.warp = (L.xsum + c * gpb * 8 * 4 + 15) & ~15;
-    (void)group;
-    return L;
-}
-
-template <int BITS, int GROUP, int NB>
-__global__ static void __launch_bounds__(NW * 32)
-k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, int n, int kind, int cols, int k_tiles, int c,
-                     int splits, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
-    using K = kshape<BITS, GROUP>;
-    extern __shared__ __align__(16) unsigned char smem[];
-    pdl_launch_next();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const int gw = blockIdx.x * NW + warp, nwarps = gridDim.x * NW;
-    const int split = gw % splits, k0 = split * c, nt = min(c, k_tiles - k0);
-    const int tasks = gw < tiles_total * splits ? (tiles_total * splits - gw + nwarps - 1) / nwarps : 0;
-    const int total = tasks * nt; /* tiles this warp streams */
-    const stream_layout L = stream_layout_of(BITS, GROUP, kind, NB, c);
-    unsigned char *base = smem + warp * L.warp;
-    uint4 *ring = (uint4 *)base;
-    unsigned char *ring_sb = base + L.sb;
-
-    /* tile j of the warp's stream into ring stage j % SW_DEPTH (one commit group a tile,
-     * empty past the end, so a wait for the group SW_DEPTH - 1 back is a wait for tile j) */
-    auto issue = [&](int j) {
-        if (j < total) {
-            const int tile = (gw + (j / nt) * nwarps) / splits, kt = k0 + j % nt;
-            const set_member m = member_of_tile(set, tile);
-            const int rt = tile - m.tile0, slot = j % SW_DEPTH;
-            cp_async16(ring + slot * 32 + lane, m.codes + ((size_t)rt * k_tiles + kt) * 32 + lane);
-            const unsigned char *sb = (const unsigned char *)m.sb +
-                                      ((size_t)rt * m.group_blocks + (kt >> K::SH)) * (size_t)L.sb_bytes;
-            for (int o = lane * 16; o < L.sb_bytes; o += 32 * 16) cp_async16(ring_sb + slot * L.sb_bytes + o, sb + o);
-        }
-        cp_async_commit();
-    };
-#pragma unroll
-    for (int j = 0; j < SW_DEPTH; j++) issue(j);
-
-    pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
-    const uint4 *xs = (const uint4 *)(base + L.xs);
-    const float *xsum = (const float *)(base + L.xsum);
-    if (total > 0) stage_x<BITS, GROUP, NB>((uint4 *)(base + L.xs), (float *)(base + L.xsum), x, n, cols, k0, c, lane, 32);
-    __syncwarp();
-
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int j = 0; j < total; j++) {
-        cp_async_wait<SW_DEPTH - 1>();
-        __syncwarp(); /* the stage came in through every lane */
-        const int slot = j % SW_DEPTH, u = j % nt;
-        tile_product<BITS, GROUP, NB>(acc, ring[slot * 32 + lane], (const uint32_t *)(ring_sb + slot * L.sb_bytes), 0,
-                                      kind, xs, xsum, u, lane);
-        __syncwarp(); /* every lane is done with the stage before it is refilled */
-        issue(j + SW_DEPTH);
-        if (u != nt - 1) continue;
-
-        /* the task's row tile is done over this split */
-        const int tile = (gw + (j / nt) * nwarps) / splits;
-        const set_member m = member_of_tile(set, tile);
-        const int rt = tile - m.tile0;
-        if (NB == 1) { /* columns 2t + 4, 2t + 5 (lo parts) of lane t + 2 onto lanes t < 2 */
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[i] += __shfl_down_sync(0xffffffffu, acc[i], 2);
-        }
-        const int row0 = rt * 16 + (lane >> 2), tok0 = 2 * t;
-        const bool holds = NB == 2 || t < 2;
-        if (splits == 1) {
-            if (holds)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (tok0 + e >= n) continue;
-                    float *yt = m.y + (size_t)(tok0 + e) * m.rows;
-                    if (row0 < m.rows) yt[row0] = acc[e];
-                    if (row0 + 8 < m.rows) yt[row0 + 8] = acc[2 + e];
-                }
-        } else {
-            /* partial rows [split][n][tiles_total x 16]; the last split of the tile adds them */
-            const int rows_p = tiles_total * 16, prow = tile * 16 + (lane >> 2);
-            if (holds)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (tok0 + e >= n) continue;
-                    float *pt = part + ((size_t)split * n + tok0 + e) * rows_p;
-                    pt[prow] = acc[e];
-                    pt[prow + 8] = acc[2 + e];
-                }
-            __threadfence();
-            __syncwarp();
-            unsigned last = 0;
-            if (lane == 0) last = atomicAdd(&count[tile], 1u) == (unsigned)splits - 1;
-            last = __shfl_sync(0xffffffffu, last, 0);
-            if (last) {
-                __threadfence();
-                for (int idx = lane; idx < 16 * n; idx += 32) {
-                    const int rl = idx % 16, tok = idx / 16, row = rt * 16 + rl;
-                    if (row >= m.rows) continue;
-                    float v = 0.0f;
-                    for (int sp = 0; sp < splits; sp++) v += __ldcg(part + ((size_t)sp * n + tok) * rows_p + tile * 16 + rl);
-                    m.y[(size_t)tok * m.rows + row] = v;
-                }
-                if (lane == 0) count[tile] = 0;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[i] = 0.0f;
-    }
-    cp_async_wait<0>();
-}
-
-typedef void (*stream_kernel)(const affine_set, const float *, int, int, int, int, int, int, int, float *, unsigned *);
-
-template <int BITS, int GROUP> static stream_kernel pick_stream_nb(int nb) {
-    return nb == 2 ? k_affine_gemv_stream<BITS, GROUP, 2> : k_affine_gemv_stream<BITS, GROUP, 1>;
-}
-
-static stream_kernel pick_stream(int bits, int64_t group, int nb) {
-    if (bits == 4) {
-        if (group == 32) return pick_stream_nb<4, 32>(nb);
-        if (group == 64) return pick_stream_nb<4, 64>(nb);
-        return pick_stream_nb<4, 128>(nb);
-    }
-    if (group == 32) return pick_stream_nb<8, 32>(nb);
-    if (group == 64) return pick_stream_nb<8, 64>(nb);
-    return pick_stream_nb<8, 128>(nb);
-}
-
 typedef void (*gemv_kernel)(const affine_set, const float *, int, int, int, int, int, int, float *, unsigned *);
 
 template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb) {
@@ -637,14 +483,9 @@ static cudaError_t init_kernels(void) {
         for (int g = 0; g < 3; g++)
             for (int nb = 1; nb <= 2; nb++) {
                 const gemv_kernel k = pick(bits[b], groups[g], nb);
-                const stream_kernel ks = pick_stream(bits[b], groups[g], nb);
                 cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
                 if (e == cudaSuccess)
                     e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared);
-                if (e == cudaSuccess) e = cudaFuncSetAttribute(ks, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
-                if (e == cudaSuccess)
-                    e = cudaFuncSetAttribute(ks, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared);
                 if (e != cudaSuccess) return e;
             }
@@ -658,21 +499,15 @@ extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan
     return p.slice > 0 ? (w->k_tiles + p.slice - 1) / p.slice : 0;
 }
 
-/* SMs of the current device. */
-static int device_sms(void) {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        cudaGetLastError();
-    return sms;
-}
-
 /* The slice with the least estimated time for blocks of nb operands over row_blocks
  * blocks of 8 row tiles and k_tiles column tiles: waves of blocks (resident blocks per SM
  * from the kernel's registers and shared memory) times the tiles a block streams, plus
  * about four tiles' worth for a block's start (x staging, the first loads' latency) and
  * its partial sums. */
 static int best_slice(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
-    const int sms = device_sms();
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        cudaGetLastError();
     int best = 4;
     double best_cost = 1e300;
     for (int slice = 4; slice <= MAX_SLICE; slice += 4) {
@@ -722,7 +557,11 @@ extern "C" size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cu
     return work_bytes(row_blocks(w), w->row_tiles, cuda_affine_plan_split(w, p), n);
 }
 
-/* One launch of the block-sliced kernel over a set with a given slice. */
+extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
+    return cuda_affine_plan_work_size(w, n, cuda_affine_plan_for(w, n));
+}
+
+/* One launch over a set with a given slice. */
 static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, const float *x, int64_t n, void *work,
                                cudaStream_t s, unsigned flags, int slice) {
     const int64_t split = (w0->k_tiles + slice - 1) / slice;
@@ -756,95 +595,32 @@ extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n
     return gemv_launch(&set, w, x, n, work, s, flags, p.slice);
 }
 
-/* Column tiles of a streaming task for tiles row tiles of k_tiles: 4, or more while that
- * makes over 16 tasks for each of the warps two blocks an SM would have and a block's
- * shared memory stays within SMEM_MAX. */
-static int stream_c(int64_t tiles, int64_t k_tiles, const cuda_affine *w, int nb) {
-    const int64_t warps = (int64_t)device_sms() * 2 * NW;
-    int c = 4;
-    while (c < 16 && tiles * ((k_tiles + c - 1) / c) > 16 * warps &&
-           NW * stream_layout_of(w->bits, (int)w->group, w->sb_kind, nb, 2 * c).warp <= SMEM_MAX)
-        c *= 2;
-    return c;
-}
-
-/* The streaming kernel's work: counters (one per row tile, 256-byte aligned), then partial
- * rows [splits][n][row tiles x 16]. */
-static size_t stream_work_bytes(int64_t tiles, const cuda_affine *w, int64_t n) {
-    const int64_t c = stream_c(tiles, w->k_tiles, w, nb_of(n)), splits = (w->k_tiles + c - 1) / c;
-    if (splits <= 1) return 0;
-    return (((size_t)tiles * 4 + 255) & ~(size_t)255) + (size_t)splits * (size_t)n * (size_t)tiles * 16 * 4;
-}
-
-/* Blocks of the streaming kernel: as many as are resident on the device at once, a
- * multiple of splits / gcd(splits, NW) so that the warps are a multiple of the splits. */
-static int stream_blocks(stream_kernel k, size_t smem, int64_t splits) {
-    int per_sm = 1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, NW * 32, smem) != cudaSuccess || per_sm < 1) {
-        cudaGetLastError();
-        per_sm = 1;
-    }
-    int64_t g = splits, b = NW;
-    while (b) {
-        const int64_t r = g % b;
-        g = b;
-        b = r;
-    }
-    const int64_t q = splits / g, p = (int64_t)device_sms() * per_sm / q * q;
-    return (int)(p > q ? p : q);
-}
-
-static cudaError_t stream_launch(const affine_set *set, const cuda_affine *w0, const float *x, int64_t n, void *work,
-                                 cudaStream_t s, unsigned flags) {
-    const int tiles = affine_set_tiles(set), c = stream_c(tiles, w0->k_tiles, w0, nb_of(n));
-    const int64_t splits = (w0->k_tiles + c - 1) / c;
-    if (n < 1 || n > MAX_N || (splits > 1 && !work) || ((uintptr_t)x & 15)) return cudaErrorInvalidValue;
-    const int nb = nb_of(n);
-    const stream_kernel k = pick_stream(w0->bits, w0->group, nb);
-    const size_t smem = (size_t)NW * stream_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, c).warp;
-    unsigned *count = (unsigned *)work;
-    float *part = splits > 1 ? (float *)((char *)work + (((size_t)tiles * 4 + 255) & ~(size_t)255)) : NULL;
-
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)stream_blocks(k, smem, splits), 1, 1);
-    cfg.blockDim = dim3(NW * 32, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    if (flags & CUDA_AFFINE_PDL) {
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-    }
-    return cudaLaunchKernelEx(&cfg, k, *set, x, (int)n, w0->sb_kind, (int)w0->cols, (int)w0->k_tiles, c, (int)splits,
-                              tiles, part, count);
-}
-
-extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
-    return stream_work_bytes(w->row_tiles, w, n);
-}
-
 extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
                                         cudaStream_t s, unsigned flags) {
-    affine_set set;
-    affine_set_of(&set, &y, &w, 1);
-    return stream_launch(&set, w, x, n, work, s, flags);
+    return cuda_affine_gemv_plan(y, x, n, w, work, s, flags, cuda_affine_plan_for(w, n));
+}
+
+/* The slice of a set's launch: the best for the set's rows as one matrix. */
+static int set_slice(const affine_set *set, const cuda_affine *w0, int64_t n) {
+    return best_slice(w0->bits, w0->group, w0->sb_kind, nb_of(n), affine_set_blocks(set), w0->k_tiles);
 }
 
 extern "C" size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, int k, int64_t n) {
     affine_set set;
     float *ys[CUDA_AFFINE_SET] = {NULL, NULL, NULL, NULL};
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return 0;
-    return stream_work_bytes(affine_set_tiles(&set), w[0], n);
+    const int slice = set_slice(&set, w[0], n);
+    return work_bytes(affine_set_blocks(&set), affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n);
 }
 
 extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x,
                                             int64_t n, void *work, size_t work_size, cudaStream_t s, unsigned flags) {
     affine_set set;
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return cudaErrorInvalidValue;
-    if (stream_work_bytes(affine_set_tiles(&set), w[0], n) > work_size) return cudaErrorInvalidValue;
-    return stream_launch(&set, w[0], x, n, work, s, flags);
+    const int slice = set_slice(&set, w[0], n);
+    if (work_bytes(affine_set_blocks(&set), affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n) > work_size)
+        return cudaErrorInvalidValue;
+    return gemv_launch(&set, w[0], x, n, work, s, flags, slice);
 }
 
 /* ==== Rows of W: embeddings ==== */

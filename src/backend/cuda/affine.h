@@ -101,10 +101,8 @@ void cuda_affine_free(cuda_affine *w);
 size_t cuda_affine_work_size(const cuda_affine *w, int64_t n);
 
 /* y[n, rows] = x[n, cols] @ W^T, 1 <= n <= 8; x and y fp32, row-major, in device memory,
- * x 16-byte aligned. The streaming kernel: every warp of a grid that fills the device takes
- * (row tile, K split) tasks of one split and streams their tiles through a ring of
- * stages. Enqueued on s (capturable: no allocation, no synchronization); returns the
- * launch's error (cudaSuccess). */
+ * x 16-byte aligned. Enqueued on s (capturable: no allocation, no synchronization);
+ * returns the launch's error (cudaSuccess). */
 cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w,
                              void *work, cudaStream_t s, unsigned flags);
 
@@ -122,10 +120,9 @@ cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, 
                                  void *work, size_t work_size, cudaStream_t s, unsigned flags);
 size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, int k, int64_t n);
 
-/* The block-sliced kernel (cuda_affine_gemv_plan, beside the streaming one for
- * comparison): each block of 8 warps takes 8 row tiles (one a warp) and `slice` column
- * tiles (4, 8, 12 or 16); ceil(k_tiles / slice) blocks split each row block's K, and the
- * last of them to finish adds the partial sums in a fixed order. */
+/* How a product is cut: each block of 8 warps takes 8 row tiles (one a warp) and `slice`
+ * column tiles (4, 8, 12 or 16); ceil(k_tiles / slice) blocks split each row block's K,
+ * and the last of them to finish adds the partial sums in a fixed order. */
 typedef struct cuda_affine_plan {
     int slice;
 } cuda_affine_plan;

@@ -134,17 +134,6 @@ __device__ __forceinline__ set_member member_of(const affine_set &s, int bx) {
     return m;
 }
 
-/* The matrix of row tile `tile` of a set (tiles of its matrices one after another). */
-__device__ __forceinline__ set_member member_of_tile(const affine_set &s, int tile) {
-    set_member m = {s.codes[0], s.sb[0], s.y[0], s.rows[0], s.row_tiles[0], s.group_blocks[0], 0, 0};
-#pragma unroll
-    for (int i = 1; i < CUDA_AFFINE_SET; i++)
-        if (i < s.k && tile >= s.first_tile[i])
-            m = {s.codes[i], s.sb[i], s.y[i], s.rows[i], s.row_tiles[i], s.group_blocks[i], s.first_block[i],
-                 s.first_tile[i]};
-    return m;
-}
-
 /* The set of ws[0..k-1] with outputs ys; false when k is out of range or the matrices
  * cannot share a launch. */
 static inline bool affine_set_of(affine_set *s, float *const *ys, const cuda_affine *const *ws, int k) {
