@@ -257,8 +257,7 @@ static weight_set mats_set(test_mat *mats, matview **list, int n, const arena *c
 #define MAX_MATS    64
 #define MM_MAX_N    37
 #define MM_MAX_COLS 640
-/* An LM head's worth of rows: more than the CUDA backend dequantizes at once for a
- * backend of max_cols 4096 (64 Mi floats / 4096 = 16384 rows), ending in a partial slab. */
+/* An LM head's worth of rows (many blocks of row tiles, the last one partial). */
 #define HEAD_ROWS (2 * 16384 + 37)
 
 static void test_matmul(void) {
@@ -284,6 +283,14 @@ static void test_matmul(void) {
                     mat_affine(&mats[nm++], bits[b], groups[g], sts[st], rows[s], cols);
                 }
     mat_affine(&mats[nm++], 4, 64, DTYPE_F32, 37, 192); /* F32 scales, not exact in f16 */
+    /* sets of one input for matmul_multi (q, k, v-like rows), and one that cannot share a
+     * launch (a dense matrix among them) */
+    const int sets = nm;
+    const int64_t set_rows[3] = {100, 33, 33};
+    for (int i = 0; i < 3; i++) mat_affine(&mats[nm++], 4, 64, DTYPE_F16, set_rows[i], 192);
+    for (int i = 0; i < 3; i++) mat_affine(&mats[nm++], 8, 32, DTYPE_BF16, set_rows[i], 192);
+    mat_affine(&mats[nm++], 4, 64, DTYPE_F16, 33, 192);
+    mat_dense(&mats[nm++], DTYPE_F16, 33, 192);
     const int head = nm;
     mat_affine(&mats[nm++], 4, 64, DTYPE_F16, HEAD_ROWS, 64);
     CELER_ASSERT(nm <= MAX_MATS);
@@ -315,8 +322,38 @@ static void test_matmul(void) {
                 mx = fmax(mx, max_abs(yr, m));
             }
             char what[128];
-            snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc,
-                     i == head ? " (past a slab)" : "");
+            snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc, i == head ? " (a head)" : "");
+            report(what, diff, 1e-5 * mx);
+        }
+        /* matmul_multi: each output against the reference's own product */
+        const int set_first[3] = {sets, sets + 3, sets + 6}, set_k[3] = {3, 3, 2};
+        const char *const set_names[3] = {"4-bit g64 F16, rows 100/33/33", "8-bit g32 BF16, rows 100/33/33",
+                                          "4-bit g64 and dense F16 (one by one)"};
+        for (int si = 0; si < 3; si++) {
+            const int k = set_k[si];
+            double diff = 0, mx = 0;
+            for (int ni = 0; ni < 4; ni++) {
+                const int64_t n = ns[ni], cols = mats[set_first[si]].w.cols;
+                fill_rand(x, n * cols, 1.0f, 0.0f);
+                be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * cols));
+                float *dys[3];
+                const matview *mw[3];
+                for (int i = 0; i < k; i++) {
+                    mw[i] = &mats[set_first[si] + i].w;
+                    dys[i] = put_nan(be, n * mw[i]->rows);
+                }
+                backend_matmul_multi(be, dys, mw, k, dx, n);
+                for (int i = 0; i < k; i++) {
+                    const int64_t m = n * mw[i]->rows;
+                    ref->ops->matmul(ref, yr, mw[i], x, n);
+                    get(be, yd, dys[i], sizeof(float) * (size_t)m);
+                    drop(be, dys[i]);
+                    diff = fmax(diff, max_abs_diff(yd, yr, m));
+                    mx = fmax(mx, max_abs(yr, m));
+                }
+            }
+            char what[128];
+            snprintf(what, sizeof what, "matmul_multi %s, n=1,3,8,37", set_names[si]);
             report(what, diff, 1e-5 * mx);
         }
         /* the reference with one code of the matrix one quantum off must be seen */

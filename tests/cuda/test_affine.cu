@@ -12,7 +12,10 @@
  * rows of the case, see test_matrix), every output was written (y is poisoned with NaN
  * before each product) and nothing past it (a poisoned guard after y). Rows
  * (cuda_affine_rows) must equal the CPU reference's s * q + b bit for bit and leave rows
- * of negative ids alone. The last line is "N passed, N failed"; the exit code
+ * of negative ids alone. The prefill product (cuda_affine_gemm) on the same configurations
+ * at n = 1 .. 300, and both products over sets of three matrices of one input in one
+ * launch (cuda_affine_gemv_set, cuda_affine_gemm_set), each output against its own
+ * reference. The last line is "N passed, N failed"; the exit code
  * is non-zero on any failure.
  */
 #include "backend/cuda/affine.h"
@@ -92,7 +95,9 @@ static matview host_matrix(int64_t rows, int64_t cols, int bits, int64_t group, 
     for (int64_t i = 0; i < groups; i++) {
         const float sc = (float)(0.005 + 0.015 * rng_unit());
         scale_store(st, s, i, sc);
-        scale_store(st, b, i, sc * (float)(-8.0 + (rng_unit() - 0.5)));
+        /* near -2^(bits-1) s, as checkpoints store it (the group's minimum): the bias term
+         * then nearly cancels the codes' sum, which the products must survive */
+        scale_store(st, b, i, sc * (float)(-(double)(1 << (bits - 1)) + (rng_unit() - 0.5)));
     }
     return affine_view(codes, s, b, rows, cols, bits, group, st);
 }
@@ -336,6 +341,82 @@ static void test_gemm(ctx *c) {
             }
 }
 
+/* ==== Products of a set of matrices in one launch ==== */
+
+/* cuda_affine_gemv_set (n = 1, 3, 8) and cuda_affine_gemm_set (n = 9, 129) on three
+ * matrices of one input (rows 300, 65, 65, as q, k and v), each output against its own
+ * double reference; outputs start as NaN, a guard after each must stay NaN. */
+static void test_set(ctx *c, int bits, int64_t group, dtype st) {
+    enum { K = 3 };
+    const int64_t rows[K] = {300, 65, 65}, cols = 4160 % group == 0 ? 4160 : 33 * group;
+    char what[K][160], line[512];
+    matview h[K], d[K];
+    cuda_affine w[K];
+    float *y[K];
+    int opened = 0;
+    for (; opened < K; opened++)
+        if (!matrix_open(c, "set ", rows[opened], cols, bits, group, st, what[opened], sizeof what[0], &h[opened],
+                         &d[opened], &w[opened]))
+            break;
+    if (opened == K) {
+        const cuda_affine *ws[K] = {&w[0], &w[1], &w[2]};
+        for (int i = 0; i < K; i++) CHECK(cudaMalloc((void **)&y[i], (size_t)(129 * rows[i] + GUARD) * 4));
+        const int64_t ns[] = {1, 3, 8, 9, 129};
+        for (int ni = 0; ni < 5; ni++) {
+            const int64_t n = ns[ni];
+            float *hx = (float *)malloc((size_t)(n * cols) * 4);
+            for (int64_t i = 0; i < n * cols; i++) hx[i] = (float)rng_normal();
+            CHECK(cudaMemcpy(c->gx, hx, (size_t)(n * cols) * 4, cudaMemcpyHostToDevice));
+            free(hx);
+            for (int i = 0; i < K; i++) CHECK(cudaMemsetAsync(y[i], 0xff, (size_t)(n * rows[i] + GUARD) * 4, c->s));
+            cudaError_t e;
+            if (n <= CUDA_AFFINE_MAX_N) {
+                const size_t need = cuda_affine_gemv_set_work_size(ws, K, n);
+                e = need <= c->work_size ? cuda_affine_gemv_set(y, ws, K, c->gx, n, c->work, c->work_size, c->s, 0)
+                                         : cudaErrorInvalidValue;
+            } else {
+                e = cuda_affine_gemm_set(y, ws, K, c->gx, n, c->gwork, c->s);
+            }
+            snprintf(line, sizeof line, "set of 3 (%s ...) n=%lld: launched", what[0], (long long)n);
+            expect(e == cudaSuccess, line);
+            CHECK(cudaStreamSynchronize(c->s));
+            for (int i = 0; i < K; i++) {
+                CHECK(cuda_affine_ref(c->gref, c->gx, n, &d[i], c->s));
+                CHECK(cudaMemcpy(c->hgref, c->gref, (size_t)(n * rows[i]) * 8, cudaMemcpyDeviceToHost));
+                CHECK(cudaMemcpy(c->hgy, y[i], (size_t)(n * rows[i] + GUARD) * 4, cudaMemcpyDeviceToHost));
+                double mag = 0, err = 0;
+                for (int64_t j = 0; j < n * rows[i]; j++) mag = fmax(mag, fabs(c->hgref[j]));
+                for (int64_t j = 0; j < n * rows[i]; j++)
+                    err = isfinite(c->hgy[j]) ? fmax(err, fabs(c->hgy[j] - c->hgref[j]) / mag) : 1e9;
+                for (int64_t j = n * rows[i]; j < n * rows[i] + GUARD; j++)
+                    if (!isnan(c->hgy[j])) err = 1e9;
+                snprintf(line, sizeof line, "%s in a set of 3, n=%lld: %.3g", what[i], (long long)n, err);
+                expect(err <= TOL, line);
+            }
+        }
+        for (int i = 0; i < K; i++) cudaFree(y[i]);
+        /* matrices of other widths cannot share a launch */
+        matview ho, dd;
+        cuda_affine wo;
+        char wwhat[160];
+        if (matrix_open(c, "other ", 16, cols + group, bits, group, st, wwhat, sizeof wwhat, &ho, &dd, &wo)) {
+            const cuda_affine *mixed[2] = {&w[0], &wo};
+            float *ys2[2] = {c->gy, c->gy};
+            expect(cuda_affine_gemv_set(ys2, mixed, 2, c->gx, 1, c->work, c->work_size, c->s, 0) ==
+                       cudaErrorInvalidValue,
+                   "a set of matrices of other widths refused");
+            cuda_affine_free(&wo);
+            device_free(&dd);
+            host_free(&ho);
+        }
+    }
+    for (int i = 0; i < opened; i++) {
+        cuda_affine_free(&w[i]);
+        device_free(&d[i]);
+        host_free(&h[i]);
+    }
+}
+
 /* A test must be able to fail: one flipped code word in the tiled copy must show. */
 static void test_detects_corruption(ctx *c) {
     char err[256];
@@ -429,6 +510,10 @@ int main(void) {
     test_bad_input(&c);
     test_detects_corruption(&c);
     test_gemm(&c);
+    test_set(&c, 4, 64, DTYPE_F16);
+    test_set(&c, 4, 32, DTYPE_BF16);
+    test_set(&c, 8, 64, DTYPE_F16);
+    test_set(&c, 8, 128, DTYPE_F32);
 
     const int64_t rows[] = {1, 7, 33, 1000, 4097};
     printf("max |y - ref| / max |ref| per configuration, n = 1..8, every plan:\n");

@@ -292,11 +292,12 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
 
 /* acc[rows r, r+8][columns 2t, 2t+1] += s * c + b * sum(x) for one scaling unit; p: the sb
  * pair of row r (row r + 8 is p + 1); xe: the unit's sums of x at column 2t. */
+template <int BITS>
 __device__ __forceinline__ void scale_add(float acc[4], float c[4], const uint32_t *sb, int kind, int p,
                                           const float *xe) {
     float s0, b0, s1, b1;
-    sb_pair(sb, kind, p, s0, b0);
-    sb_pair(sb, kind, p + 1, s1, b1);
+    sb_centered<BITS>(sb, kind, p, s0, b0);
+    sb_centered<BITS>(sb, kind, p + 1, s1, b1);
     const float2 sx = *(const float2 *)xe;
     acc[0] = fmaf(s0, c[0], fmaf(b0, sx.x, acc[0]));
     acc[1] = fmaf(s0, c[1], fmaf(b0, sx.y, acc[1]));
@@ -328,9 +329,9 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
                 mma16816(c, ar[0], a8[0], ar[1], a8[1], b.x, b.y);
                 mma16816(c, ar[2], a8[2], ar[3], a8[3], b.z, b.w);
             }
-            if (K::GPB == 2) scale_add(acc, c, sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * 8 + 2 * t);
+            if (K::GPB == 2) scale_add<BITS>(acc, c, sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * 8 + 2 * t);
         }
-        if (K::GPB == 1) scale_add(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+        if (K::GPB == 1) scale_add<BITS>(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
     } else {
         uint4 b[NB];
 #pragma unroll
@@ -344,7 +345,7 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
         codes8(a8, cw.w);
 #pragma unroll
         for (int op = 0; op < NB; op++) mma16816(c, ar[0], a8[0], ar[1], a8[1], b[op].z, b[op].w);
-        scale_add(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+        scale_add<BITS>(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
     }
 }
 
@@ -352,15 +353,19 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
  * bx * NW + warp, column tiles by * slice .. + slice - 1. */
 template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : 3)
-k_affine_gemv(float *__restrict__ y, const float *__restrict__ x, int n, const uint4 *__restrict__ codes,
-              const uint32_t *__restrict__ sbp, int kind, int rows, int cols, int row_tiles, int k_tiles,
-              int group_blocks, int slice, float *__restrict__ part, unsigned *__restrict__ count) {
+k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind, int cols, int k_tiles, int slice,
+              int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
     using K = kshape<BITS, GROUP>;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int last;
     pdl_launch_next();
+    const set_member mb = member_of(set, blockIdx.x);
+    const uint4 *__restrict__ codes = mb.codes;
+    const uint32_t *__restrict__ sbp = mb.sb;
+    float *__restrict__ y = mb.y;
+    const int rows = mb.rows, row_tiles = mb.row_tiles, group_blocks = mb.group_blocks;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const int rt = blockIdx.x * NW + warp;
+    const int rt = (blockIdx.x - mb.block0) * NW + warp;
     const bool active = rt < row_tiles;
     const int kb = blockIdx.y * slice, nt = min(slice, k_tiles - kb);
     const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice);
@@ -425,14 +430,15 @@ k_affine_gemv(float *__restrict__ y, const float *__restrict__ x, int n, const u
 
     /* Partial sums; the last block of this row block to finish adds them in order and
      * leaves its counter zero for the next product using this work buffer. */
-    const int rows_p = row_tiles * 16;
+    /* partial rows [split][n][the set's row tiles x 16]; this matrix's from tile0 on */
+    const int rows_p = tiles_total * 16, prow0 = mb.tile0 * 16 + row0;
     if (holds)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             if (tok0 + e >= n) continue;
             float *pt = part + ((size_t)blockIdx.y * n + tok0 + e) * rows_p;
-            pt[row0] = acc[e];
-            pt[row0 + 8] = acc[2 + e];
+            pt[prow0] = acc[e];
+            pt[prow0 + 8] = acc[2 + e];
         }
     __threadfence();
     __syncthreads();
@@ -440,19 +446,18 @@ k_affine_gemv(float *__restrict__ y, const float *__restrict__ x, int n, const u
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int rb0 = blockIdx.x * NW * 16;
+    const int rb0 = (blockIdx.x - mb.block0) * NW * 16;
     for (int idx = threadIdx.x; idx < NW * 16 * n; idx += NW * 32) {
         const int rl = idx % (NW * 16), tok = idx / (NW * 16), row = rb0 + rl;
         if (row >= rows) continue;
         float v = 0.0f;
-        for (int s = 0; s < split; s++) v += __ldcg(part + ((size_t)s * n + tok) * rows_p + row);
+        for (int s = 0; s < split; s++) v += __ldcg(part + ((size_t)s * n + tok) * rows_p + mb.tile0 * 16 + row);
         y[(size_t)tok * rows + row] = v;
     }
     if (threadIdx.x == 0) count[blockIdx.x] = 0;
 }
 
-typedef void (*gemv_kernel)(float *, const float *, int, const uint4 *, const uint32_t *, int, int, int, int,
-                            int, int, int, float *, unsigned *);
+typedef void (*gemv_kernel)(const affine_set, const float *, int, int, int, int, int, int, float *, unsigned *);
 
 template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb) {
     return nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
@@ -494,32 +499,38 @@ extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan
     return p.slice > 0 ? (w->k_tiles + p.slice - 1) / p.slice : 0;
 }
 
-/* Per n, the slice with the least estimated time: waves of blocks (resident blocks per SM
+/* The slice with the least estimated time for blocks of nb operands over row_blocks
+ * blocks of 8 row tiles and k_tiles column tiles: waves of blocks (resident blocks per SM
  * from the kernel's registers and shared memory) times the tiles a block streams, plus
  * about four tiles' worth for a block's start (x staging, the first loads' latency) and
  * its partial sums. */
-static void choose_plans(cuda_affine *a) {
+static int best_slice(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
     int dev = 0, sms = 132;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         cudaGetLastError();
-    for (int nb = 1; nb <= 2; nb++) {
-        int best = 4;
-        double best_cost = 1e300;
-        for (int slice = 4; slice <= MAX_SLICE; slice += 4) {
-            if (slice > 4 && slice - 4 >= a->k_tiles) break; /* a smaller slice holds all of K */
-            const int smem = gemv_layout_of(a->bits, (int)a->group, a->sb_kind, nb, slice).total;
-            int per_sm = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(a->bits, a->group, nb), NW * 32,
-                                                              (size_t)smem) != cudaSuccess) {
-                cudaGetLastError();
-                per_sm = 1;
-            }
-            if (per_sm < 1) continue;
-            const int64_t blocks = row_blocks(a) * ((a->k_tiles + slice - 1) / slice);
-            const int64_t slots = (int64_t)sms * per_sm, waves = (blocks + slots - 1) / slots;
-            const double cost = (double)waves * (double)((slice < a->k_tiles ? slice : a->k_tiles) + 4);
-            if (cost <= best_cost) best = slice, best_cost = cost;
+    int best = 4;
+    double best_cost = 1e300;
+    for (int slice = 4; slice <= MAX_SLICE; slice += 4) {
+        if (slice > 4 && slice - 4 >= k_tiles) break; /* a smaller slice holds all of K */
+        const int smem = gemv_layout_of(bits, (int)group, kind, nb, slice).total;
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb), NW * 32, (size_t)smem) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            per_sm = 1;
         }
+        if (per_sm < 1) continue;
+        const int64_t blocks = row_blocks * ((k_tiles + slice - 1) / slice);
+        const int64_t slots = (int64_t)sms * per_sm, waves = (blocks + slots - 1) / slots;
+        const double cost = (double)waves * (double)((slice < k_tiles ? slice : k_tiles) + 4);
+        if (cost <= best_cost) best = slice, best_cost = cost;
+    }
+    return best;
+}
+
+static void choose_plans(cuda_affine *a) {
+    for (int nb = 1; nb <= 2; nb++) {
+        const int best = best_slice(a->bits, a->group, a->sb_kind, nb, row_blocks(a), a->k_tiles);
         for (int n = 1; n <= MAX_N; n++)
             if (nb_of(n) == nb) a->slice[n] = (unsigned char)best;
     }
@@ -531,33 +542,40 @@ extern "C" cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n
     return p;
 }
 
-/* Counters first (one per row block, 256-byte aligned), then the partial sums. */
-static size_t counter_bytes(const cuda_affine *w) { return ((size_t)row_blocks(w) * 4 + 255) & ~(size_t)255; }
+extern "C" bool cuda_affine_compatible(const cuda_affine *a, const cuda_affine *b) {
+    return a->cols == b->cols && a->bits == b->bits && a->group == b->group && a->sb_kind == b->sb_kind;
+}
+
+/* Counters first (one per block of row tiles, 256-byte aligned), then the partial sums
+ * [split][n][row tiles x 16]. */
+static size_t work_bytes(int64_t blocks, int64_t tiles, int64_t split, int64_t n) {
+    if (split <= 1) return 0;
+    return (((size_t)blocks * 4 + 255) & ~(size_t)255) + (size_t)split * (size_t)n * (size_t)tiles * 16 * 4;
+}
 
 extern "C" size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p) {
-    const int64_t split = cuda_affine_plan_split(w, p);
-    if (split <= 1) return 0;
-    return counter_bytes(w) + (size_t)split * (size_t)n * (size_t)w->row_tiles * 16 * 4;
+    return work_bytes(row_blocks(w), w->row_tiles, cuda_affine_plan_split(w, p), n);
 }
 
 extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
     return cuda_affine_plan_work_size(w, n, cuda_affine_plan_for(w, n));
 }
 
-extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cuda_affine *w,
-                                             void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
-    const int64_t split = cuda_affine_plan_split(w, p);
-    if (n < 1 || n > MAX_N || p.slice < 4 || p.slice > MAX_SLICE || p.slice % 4 || split > 65535 ||
-        (split > 1 && !work) || ((uintptr_t)x & 15))
+/* One launch over a set with a given slice. */
+static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, const float *x, int64_t n, void *work,
+                               cudaStream_t s, unsigned flags, int slice) {
+    const int64_t split = (w0->k_tiles + slice - 1) / slice;
+    if (n < 1 || n > MAX_N || slice < 4 || slice > MAX_SLICE || slice % 4 || split > 65535 || (split > 1 && !work) ||
+        ((uintptr_t)x & 15))
         return cudaErrorInvalidValue;
-    const int nb = nb_of(n);
+    const int nb = nb_of(n), blocks = affine_set_blocks(set);
     unsigned *count = (unsigned *)work;
-    float *part = split > 1 ? (float *)((char *)work + counter_bytes(w)) : NULL;
+    float *part = split > 1 ? (float *)((char *)work + (((size_t)blocks * 4 + 255) & ~(size_t)255)) : NULL;
 
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)row_blocks(w), (unsigned)split, 1);
+    cfg.gridDim = dim3((unsigned)blocks, (unsigned)split, 1);
     cfg.blockDim = dim3(NW * 32, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)gemv_layout_of(w->bits, (int)w->group, w->sb_kind, nb, p.slice).total;
+    cfg.dynamicSmemBytes = (size_t)gemv_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, slice).total;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -566,14 +584,43 @@ extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, pick(w->bits, w->group, nb), y, x, (int)n, (const uint4 *)w->codes,
-                              (const uint32_t *)w->sb, w->sb_kind, (int)w->rows, (int)w->cols, (int)w->row_tiles,
-                              (int)w->k_tiles, (int)w->group_blocks, p.slice, part, count);
+    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb), *set, x, (int)n, w0->sb_kind, (int)w0->cols,
+                              (int)w0->k_tiles, slice, affine_set_tiles(set), part, count);
+}
+
+extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cuda_affine *w,
+                                             void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
+    affine_set set;
+    affine_set_of(&set, &y, &w, 1);
+    return gemv_launch(&set, w, x, n, work, s, flags, p.slice);
 }
 
 extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
                                         cudaStream_t s, unsigned flags) {
     return cuda_affine_gemv_plan(y, x, n, w, work, s, flags, cuda_affine_plan_for(w, n));
+}
+
+/* The slice of a set's launch: the best for the set's rows as one matrix. */
+static int set_slice(const affine_set *set, const cuda_affine *w0, int64_t n) {
+    return best_slice(w0->bits, w0->group, w0->sb_kind, nb_of(n), affine_set_blocks(set), w0->k_tiles);
+}
+
+extern "C" size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, int k, int64_t n) {
+    affine_set set;
+    float *ys[CUDA_AFFINE_SET] = {NULL, NULL, NULL, NULL};
+    if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return 0;
+    const int slice = set_slice(&set, w[0], n);
+    return work_bytes(affine_set_blocks(&set), affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n);
+}
+
+extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x,
+                                            int64_t n, void *work, size_t work_size, cudaStream_t s, unsigned flags) {
+    affine_set set;
+    if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return cudaErrorInvalidValue;
+    const int slice = set_slice(&set, w[0], n);
+    if (work_bytes(affine_set_blocks(&set), affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n) > work_size)
+        return cudaErrorInvalidValue;
+    return gemv_launch(&set, w[0], x, n, work, s, flags, slice);
 }
 
 /* ==== Rows of W: embeddings ==== */

@@ -49,6 +49,7 @@ extern "C" {
 #include "base/tensor.h"
 
 #define CUDA_AFFINE_MAX_N 8 /* rows of x a decode product takes */
+#define CUDA_AFFINE_SET 4   /* matrices one product launch takes (the _set products) */
 
 /* How a matrix's scales and biases are stored on the device. */
 typedef enum cuda_affine_sb {
@@ -105,6 +106,20 @@ size_t cuda_affine_work_size(const cuda_affine *w, int64_t n);
 cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w,
                              void *work, cudaStream_t s, unsigned flags);
 
+/* Whether a and b can go through one launch of the _set products: the same input width,
+ * bits, group and scale type. */
+bool cuda_affine_compatible(const cuda_affine *a, const cuda_affine *b);
+
+/* ys[i][n, w[i]->rows] = x[n, cols] @ W_i^T for i < k <= CUDA_AFFINE_SET compatible
+ * matrices of one input, 1 <= n <= 8, as one launch: the decode product over the set as
+ * if its matrices were one (their rows one after another). Work: at least
+ * cuda_affine_gemv_set_work_size bytes, zero-filled before the first use as for
+ * cuda_affine_gemv. cudaErrorInvalidValue (nothing queued) when the matrices cannot
+ * share a launch or work_size is too small. */
+cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x, int64_t n,
+                                 void *work, size_t work_size, cudaStream_t s, unsigned flags);
+size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, int k, int64_t n);
+
 /* How a product is cut: each block of 8 warps takes 8 row tiles (one a warp) and `slice`
  * column tiles (4, 8, 12 or 16); ceil(k_tiles / slice) blocks split each row block's K,
  * and the last of them to finish adds the partial sums in a fixed order. */
@@ -136,6 +151,12 @@ cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_aff
  * most cols columns: cuda_affine_gemm_work_bound. */
 size_t cuda_affine_gemm_work_size(const cuda_affine *w, int64_t n);
 size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols);
+
+/* cuda_affine_gemm for k <= CUDA_AFFINE_SET compatible matrices of one input: x staged
+ * once, one launch; the same work as one matrix (cuda_affine_gemm_work_size of any of
+ * them). cudaErrorInvalidValue (nothing queued) when they cannot share a launch. */
+cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *w, int k, const float *x, int64_t n,
+                                 void *work, cudaStream_t s);
 
 /* y[i, cols] = row ids[i] of W as fp32 (s * q + b, rounded as the CPU reference rounds)
  * for i < n; rows of negative ids are left as they are. Enqueued on s; returns the

@@ -150,14 +150,18 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
 /* y[n, rows] = x @ W^T. Block (bx, by): row tiles 8 bx .., tokens 128 by ... */
 template <int BITS, int GROUP>
 __global__ static void __launch_bounds__(GM_WARPS * 32, 1)
-k_affine_gemm(float *__restrict__ y, const __half *__restrict__ xh, const __half *__restrict__ xl,
-              const float *__restrict__ xsum, int n, int n_pad, int kx, const uint4 *__restrict__ codes,
-              const uint32_t *__restrict__ sb, int kind, int rows, int row_tiles, int k_tiles, int group_blocks) {
+k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half *__restrict__ xl,
+              const float *__restrict__ xsum, int n, int n_pad, int kx, int kind, int k_tiles) {
     using S = gshape<BITS, GROUP>;
     extern __shared__ uint4 ring[];
+    const set_member mb = member_of(set, blockIdx.x);
+    const uint4 *__restrict__ codes = mb.codes;
+    const uint32_t *__restrict__ sb = mb.sb;
+    float *__restrict__ y = mb.y;
+    const int rows = mb.rows, row_tiles = mb.row_tiles, group_blocks = mb.group_blocks;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
-    const int rt0 = blockIdx.x * 8, tok0 = blockIdx.y * GM_BN;
+    const int rt0 = (blockIdx.x - mb.block0) * 8, tok0 = blockIdx.y * GM_BN;
     const int stages = kx / GM_BK;
 
 #pragma unroll
@@ -228,8 +232,8 @@ k_affine_gemm(float *__restrict__ y, const __half *__restrict__ xh, const __half
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     const uint32_t *sbs = (const uint32_t *)(st + S::SB + (wm * 2 + i) * S::SB_RT);
-                    sb_pair(sbs, kind, p, sc[i][0], bi[i][0]);
-                    sb_pair(sbs, kind, p + 1, sc[i][1], bi[i][1]);
+                    sb_centered<BITS>(sbs, kind, p, sc[i][0], bi[i][0]);
+                    sb_centered<BITS>(sbs, kind, p + 1, sc[i][1], bi[i][1]);
                 }
             }
             const float *xe = (const float *)(st + S::XSUM) + (g - ks * GM_BK / GROUP) * GM_BN + wn * 64 + 2 * t;
@@ -277,8 +281,7 @@ k_affine_gemm(float *__restrict__ y, const __half *__restrict__ xh, const __half
     }
 }
 
-typedef void (*gemm_kernel)(float *, const __half *, const __half *, const float *, int, int, int, const uint4 *,
-                            const uint32_t *, int, int, int, int, int);
+typedef void (*gemm_kernel)(const affine_set, const __half *, const __half *, const float *, int, int, int, int, int);
 
 static gemm_kernel pick(int bits, int64_t group, size_t *smem) {
 #define GEMM_CASE(B, G)                                                                                               \
@@ -318,20 +321,26 @@ extern "C" size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols) {
     return work_bytes(n, kx, kx / 32); /* groups of 32 are the smallest */
 }
 
-extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
-                                        cudaStream_t s) {
+extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *ws, int k, const float *x,
+                                            int64_t n, void *work, cudaStream_t s) {
+    affine_set set;
+    if (!affine_set_of(&set, ys, ws, k)) return cudaErrorInvalidValue;
+    const cuda_affine *w = ws[0];
     size_t smem = 0;
-    const gemm_kernel k = pick(w->bits, w->group, &smem);
-    if (n < 1 || !work || !k || n > 65535 * (int64_t)GM_BN) return cudaErrorInvalidValue;
+    const gemm_kernel kern = pick(w->bits, w->group, &smem);
+    if (n < 1 || !work || !kern || n > 65535 * (int64_t)GM_BN) return cudaErrorInvalidValue;
     const int64_t n_pad = round_up(n, GM_BN), kx = staged_cols(w);
     __half *xh = (__half *)work, *xl = xh + n_pad * kx;
     float *xsum = (float *)((char *)work + round_up(2 * n_pad * kx * 2, 256));
 
     const int64_t m = n_pad * (kx / 4); /* a multiple of 32: whole warps in k_stage_x's shuffles */
     k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);
-    const dim3 grid((unsigned)((w->row_tiles + 7) / 8), (unsigned)(n_pad / GM_BN));
-    k<<<grid, GM_WARPS * 32, smem, s>>>(y, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, (const uint4 *)w->codes,
-                                        (const uint32_t *)w->sb, w->sb_kind, (int)w->rows, (int)w->row_tiles,
-                                        (int)w->k_tiles, (int)w->group_blocks);
+    const dim3 grid((unsigned)affine_set_blocks(&set), (unsigned)(n_pad / GM_BN));
+    kern<<<grid, GM_WARPS * 32, smem, s>>>(set, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, w->sb_kind, (int)w->k_tiles);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
+                                        cudaStream_t s) {
+    return cuda_affine_gemm_set(&y, &w, 1, x, n, work, s);
 }

@@ -151,6 +151,7 @@ __global__ static void k_decode(float *out, float *part, const float *q, const _
     __shared__ float sc[HPB][DEC_SUB];
     __shared__ float hm[HPB], hl[HPB], hcorr[HPB]; /* each head's running max and sum */
     __shared__ float oacc[DEC_THREADS * 8];        /* [groups][gl * 8]: the key groups' outputs */
+    PDL_ENTRY();
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, split = blockIdx.z, hd = (int)ar.hd;
     const int64_t r = blockIdx.y, group = ar.h / ar.hk, kvh = blockIdx.x / (group / HPB);
     const int64_t head0 = kvh * group + (blockIdx.x % (group / HPB)) * HPB;
@@ -256,6 +257,7 @@ __global__ static void k_decode(float *out, float *part, const float *q, const _
 __global__ static void k_decode_merge(float *out, const float *part, attn_rows ar, int smax) {
     __shared__ float wt[SPLIT_MAX];
     __shared__ float sum;
+    PDL_ENTRY();
     const int64_t r = blockIdx.y, head = blockIdx.x, stride = ar.hd + 2;
     const int p = ar.pos[r], ns = splits_for(p - first_key(p, ar.window) + 1, smax);
     const float *pp = part + (r * ar.h + head) * smax * stride;
@@ -304,16 +306,16 @@ void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kp
         const dim3 grid((unsigned)(ar->h / hpb), (unsigned)ar->n, (unsigned)smax);
         const __half *kp = (const __half *)kpool, *vp = (const __half *)vpool;
         if (hpb == 8)
-            k_decode<8><<<grid, DEC_THREADS, 0, s>>>(out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
+            launch_pdl(k_decode<8>, grid, DEC_THREADS, 0, s, out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
         else if (hpb == 4)
-            k_decode<4><<<grid, DEC_THREADS, 0, s>>>(out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
+            launch_pdl(k_decode<4>, grid, DEC_THREADS, 0, s, out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
         else if (hpb == 2)
-            k_decode<2><<<grid, DEC_THREADS, 0, s>>>(out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
+            launch_pdl(k_decode<2>, grid, DEC_THREADS, 0, s, out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
         else
-            k_decode<1><<<grid, DEC_THREADS, 0, s>>>(out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
+            launch_pdl(k_decode<1>, grid, DEC_THREADS, 0, s, out, cb->att_part, q, kp, vp, *ar, (int)smax, gl);
         if (smax > 1)
-            k_decode_merge<<<dim3((unsigned)ar->h, (unsigned)ar->n), DEC_THREADS, 0, s>>>(out, cb->att_part, *ar,
-                                                                                        (int)smax);
+            launch_pdl(k_decode_merge, dim3((unsigned)ar->h, (unsigned)ar->n), DEC_THREADS, 0, s, out,
+                       (const float *)cb->att_part, *ar, (int)smax);
         return;
     }
     k_attention<<<dim3((unsigned)ar->h, (unsigned)ar->n), 32 * ATT_WARPS, 0, s>>>(out, q, kpool, vpool, f16, *ar);

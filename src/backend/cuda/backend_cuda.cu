@@ -60,7 +60,7 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
     OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
-    OP_ROPE_STORE,
+    OP_ROPE_STORE, OP_MATMUL_MULTI,
 };
 
 /* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
@@ -185,6 +185,20 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
         if (s == CELER_OK && ws->done) ws->done(ws->arg, ws->mats[i]);
         for (int64_t n = 1; s == CELER_OK && w->mats[i].bits && n <= GEMV_ROWS; n++) {
             const size_t need = cuda_affine_work_size(&w->mats[i].aff, n);
+            if (need > w->gemv_work) w->gemv_work = need;
+        }
+    }
+    /* products of one input come in model order (q, k, v; gate, up): room for any run of
+     * consecutive matrices that can share a launch (a set that does not fit runs its
+     * products one by one) */
+    for (int64_t i = 0; i < w->n && s == CELER_OK; i++) {
+        const cuda_affine *run[CUDA_AFFINE_SET];
+        int k = 0;
+        while (k < CUDA_AFFINE_SET && i + k < w->n && w->mats[i + k].bits &&
+               cuda_affine_compatible(&w->mats[i].aff, &w->mats[i + k].aff))
+            run[k] = &w->mats[i + k].aff, k++;
+        for (int64_t n = 1; k > 1 && n <= GEMV_ROWS; n++) {
+            const size_t need = cuda_affine_gemv_set_work_size(run, k, n);
             if (need > w->gemv_work) w->gemv_work = need;
         }
     }
@@ -361,6 +375,25 @@ static void cuda_matmul(backend *be, float *y, const matview *w, const float *x,
     cuda_product(cb, y, m, x, n);
 }
 
+static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *const *ws, int k, const float *x,
+                                 int64_t n) {
+    cuda_backend *cb = cb_of(be);
+    if (k > CUDA_AFFINE_SET) {
+        for (int i = 0; i < k; i++) cuda_matmul(be, ys[i], ws[i], x, n);
+        return;
+    }
+    if (cb->mode != STEP_EAGER)
+        for (int i = 0; i < k; i++) mix_all(&cb->sig, ys[i], ws[i]);
+    if (noted(cb, OP_MATMUL_MULTI, k, x, n)) return;
+    const cuda_mat *ms[CUDA_AFFINE_SET];
+    for (int i = 0; i < k; i++) {
+        ms[i] = cuda_mat_of(cb, ws[i]);
+        CELER_ASSERT(n <= cb->p.max_rows && ms[i]->cols <= cb->p.max_cols);
+    }
+    if (cb->mode == STEP_EAGER) gemv_work_reserve(cb);
+    cuda_product_set(cb, ys, ms, k, x, n);
+}
+
 static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_EMBED, y, w, ids, n)) return;
@@ -504,7 +537,7 @@ static const backend_ops cuda_ops = {
     .add_bias = cuda_op_add_bias,
     .scale = cuda_op_scale,
     .patches = cuda_op_patches,
-    .matmul_multi = nullptr, /* the products one by one (backend_matmul_multi) */
+    .matmul_multi = cuda_op_matmul_multi,
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
 };

@@ -52,10 +52,10 @@ __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.w
     } while (0)
 
 template <typename... P, typename... A>
-static inline void launch_pdl(void (*k)(P...), unsigned grid, unsigned block, size_t smem, cudaStream_t s, A... a) {
+static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... a) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
@@ -140,6 +140,10 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
 /* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
+/* ys[i] = x @ W_i^T for k <= CUDA_AFFINE_SET matrices of one input: one launch where they
+ * are compatible affine matrices (and, for the GEMV, the work buffer holds the set), else
+ * cuda_product for each. */
+void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n);
 
 /* ==== Kernels (kernels.cu) ==== */
 

@@ -65,3 +65,22 @@ void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
     /* affine: the tensor-core product on the tiled layout */
     CUDA_CHECK(cuda_affine_gemm(y, x, n, &m->aff, cb->gemm_work, s));
 }
+
+void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n) {
+    bool one = k > 1 && k <= CUDA_AFFINE_SET;
+    const cuda_affine *ws[CUDA_AFFINE_SET];
+    for (int i = 0; one && i < k; i++) {
+        one = ms[i]->bits && cuda_affine_compatible(&ms[0]->aff, &ms[i]->aff);
+        ws[i] = &ms[i]->aff;
+    }
+    if (one && n > GEMV_ROWS) {
+        CUDA_CHECK(cuda_affine_gemm_set(ys, ws, k, x, n, cb->gemm_work, cb->stream));
+        return;
+    }
+    if (one && ((uintptr_t)x & 15) == 0 && cuda_affine_gemv_set_work_size(ws, k, n) <= cb->gemv_work_size) {
+        CUDA_CHECK(cuda_affine_gemv_set(ys, ws, k, x, n, cb->gemv_work, cb->gemv_work_size, cb->stream,
+                                        CUDA_AFFINE_PDL));
+        return;
+    }
+    for (int i = 0; i < k; i++) cuda_product(cb, ys[i], ms[i], x, n);
+}
