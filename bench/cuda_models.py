@@ -28,12 +28,17 @@ load the file; the benchmarks never tokenize. GGUF carries llama3 RoPE scaling o
 rope_freqs tensor, which celer does not read yet, so with --gguf config.json leaves out
 rope_scaling and both files describe the same function (the same work per token).
 
+--tokenizer NAME copies tests/tokenizers/NAME's tokenizer.json and tokenizer_config.json
+into DIR (llama3_1 fits the default vocabulary), so `celer serve` can take the directory
+(the serving benchmark on the GPU, bench/cuda_serve.sh); the text it writes is noise.
+
 Only numpy, and with --gguf the gguf-py package of the llama.cpp tree (PYTHONPATH=
 build/llama.cpp-cuda/src/gguf-py, bench/setup_cuda.sh), so it runs on the GPU machine:
 models are made there, never copied. Tensors are drawn and written one at a time.
 """
 import argparse
 import json
+import lzma
 import os
 import struct
 import sys
@@ -286,6 +291,22 @@ def write_model(out, cfg, bits, group, ggufs, seed):
     return sizes
 
 
+def copy_tokenizer(name, out, vocab):
+    """tests/tokenizers/NAME/tokenizer{,_config}.json(.xz) into out; its ids must fit vocab."""
+    src = Path(__file__).resolve().parent.parent / "tests" / "tokenizers" / name
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        xz = src / (f + ".xz")
+        if not xz.exists():
+            sys.exit(f"cuda_models: --tokenizer {name}: no {xz}")
+        data = lzma.decompress(xz.read_bytes())
+        if f == "tokenizer.json":
+            tok = json.loads(data)
+            top = max([*tok["model"]["vocab"].values(), *(t["id"] for t in tok.get("added_tokens", []))])
+            if top >= vocab:
+                sys.exit(f"cuda_models: --tokenizer {name}: id {top} past the vocabulary ({vocab})")
+        (Path(out) / f).write_bytes(data)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -299,6 +320,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, help="key/value heads")
     ap.add_argument("--vocab", type=int, help="vocabulary size (BOS and EOS become its last two ids)")
     ap.add_argument("--seed", type=int, default=8)
+    ap.add_argument("--tokenizer", help="a tests/tokenizers/ name to copy into --out (llama3_1)")
     a = ap.parse_args()
     cfg = dict(LLAMA31_8B, num_hidden_layers=a.layers)
     for key, val in (("hidden_size", a.hidden), ("intermediate_size", a.ffn), ("num_attention_heads", a.heads),
@@ -313,6 +335,8 @@ def main():
             sys.exit(f"cuda_models: --gguf {t}: expected q4_0, q4_1 or q8_0")
     t0 = time.time()
     sizes = write_model(a.out, cfg, a.bits, a.group, ggufs, a.seed)
+    if a.tokenizer:
+        copy_tokenizer(a.tokenizer, a.out, cfg["vocab_size"])
     for path, n in sizes.items():
         print(f"{path}: {n / 2**20:.1f} MiB")
     print(f"{a.out}: {a.bits}-bit g{a.group}, {cfg['num_hidden_layers']} layers, d {cfg['hidden_size']}, "

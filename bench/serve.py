@@ -580,6 +580,7 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", default=os.environ.get("SERVE_QUICK") == "1",
                     help="a ~5-minute run (also SERVE_QUICK=1)")
     ap.add_argument("--seed", type=int, default=20240601)
+    ap.add_argument("--celer", default=str(CELER), help="the celer binary (default build/celer)")
     ap.add_argument("--celer-args", default="", help="extra flags for celer serve")
     ap.add_argument("--llama-args", default="", help="extra flags for llama-server")
     args = ap.parse_args(argv)
@@ -599,7 +600,7 @@ async def main_async(args):
     if args.model is None:
         args.model = default_model()
     for e in args.engines:
-        b = CELER if e == "celer" else llama_server_bin()
+        b = args.celer if e == "celer" else llama_server_bin()
         if not Path(b).exists():
             raise SystemExit(f"serve.py: {b} is missing (make all / bash bench/setup_serve.sh)")
     meta = {
@@ -616,7 +617,7 @@ async def main_async(args):
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     args.celer_bin = OUT_DIR / "celer"
     if "celer" in args.engines:
-        shutil.copy2(CELER, args.celer_bin)
+        shutil.copy2(args.celer, args.celer_bin)
     print(f"serve.py: {meta['cpu']}, {meta['nproc']} CPUs; celer {meta['celer_commit']}; "
           f"llama.cpp {meta['llama_version']}; model {args.model}", flush=True)
     runs = []
