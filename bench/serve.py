@@ -53,11 +53,11 @@ OUT_DIR = ROOT / "build" / "bench-serve"
 
 
 def llama_dir():
-    setup = (ROOT / "bench" / "setup.sh").read_text()
+    setup = (ROOT / "bench" / "lib.sh").read_text()
     for line in setup.splitlines():
         if line.startswith("LLAMA_CPP_PYTHON_VERSION="):
             return ROOT / "build" / ("llama.cpp-" + line.split("=", 1)[1].strip())
-    raise SystemExit("serve.py: no LLAMA_CPP_PYTHON_VERSION in bench/setup.sh")
+    raise SystemExit("serve.py: no LLAMA_CPP_PYTHON_VERSION in bench/lib.sh")
 
 
 def llama_server_bin():
