@@ -80,6 +80,11 @@ $(BUILD)/cuda/test_affine: tests/cuda/test_affine.cu $(BUILD)/src/backend/cuda/a
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -o $@ $^
 
+# Its benchmark (tests/cuda/NOTES.md), built on demand.
+$(BUILD)/cuda/bench_affine: tests/cuda/bench_affine.cu $(BUILD)/src/backend/cuda/affine.o $(BUILD)/src/backend/cuda/affine_gemm.o
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -o $@ $^ -lcublas
+
 # The registry lists the CUDA class only when it is built: rebuilt when CUDA changes.
 $(BUILD)/cuda-$(CUDA).stamp:
 	@mkdir -p $(@D) && rm -f $(BUILD)/cuda-*.stamp && touch $@

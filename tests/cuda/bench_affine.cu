@@ -278,13 +278,21 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
 
 /* ==== Prefill products ==== */
 
+/* mode 0: cuda_affine_gemm; 1: cuBLAS fp16 on a dense copy of the shape; 2: the decode
+ * product 8 rows at a time (gwork: its own zero-filled work); 3: cuda_affine_gemm with
+ * work for the staged x only (K never split) */
 static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w, int64_t n, int mode,
-                        cublasHandle_t blas, const __half *wd, const __half *xd) {
+                        cublasHandle_t blas, const __half *wd, const __half *xd, void *gwork) {
     double t[MAX_REPS];
     for (int r = -2; r < reps; r++) {
         CHECK(cudaEventRecord(b->e0, b->s));
-        if (mode == 0) {
-            CHECK(cuda_affine_gemm(y, x, n, w, b->work, b->s));
+        if (mode == 0 || mode == 3) {
+            const size_t ws = mode == 0 ? b->work_size : cuda_affine_gemm_work_size(w, n);
+            CHECK(cuda_affine_gemm(y, x, n, w, b->work, ws, b->s));
+        } else if (mode == 2) {
+            for (int64_t c = 0; c < n; c += CUDA_AFFINE_MAX_N)
+                CHECK(cuda_affine_gemv(y + c * w->rows, x + c * w->cols, n - c < CUDA_AFFINE_MAX_N ? n - c : CUDA_AFFINE_MAX_N,
+                                       w, gwork, b->s, 0));
         } else {
             const float one = 1.0f, zero = 0.0f;
             if (cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)n, (int)w->cols, &one, wd, CUDA_R_16F,
@@ -304,7 +312,7 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
 }
 
 static void bench_gemm(bench *b) {
-    static const char *modes[] = {"celer", "cuBLAS fp16"};
+    static const char *modes[] = {"celer", "cuBLAS fp16", "GEMV x8 rows", "celer 1 split"};
     const int64_t max_n = 2048;
     model *md = (model *)calloc(1, sizeof *md);
     build_model(md, 4, 64, b->s);
@@ -321,23 +329,32 @@ static void bench_gemm(bench *b) {
     CHECK(cudaMalloc((void **)&xd, (size_t)max_n * 14336 * 2));
     CHECK(cudaMemset(wd, 0, (size_t)14336 * 4096 * 2));
     CHECK(cudaMemset(xd, 0, (size_t)max_n * 14336 * 2));
-    printf("\nprefill products, 4-bit g64 (ms, TFLOPS):\n%-6s %-5s %-12s %9s %8s\n", "shape", "n", "kernel", "ms", "TFLOPS");
-    for (int64_t n = 512; n <= max_n; n *= 4) {
-        double layer[2] = {0, 0};
+    void *gwork;
+    CHECK(cudaMalloc(&gwork, (size_t)16 << 20));
+    CHECK(cudaMemset(gwork, 0, (size_t)16 << 20));
+    printf("\nproducts of n rows, 4-bit g64 (ms, TFLOPS, GB/s of weights):\n%-6s %-5s %-14s %9s %8s %8s\n", "shape", "n",
+           "kernel", "ms", "TFLOPS", "GB/s");
+    static const int64_t ns[] = {16, 32, 64, 512, 2048};
+    for (int ni = 0; ni < 5; ni++) {
+        const int64_t n = ns[ni];
+        double layer[4] = {0, 0, 0, 0};
         for (int si = 0; si < PER_LAYER; si++) {
             const cuda_affine *w = &md->m[si];
             const double flops = 2.0 * (double)w->rows * (double)w->cols * (double)n;
-            for (int mode = 0; mode < 2; mode++) {
-                const double ms = time_gemm(b, y, x, w, n, mode, blas, wd, xd);
+            for (int mode = 0; mode < 4; mode++) {
+                if (mode == 2 && n > 64) continue;
+                const double ms = time_gemm(b, y, x, w, n, mode, blas, wd, xd, gwork);
                 layer[mode] += ms;
-                printf("%-6s %-5lld %-12s %9.3f %8.1f\n", layer_shapes[si].name, (long long)n, modes[mode], ms,
-                       flops / (ms * 1e-3) / 1e12);
+                printf("%-6s %-5lld %-14s %9.3f %8.1f %8.0f\n", layer_shapes[si].name, (long long)n, modes[mode], ms,
+                       flops / (ms * 1e-3) / 1e12, (double)w->bytes / (ms * 1e-3) / 1e9);
             }
         }
-        for (int mode = 0; mode < 2; mode++)
-            printf("layer n=%lld %-12s %8.3f ms: products alone allow %.0f tok/s over 32 layers\n", (long long)n,
-                   modes[mode], layer[mode], (double)n / (32.0 * layer[mode] * 1e-3));
+        for (int mode = 0; mode < 4; mode++)
+            if (layer[mode] > 0)
+                printf("layer n=%lld %-14s %8.3f ms: products alone allow %.0f tok/s over 32 layers\n", (long long)n,
+                       modes[mode], layer[mode], (double)n / (32.0 * layer[mode] * 1e-3));
     }
+    cudaFree(gwork);
     cublasDestroy(blas);
     cudaFree(wd);
     cudaFree(xd);

@@ -307,18 +307,23 @@ static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64
             expect(0, line);
             continue;
         }
-        CHECK(cudaMemsetAsync(c->gy, 0xff, (size_t)(n * rows + GUARD) * 4, c->s)); /* NaN */
-        CHECK(cuda_affine_gemm(c->gy, c->gx, n, &w, c->gwork, c->s));
-        CHECK(cudaStreamSynchronize(c->s));
-        CHECK(cudaMemcpy(c->hgy, c->gy, (size_t)(n * rows + GUARD) * 4, cudaMemcpyDeviceToHost));
-        double e = 0;
-        for (int64_t i = 0; i < n * rows; i++)
-            e = isfinite(c->hgy[i]) ? fmax(e, fabs(c->hgy[i] - c->hgref[i]) / mag) : 1e9;
-        for (int64_t i = n * rows; i < n * rows + GUARD; i++)
-            if (!isnan(c->hgy[i])) e = 1e9;
-        snprintf(line, sizeof line, "%s n=%lld: %.3g", what, (long long)n, e);
-        expect(e <= TOL, line);
-        *worst = fmax(*worst, e);
+        /* with work for the staged x only K is not split; with the whole buffer a launch of
+         * these few rows splits K wherever the matrix has 16 stages or more */
+        for (int whole = 0; whole < 2; whole++) {
+            const size_t ws = whole ? c->gwork_size : cuda_affine_gemm_work_size(&w, n);
+            CHECK(cudaMemsetAsync(c->gy, 0xff, (size_t)(n * rows + GUARD) * 4, c->s)); /* NaN */
+            CHECK(cuda_affine_gemm(c->gy, c->gx, n, &w, c->gwork, ws, c->s));
+            CHECK(cudaStreamSynchronize(c->s));
+            CHECK(cudaMemcpy(c->hgy, c->gy, (size_t)(n * rows + GUARD) * 4, cudaMemcpyDeviceToHost));
+            double e = 0;
+            for (int64_t i = 0; i < n * rows; i++)
+                e = isfinite(c->hgy[i]) ? fmax(e, fabs(c->hgy[i] - c->hgref[i]) / mag) : 1e9;
+            for (int64_t i = n * rows; i < n * rows + GUARD; i++)
+                if (!isnan(c->hgy[i])) e = 1e9;
+            snprintf(line, sizeof line, "%s n=%lld%s: %.3g", what, (long long)n, whole ? " (K split)" : "", e);
+            expect(e <= TOL, line);
+            *worst = fmax(*worst, e);
+        }
     }
     cuda_affine_free(&w);
     device_free(&d);
@@ -375,7 +380,7 @@ static void test_set(ctx *c, int bits, int64_t group, dtype st) {
                 e = need <= c->work_size ? cuda_affine_gemv_set(y, ws, K, c->gx, n, c->work, c->work_size, c->s, 0)
                                          : cudaErrorInvalidValue;
             } else {
-                e = cuda_affine_gemm_set(y, ws, K, c->gx, n, c->gwork, c->s);
+                e = cuda_affine_gemm_set(y, ws, K, c->gx, n, c->gwork, c->gwork_size, c->s);
             }
             snprintf(line, sizeof line, "set of 3 (%s ...) n=%lld: launched", what[0], (long long)n);
             expect(e == cudaSuccess, line);
@@ -472,6 +477,9 @@ static void test_bad_input(ctx *c) {
         expect(cuda_affine_gemv_plan(c->y, c->x, 1, &w, c->work, c->s, 0, (cuda_affine_plan){6}) ==
                    cudaErrorInvalidValue,
                "slice 6 refused");
+        expect(cuda_affine_gemm(c->gy, c->gx, 9, &w, c->gwork, cuda_affine_gemm_work_size(&w, 9) - 1, c->s) ==
+                   cudaErrorInvalidValue,
+               "prefill product: work below the staged x refused");
         cuda_affine_free(&w);
     } else {
         expect(0, err);
@@ -502,7 +510,8 @@ int main(void) {
     CHECK(cudaMalloc((void **)&c.gx, (size_t)(GEMM_MAX_N * cols_max) * 4));
     CHECK(cudaMalloc((void **)&c.gy, (size_t)(GEMM_MAX_N * g_rows + GUARD) * 4));
     CHECK(cudaMalloc((void **)&c.gref, (size_t)(GEMM_MAX_N * g_rows) * 8));
-    c.gwork_size = cuda_affine_gemm_work_bound(GEMM_MAX_N, cols_max);
+    /* room for 8 splits of the largest set (430 rows) */
+    c.gwork_size = cuda_affine_gemm_work_bound(GEMM_MAX_N, cols_max) + 256 + cuda_affine_gemm_split_bytes(GEMM_MAX_N, 448, 8);
     CHECK(cudaMalloc(&c.gwork, c.gwork_size));
     c.hgy = (float *)malloc((size_t)(GEMM_MAX_N * g_rows + GUARD) * 4);
     c.hgref = (double *)malloc((size_t)(GEMM_MAX_N * g_rows) * 8);

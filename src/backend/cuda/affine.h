@@ -142,10 +142,15 @@ cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cud
 /* y[n, rows] = x[n, cols] @ W^T for any n >= 1 (meant for prefill: n > 8) on the tensor
  * cores, from the tiled layout, with the decode product's numerics (x staged in work as
  * fp16 hi + lo with its fp32 sums per group). x and y fp32, row-major, device memory;
- * work holds cuda_affine_gemm_work_size bytes. Enqueued on s (capturable); returns the
- * launch's error. */
+ * work holds work_size >= cuda_affine_gemm_work_size bytes. What work holds past that
+ * lets a launch too small to fill the device split K: s splits keep their partial sums
+ * there (cuda_affine_gemm_split_bytes(n, rows, s) after the staged x rounded up to 256
+ * bytes) and a second kernel adds them in split order, so a result does not depend on
+ * timing, only on n and the shape. Enqueued on s (capturable); returns the launch's
+ * error (cudaErrorInvalidValue, nothing queued, when work_size is too small). */
 cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
-                             cudaStream_t s);
+                             size_t work_size, cudaStream_t s);
+size_t cuda_affine_gemm_split_bytes(int64_t n, int64_t rows, int splits);
 
 /* Bytes of work cuda_affine_gemm needs for n rows of x; the bound for any matrix of at
  * most cols columns: cuda_affine_gemm_work_bound. */
@@ -153,10 +158,11 @@ size_t cuda_affine_gemm_work_size(const cuda_affine *w, int64_t n);
 size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols);
 
 /* cuda_affine_gemm for k <= CUDA_AFFINE_SET compatible matrices of one input: x staged
- * once, one launch; the same work as one matrix (cuda_affine_gemm_work_size of any of
- * them). cudaErrorInvalidValue (nothing queued) when they cannot share a launch. */
+ * once, one launch; the same staged x as one matrix (cuda_affine_gemm_work_size of any
+ * of them), split K's partial sums over the rows of all of them. cudaErrorInvalidValue
+ * (nothing queued) when they cannot share a launch. */
 cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *w, int k, const float *x, int64_t n,
-                                 void *work, cudaStream_t s);
+                                 void *work, size_t work_size, cudaStream_t s);
 
 /* y[i, cols] = row ids[i] of W as fp32 (s * q + b, rounded as the CPU reference rounds)
  * for i < n; rows of negative ids are left as they are. Enqueued on s; returns the

@@ -33,6 +33,8 @@
 #define GM_BN 128  /* tokens a block computes */
 #define GM_BK 64   /* columns of a stage */
 #define GM_STAGES 4
+#define GM_SPLIT_MAX 8 /* splits of K a launch may take (choose_splits) */
+#define GM_SPLIT_MIN 8 /* stages a split takes at least */
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -147,11 +149,15 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
     }
 }
 
-/* y[n, rows] = x @ W^T. Block (bx, by): row tiles 8 bx .., tokens 128 by ... */
+/* y[n, rows] = x @ W^T. Block (bx, by, bz): row tiles 8 bx .., tokens 128 by .., stages
+ * sps bz .. sps (bz + 1) - 1 of K. With one split (gridDim.z == 1) the block writes y;
+ * else its partial sums go to part[bz][n][ldp] (rows of the set one after another, ldp
+ * of them) and k_gemm_reduce adds them. */
 template <int BITS, int GROUP>
 __global__ static void __launch_bounds__(GM_WARPS * 32, 1)
 k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half *__restrict__ xl,
-              const float *__restrict__ xsum, int n, int n_pad, int kx, int kind, int k_tiles) {
+              const float *__restrict__ xsum, int n, int n_pad, int kx, int kind, int k_tiles, int sps,
+              float *__restrict__ part, int ldp) {
     using S = gshape<BITS, GROUP>;
     extern __shared__ uint4 ring[];
     const set_member mb = member_of(set, blockIdx.x);
@@ -162,13 +168,13 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
     const int rt0 = (blockIdx.x - mb.block0) * 8, tok0 = blockIdx.y * GM_BN;
-    const int stages = kx / GM_BK;
+    const int s_lo = blockIdx.z * sps, s_hi = min(kx / GM_BK, s_lo + sps); /* this split's stages */
 
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; s++) {
-        if (s < stages)
-            load_stage<BITS, GROUP>(ring + s * S::UNITS, s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles,
-                                    group_blocks, tok0, n, n_pad, kx);
+        if (s_lo + s < s_hi)
+            load_stage<BITS, GROUP>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
+                                    k_tiles, group_blocks, tok0, n, n_pad, kx);
         cp_async_commit();
     }
 
@@ -180,15 +186,16 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = c[i][j][e] = 0.0f;
 
-    for (int ks = 0; ks < stages; ks++) {
+    for (int ks = s_lo; ks < s_hi; ks++) {
+        const int kr = ks - s_lo; /* the ring slot of stage ks is kr % GM_STAGES */
         cp_async_wait<GM_STAGES - 2>();
         __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
-        if (ks + GM_STAGES - 1 < stages)
-            load_stage<BITS, GROUP>(ring + ((ks + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
+        if (ks + GM_STAGES - 1 < s_hi)
+            load_stage<BITS, GROUP>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
                                     xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
         cp_async_commit();
 
-        const uint4 *st = ring + (ks % GM_STAGES) * S::UNITS;
+        const uint4 *st = ring + (kr % GM_STAGES) * S::UNITS;
         uint4 cw[2][S::TPS];
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -266,6 +273,8 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
     cp_async_wait<0>();
 
     /* c0, c1: row r, tokens 2t, 2t + 1; c2, c3: row r + 8 */
+    float *out = gridDim.z == 1 ? y : part + (size_t)blockIdx.z * n * ldp;
+    const int ld = gridDim.z == 1 ? rows : ldp, first = gridDim.z == 1 ? 0 : mb.tile0 * 16;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int row = (rt0 + wm * 2 + i) * 16 + r;
@@ -275,13 +284,34 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int rr = row + (e >> 1) * 8, tt = tok + (e & 1);
-                if (rr < rows && tt < n) y[(size_t)tt * rows + rr] = acc[i][j][e];
+                if (rr < rows && tt < n) out[(size_t)tt * ld + first + rr] = acc[i][j][e];
             }
         }
     }
 }
 
-typedef void (*gemm_kernel)(const affine_set, const __half *, const __half *, const float *, int, int, int, int, int);
+/* y of each member of the set = the sum of its splits' partial rows, in split order (the
+ * same order every run). One thread per (token, row of the set). */
+__global__ static void k_gemm_reduce(const affine_set set, const float *__restrict__ part, int64_t n, int ldp,
+                                     int splits) {
+    const int64_t m = n * ldp;
+    GRID_STRIDE(i, m) {
+        const int64_t tok = i / ldp;
+        const int g = (int)(i % ldp), tile = g / 16;
+        int k = 0;
+#pragma unroll
+        for (int j = 1; j < CUDA_AFFINE_SET; j++)
+            if (j < set.k && tile >= set.first_tile[j]) k = j;
+        const int row = g - set.first_tile[k] * 16;
+        if (row >= set.rows[k]) continue;
+        float v = 0.0f;
+        for (int sp = 0; sp < splits; sp++) v += part[sp * m + i];
+        set.y[k][tok * set.rows[k] + row] = v;
+    }
+}
+
+typedef void (*gemm_kernel)(const affine_set, const __half *, const __half *, const float *, int, int, int, int, int,
+                            int, float *, int);
 
 static gemm_kernel pick(int bits, int64_t group, size_t *smem) {
 #define GEMM_CASE(B, G)                                                                                               \
@@ -321,26 +351,60 @@ extern "C" size_t cuda_affine_gemm_work_bound(int64_t n, int64_t cols) {
     return work_bytes(n, kx, kx / 32); /* groups of 32 are the smallest */
 }
 
+extern "C" size_t cuda_affine_gemm_split_bytes(int64_t n, int64_t rows, int splits) {
+    return (size_t)splits * (size_t)n * (size_t)round_up(rows, 16) * sizeof(float);
+}
+
+/* Splits of K for a launch of `blocks` blocks (one per SM at a time) over `stages`
+ * stages, with room for the partial sums of `per_split` bytes each: the fewest that
+ * keep the device's SMs at least 85% busy over the waves, at most GM_SPLIT_MAX, every
+ * split at least GM_SPLIT_MIN stages. */
+static int choose_splits(int blocks, int stages, size_t room, size_t per_split) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 1;
+    int best = 1;
+    for (int sp = 1; sp <= GM_SPLIT_MAX && sp * GM_SPLIT_MIN <= stages; sp++) {
+        if (sp > 1 && (size_t)sp * per_split > room) break;
+        const double waves = (double)blocks * sp / sms;
+        best = sp;
+        if (waves / ceil(waves) >= 0.85) break;
+    }
+    return best;
+}
+
 extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *ws, int k, const float *x,
-                                            int64_t n, void *work, cudaStream_t s) {
+                                            int64_t n, void *work, size_t work_size, cudaStream_t s) {
     affine_set set;
     if (!affine_set_of(&set, ys, ws, k)) return cudaErrorInvalidValue;
     const cuda_affine *w = ws[0];
     size_t smem = 0;
     const gemm_kernel kern = pick(w->bits, w->group, &smem);
-    if (n < 1 || !work || !kern || n > 65535 * (int64_t)GM_BN) return cudaErrorInvalidValue;
+    const size_t staged = cuda_affine_gemm_work_size(w, n);
+    if (n < 1 || !work || !kern || n > 65535 * (int64_t)GM_BN || work_size < staged) return cudaErrorInvalidValue;
     const int64_t n_pad = round_up(n, GM_BN), kx = staged_cols(w);
     __half *xh = (__half *)work, *xl = xh + n_pad * kx;
     float *xsum = (float *)((char *)work + round_up(2 * n_pad * kx * 2, 256));
+    const size_t part_at = (size_t)round_up((int64_t)staged, 256);
+    float *part = (float *)((char *)work + part_at);
+    const size_t room = work_size > part_at ? work_size - part_at : 0;
 
     const int64_t m = n_pad * (kx / 4); /* a multiple of 32: whole warps in k_stage_x's shuffles */
     k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);
-    const dim3 grid((unsigned)affine_set_blocks(&set), (unsigned)(n_pad / GM_BN));
-    kern<<<grid, GM_WARPS * 32, smem, s>>>(set, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, w->sb_kind, (int)w->k_tiles);
+    const int blocks = affine_set_blocks(&set) * (int)(n_pad / GM_BN), stages = (int)(kx / GM_BK);
+    const int ldp = affine_set_tiles(&set) * 16;
+    int splits = choose_splits(blocks, stages, room, cuda_affine_gemm_split_bytes(n, ldp, 1));
+    /* stages per split: whole groups of 128 columns (2 stages), so no group is cut */
+    const int sps = (int)round_up((stages + splits - 1) / splits, 2);
+    splits = (stages + sps - 1) / sps;
+    const dim3 grid((unsigned)affine_set_blocks(&set), (unsigned)(n_pad / GM_BN), (unsigned)splits);
+    kern<<<grid, GM_WARPS * 32, smem, s>>>(set, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, w->sb_kind, (int)w->k_tiles,
+                                           sps, part, ldp);
+    if (splits > 1) k_gemm_reduce<<<blocks_for(n * ldp), THREADS, 0, s>>>(set, part, n, ldp, splits);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
-                                        cudaStream_t s) {
-    return cuda_affine_gemm_set(&y, &w, 1, x, n, work, s);
+                                        size_t work_size, cudaStream_t s) {
+    return cuda_affine_gemm_set(&y, &w, 1, x, n, work, work_size, s);
 }

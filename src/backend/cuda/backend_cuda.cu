@@ -489,9 +489,17 @@ static void cuda_op_rope_store(backend *be, float *q, float *k, const float *v, 
                     rp->traditional, be->kv_f16);
 }
 
+/* The prefill product's work: x staged for the widest input, and room for the partial sums
+ * of K splits (two splits of max_cols output rows, or more of fewer rows: the products
+ * that leave the device idle have few rows, as the 4096-row o and down of an 8B model). */
+static size_t gemm_work_bytes(const backend_params *p) {
+    return cuda_affine_gemm_work_bound(p->max_rows, p->max_cols) + 256 +
+           cuda_affine_gemm_split_bytes(p->max_rows, p->max_cols, 2);
+}
+
 static int64_t cuda_work_bytes(const backend *be) {
     const cuda_backend *cb = (const cuda_backend *)be;
-    return (int64_t)(cuda_affine_gemm_work_bound(cb->p.max_rows, cb->p.max_cols) + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) +
+    return (int64_t)(cb->gemm_work_size + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) +
                      cb->gemv_work_size + BLAS_WORKSPACE + sizeof(float) * (size_t)cb->att_part_floats);
 }
 
@@ -563,9 +571,10 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->p = *p;
     const size_t att_bytes = cuda_attention_scratch_bytes(p->hd);
     cb->att_part_floats = (int64_t)(att_bytes / sizeof(float));
+    cb->gemm_work_size = gemm_work_bytes(p);
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc(&cb->gemm_work, cuda_affine_gemm_work_bound(p->max_rows, p->max_cols)) != cudaSuccess ||
+        cudaMalloc(&cb->gemm_work, cb->gemm_work_size) != cudaSuccess ||
         cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess ||
         cudaMalloc((void **)&cb->att_part, att_bytes) != cudaSuccess) {

@@ -116,7 +116,8 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *blas_work;         /* cuBLAS's workspace, so products can be captured */
     backend_params p;
-    void *gemm_work;         /* the affine prefill product's staged x (cuda_affine_gemm) */
+    void *gemm_work;         /* the affine prefill product's staged x and split partial sums */
+    size_t gemm_work_size;   /* bytes of gemm_work (gemm_work_bytes) */
     void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
     void *gemv_work;         /* the affine GEMV's work, zero between products */
     size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */

@@ -63,7 +63,7 @@ void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
         return;
     }
     /* affine: the tensor-core product on the tiled layout */
-    CUDA_CHECK(cuda_affine_gemm(y, x, n, &m->aff, cb->gemm_work, s));
+    CUDA_CHECK(cuda_affine_gemm(y, x, n, &m->aff, cb->gemm_work, cb->gemm_work_size, s));
 }
 
 void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n) {
@@ -74,7 +74,7 @@ void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const 
         ws[i] = &ms[i]->aff;
     }
     if (one && n > GEMV_ROWS) {
-        CUDA_CHECK(cuda_affine_gemm_set(ys, ws, k, x, n, cb->gemm_work, cb->stream));
+        CUDA_CHECK(cuda_affine_gemm_set(ys, ws, k, x, n, cb->gemm_work, cb->gemm_work_size, cb->stream));
         return;
     }
     if (one && ((uintptr_t)x & 15) == 0 && cuda_affine_gemv_set_work_size(ws, k, n) <= cb->gemv_work_size) {
