@@ -21,6 +21,12 @@
  * memory. A warp owns 2 row tiles x 64 tokens: per k-step it turns its codes into exact
  * fp16 integers (affine_device.cuh) and multiplies them by 8 token fragments, hi and lo
  * (32 mma); at the end of each group it scales the group's sums into its accumulators.
+ * With fewer than 128 tokens (the FEW kernels) fragments past n are neither loaded nor
+ * multiplied, so a product of a few rows (the decode steps of many sequences) streams the
+ * weights instead of computing empty tiles; the full kernels keep the unguarded loop.
+ *
+ * A launch too small to fill the device splits K (choose_splits): at n <= 128 an 8B
+ * model's 4096-row products make 32 blocks for 132 SMs.
  */
 #include "backend/cuda/affine.h"
 #include "backend/cuda/affine_device.cuh"
@@ -111,7 +117,7 @@ template <int BITS, int GROUP> static size_t gemm_smem() { return (size_t)gshape
 
 /* Stage ks (codes, x, sb blocks and sums of x of the block's row tiles and tokens) into
  * ring slot st. */
-template <int BITS, int GROUP>
+template <int BITS, int GROUP, bool FEW>
 __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__restrict__ codes,
                                            const __half *__restrict__ xh, const __half *__restrict__ xl,
                                            const float *__restrict__ xsum, const uint32_t *__restrict__ sb, int kind,
@@ -124,13 +130,16 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
         const bool ok = rt < row_tiles && kt < k_tiles;
         cp_async16_or_zero(st + S::CODES + i, ok ? codes + ((size_t)rt * k_tiles + kt) * 32 + l : codes, ok);
     }
-    /* x: 128 token rows of 8 units; unit c of token row r lands at c ^ (r & 7), so the 8
-     * rows a quarter-warp reads fall in distinct banks */
-    for (int i = threadIdx.x; i < 2 * GM_BN * 8; i += GM_WARPS * 32) {
-        const int part = i / (GM_BN * 8), r = (i >> 3) % GM_BN, c = i & 7;
+    /* x: token rows of 8 units, as many as the block's fragments read (whole fragments of
+     * 8 up to n); unit c of token row r lands at c ^ (r & 7), so the 8 rows a quarter-warp
+     * reads fall in distinct banks */
+    const int nr = FEW ? min(GM_BN, (n - tok0 + 7) & ~7) : GM_BN;
+    for (int i = threadIdx.x; i < nr * 8; i += GM_WARPS * 32) {
+        const int r = i >> 3, c = i & 7;
         const bool ok = tok0 + r < n;
-        const __half *src = (part ? xl : xh) + (size_t)(ok ? tok0 + r : 0) * kx + ks * GM_BK + c * 8;
-        cp_async16_or_zero(st + (part ? S::XL : S::XH) + r * 8 + (c ^ (r & 7)), src, ok);
+        const size_t o = (size_t)(ok ? tok0 + r : 0) * kx + ks * GM_BK + c * 8;
+        cp_async16_or_zero(st + S::XH + r * 8 + (c ^ (r & 7)), xh + o, ok);
+        cp_async16_or_zero(st + S::XL + r * 8 + (c ^ (r & 7)), xl + o, ok);
     }
     /* the sb blocks of the stage's tiles, row tile by row tile */
     const int block_units = 16 * S::GPB * pair_words(kind) * 4 / 16, gb0 = (ks * S::TPS) >> S::SH;
@@ -153,7 +162,7 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
  * sps bz .. sps (bz + 1) - 1 of K. With one split (gridDim.z == 1) the block writes y;
  * else its partial sums go to part[bz][n][ldp] (rows of the set one after another, ldp
  * of them) and k_gemm_reduce adds them. */
-template <int BITS, int GROUP>
+template <int BITS, int GROUP, bool FEW>
 __global__ static void __launch_bounds__(GM_WARPS * 32, 1)
 k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half *__restrict__ xl,
               const float *__restrict__ xsum, int n, int n_pad, int kx, int kind, int k_tiles, int sps,
@@ -173,7 +182,7 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; s++) {
         if (s_lo + s < s_hi)
-            load_stage<BITS, GROUP>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
+            load_stage<BITS, GROUP, FEW>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
                                     k_tiles, group_blocks, tok0, n, n_pad, kx);
         cp_async_commit();
     }
@@ -191,7 +200,7 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
         cp_async_wait<GM_STAGES - 2>();
         __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
         if (ks + GM_STAGES - 1 < s_hi)
-            load_stage<BITS, GROUP>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
+            load_stage<BITS, GROUP, FEW>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
                                     xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
         cp_async_commit();
 
@@ -246,6 +255,7 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
             const float *xe = (const float *)(st + S::XSUM) + (g - ks * GM_BK / GROUP) * GM_BN + wn * 64 + 2 * t;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
+                if (FEW && tok0 + wn * 64 + j * 8 >= n) continue; /* no products of empty fragments */
                 const int unit = (2 * t + jj) ^ r; /* token row j * 8 + r: (r & 7) == r */
                 const uint4 bh = xs[j * 64 + unit], bl = xs[(S::XL - S::XH) + j * 64 + unit];
 #pragma unroll
@@ -313,11 +323,12 @@ __global__ static void k_gemm_reduce(const affine_set set, const float *__restri
 typedef void (*gemm_kernel)(const affine_set, const __half *, const __half *, const float *, int, int, int, int, int,
                             int, float *, int);
 
-static gemm_kernel pick(int bits, int64_t group, size_t *smem) {
+/* The kernel of a shape; few: n < GM_BN (one partial block of tokens). */
+static gemm_kernel pick(int bits, int64_t group, bool few, size_t *smem) {
 #define GEMM_CASE(B, G)                                                                                               \
     if (bits == B && group == G) {                                                                                    \
         *smem = gemm_smem<B, G>();                                                                                    \
-        return k_affine_gemm<B, G>;                                                                                   \
+        return few ? k_affine_gemm<B, G, true> : k_affine_gemm<B, G, false>;                                          \
     }
     GEMM_CASE(4, 32) GEMM_CASE(4, 64) GEMM_CASE(4, 128) GEMM_CASE(8, 32) GEMM_CASE(8, 64) GEMM_CASE(8, 128)
 #undef GEMM_CASE
@@ -327,12 +338,13 @@ static gemm_kernel pick(int bits, int64_t group, size_t *smem) {
 cudaError_t affine_gemm_init(void) {
     static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2; b++)
-        for (int g = 0; g < 3; g++) {
-            size_t smem = 0;
-            const gemm_kernel k = pick(bits[b], groups[g], &smem);
-            const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess) return e;
-        }
+        for (int g = 0; g < 3; g++)
+            for (int few = 0; few < 2; few++) {
+                size_t smem = 0;
+                const gemm_kernel k = pick(bits[b], groups[g], few, &smem);
+                const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                if (e != cudaSuccess) return e;
+            }
     return cudaSuccess;
 }
 
@@ -379,7 +391,7 @@ extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine 
     if (!affine_set_of(&set, ys, ws, k)) return cudaErrorInvalidValue;
     const cuda_affine *w = ws[0];
     size_t smem = 0;
-    const gemm_kernel kern = pick(w->bits, w->group, &smem);
+    const gemm_kernel kern = pick(w->bits, w->group, n < GM_BN, &smem);
     const size_t staged = cuda_affine_gemm_work_size(w, n);
     if (n < 1 || !work || !kern || n > 65535 * (int64_t)GM_BN || work_size < staged) return cudaErrorInvalidValue;
     const int64_t n_pad = round_up(n, GM_BN), kx = staged_cols(w);

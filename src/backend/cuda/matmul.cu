@@ -3,8 +3,9 @@
  *
  * Affine weights stay in affine.h's tiled layout, and both products read it with fp32-level
  * results (codes exact on the tensor cores, x as fp16 hi + lo, scales and biases applied
- * per group in fp32): few rows (decode, n <= GEMV_ROWS) through the GEMV, which streams
- * each weight once; more rows through the tensor-core GEMM (affine_gemm.cu).
+ * per group in fp32): few rows (decode, n <= GEMV_CHUNKED_ROWS) through the GEMV, which
+ * streams each weight once per GEMV_ROWS rows; more rows through the tensor-core GEMM
+ * (affine_gemm.cu).
  * Dense weights go through cuBLAS with fp32 accumulation: bf16 / fp16 as stored (exact)
  * against x split in hi and lo parts of the same type, two products; fp32 by SGEMM.
  * One fp16 rounding of weights and activations moves a model's logits by about 2e-3,
@@ -39,12 +40,21 @@ static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDat
                               x, xt, (int)cols, &beta, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+/* Rows of x up to which the decode product, GEMV_ROWS rows a launch, beats the prefill
+ * product (bench_affine --gemm, 8B shapes on the H200). */
+#define GEMV_CHUNKED_ROWS 16
+
+/* Whether x's chunks of GEMV_ROWS rows are all 16-byte aligned (the GEMV reads float4). */
+static bool gemv_aligned(const float *x, int64_t cols) { return ((uintptr_t)x & 15) == 0 && cols % 4 == 0; }
+
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
     cudaStream_t s = cb->stream;
     const int64_t xm = n * m->cols;
-    if (m->bits && n <= GEMV_ROWS && ((uintptr_t)x & 15) == 0) { /* the GEMV reads x as float4 */
+    if (m->bits && n <= GEMV_CHUNKED_ROWS && gemv_aligned(x, m->cols)) {
         /* its weight loads start while the kernel before it (PDL_ENTRY) finishes */
-        CUDA_CHECK(cuda_affine_gemv(y, x, n, &m->aff, cb->gemv_work, s, CUDA_AFFINE_PDL));
+        for (int64_t c = 0; c < n; c += GEMV_ROWS)
+            CUDA_CHECK(cuda_affine_gemv(y + c * m->rows, x + c * m->cols, n - c < GEMV_ROWS ? n - c : GEMV_ROWS,
+                                        &m->aff, cb->gemv_work, s, CUDA_AFFINE_PDL));
         return;
     }
     if (!m->bits && m->type == DTYPE_F32) {
@@ -73,13 +83,18 @@ void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const 
         one = ms[i]->bits && cuda_affine_compatible(&ms[0]->aff, &ms[i]->aff);
         ws[i] = &ms[i]->aff;
     }
-    if (one && n > GEMV_ROWS) {
+    if (one && n > GEMV_CHUNKED_ROWS) {
         CUDA_CHECK(cuda_affine_gemm_set(ys, ws, k, x, n, cb->gemm_work, cb->gemm_work_size, cb->stream));
         return;
     }
-    if (one && ((uintptr_t)x & 15) == 0 && cuda_affine_gemv_set_work_size(ws, k, n) <= cb->gemv_work_size) {
-        CUDA_CHECK(cuda_affine_gemv_set(ys, ws, k, x, n, cb->gemv_work, cb->gemv_work_size, cb->stream,
-                                        CUDA_AFFINE_PDL));
+    const int64_t chunk = n < GEMV_ROWS ? n : GEMV_ROWS;
+    if (one && gemv_aligned(x, ms[0]->cols) && cuda_affine_gemv_set_work_size(ws, k, chunk) <= cb->gemv_work_size) {
+        for (int64_t c = 0; c < n; c += GEMV_ROWS) {
+            float *yc[CUDA_AFFINE_SET];
+            for (int i = 0; i < k; i++) yc[i] = ys[i] + c * ms[i]->rows;
+            CUDA_CHECK(cuda_affine_gemv_set(yc, ws, k, x + c * ms[0]->cols, n - c < GEMV_ROWS ? n - c : GEMV_ROWS,
+                                            cb->gemv_work, cb->gemv_work_size, cb->stream, CUDA_AFFINE_PDL));
+        }
         return;
     }
     for (int i = 0; i < k; i++) cuda_product(cb, ys[i], ms[i], x, n);
