@@ -12,7 +12,7 @@
  * Medians of 25 repetitions (10 with --quick), CUDA events.
  *
  *     bench_affine            all of the above
- *     bench_affine --quick    4-bit g64 at n = 1 and 8: launches and graph + PDL, the plans
+ *     bench_affine --quick    4-bit g64 at n = 1, 8 and 16: launches and graph + PDL, the plans
  *     bench_affine --profile  4-bit g64, two tokens at n = 1, kernel by kernel (for ncu)
  *     bench_affine --gemm     prefill products (cuda_affine_gemm) on one
  *                             layer's shapes at n = 512 and 2048, beside cuBLAS on dense
@@ -229,9 +229,9 @@ static double copy_bandwidth(bench *b) {
 static void setup(bench *b) {
     memset(b, 0, sizeof *b);
     CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
-    CHECK(cudaMalloc((void **)&b->x, (size_t)8 * 14336 * 4));
-    CHECK(cudaMalloc((void **)&b->y, (size_t)8 * 128256 * 4));
-    k_fill_x<<<256, 256, 0, b->s>>>(b->x, (size_t)8 * 14336);
+    CHECK(cudaMalloc((void **)&b->x, (size_t)CUDA_AFFINE_MAX_N * 14336 * 4));
+    CHECK(cudaMalloc((void **)&b->y, (size_t)CUDA_AFFINE_MAX_N * 128256 * 4));
+    k_fill_x<<<256, 256, 0, b->s>>>(b->x, (size_t)CUDA_AFFINE_MAX_N * 14336);
     CHECK(cudaGetLastError());
     b->work_size = (size_t)128 << 20;
     CHECK(cudaMalloc(&b->work, b->work_size));
@@ -279,7 +279,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
 /* ==== Prefill products ==== */
 
 /* mode 0: cuda_affine_gemm; 1: cuBLAS fp16 on a dense copy of the shape; 2: the decode
- * product 8 rows at a time (gwork: its own zero-filled work); 3: cuda_affine_gemm with
+ * product, CUDA_AFFINE_MAX_N rows at a time (gwork: its own zero-filled work); 3: cuda_affine_gemm with
  * work for the staged x only (K never split) */
 static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w, int64_t n, int mode,
                         cublasHandle_t blas, const __half *wd, const __half *xd, void *gwork) {
@@ -312,7 +312,7 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
 }
 
 static void bench_gemm(bench *b) {
-    static const char *modes[] = {"celer", "cuBLAS fp16", "GEMV x8 rows", "celer 1 split"};
+    static const char *modes[] = {"celer", "cuBLAS fp16", "decode product", "celer 1 split"};
     const int64_t max_n = 2048;
     model *md = (model *)calloc(1, sizeof *md);
     build_model(md, 4, 64, b->s);
@@ -392,7 +392,6 @@ int main(int argc, char **argv) {
 
     static const struct { int bits; int64_t group; } configs[] = {{4, 64}, {4, 32}, {4, 128}, {8, 64}};
     const size_t n_configs = quick ? 1 : sizeof configs / sizeof configs[0];
-    const int64_t n_step = quick ? 8 : 2;
     static const char *modes[] = {"launches", "launch+PDL", "graph", "graph+PDL"};
     char summary[64][160];
     int ns = 0;
@@ -401,7 +400,9 @@ int main(int argc, char **argv) {
         printf("\n%d-bit group %lld: %.3f GB of weights in %d matrices\n", configs[ci].bits,
                (long long)configs[ci].group, (double)md->bytes / 1e9, N_MATS);
         printf("%-3s %-10s %9s %8s %7s %9s\n", "n", "mode", "ms/token", "GB/s", "% copy", "tok/s");
-        for (int64_t n = 1; n <= 8; n *= n_step) {
+        static const int64_t ns_all[] = {1, 2, 4, 8, 16}, ns_quick[] = {1, 8, 16};
+        for (int ni = 0; ni < (quick ? 3 : 5); ni++) {
+            const int64_t n = quick ? ns_quick[ni] : ns_all[ni];
             for (int mode = 0; mode < 4; mode++) {
                 if (quick && (mode == 1 || mode == 2)) continue;
                 const double ms = time_seq(&b, md, 0, N_MATS, 1, n, mode, (cuda_affine_plan){0});

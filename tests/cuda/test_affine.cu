@@ -4,11 +4,11 @@
  * rows that embeddings and prefill products read against the checkpoint on the host.
  *
  * Every bits x group x scale dtype (F16, BF16, F32) on awkward sizes (rows not a multiple
- * of 16, columns one group, three groups, or not a whole tile), n = 1..8, through the host
+ * of 16, columns one group, three groups, or not a whole tile), n = 1..16, through the host
  * upload path, with every plan (slices of 4, 8, 12, 16 column tiles) and with
  * programmatic dependent launch. Data: x ~ N(0, 1), codes uniform, scales ~ U(0.005,
  * 0.02), biases ~ -8 * scale. A product passes when max|y - ref| <= 2e-6 max|ref|
- * (max|ref| over the matrix's 8 token rows; on matrices of >= 1000 rows also over the n
+ * (max|ref| over the matrix's 16 token rows; on matrices of >= 1000 rows also over the n
  * rows of the case, see test_matrix), every output was written (y is poisoned with NaN
  * before each product) and nothing past it (a poisoned guard after y). Rows
  * (cuda_affine_rows) must equal the CPU reference's s * q + b bit for bit and leave rows
@@ -28,6 +28,7 @@
 #include <string.h>
 
 #define TOL 2e-6
+#define MAXN CUDA_AFFINE_MAX_N /* rows of x a decode product takes */
 #define GUARD 1024 /* floats after y that must stay untouched */
 
 static int passed, failed;
@@ -136,7 +137,7 @@ static void device_free(matview *d) {
 
 typedef struct ctx {
     cudaStream_t s;
-    float *x, *y;   /* device x[8, cols_max], y[8, rows_max] + GUARD */
+    float *x, *y;   /* device x[16, cols_max], y[16, rows_max] + GUARD */
     double *ref;    /* device */
     void *work;
     size_t work_size;
@@ -228,42 +229,48 @@ static bool matrix_open(ctx *c, const char *kind, int64_t rows, int64_t cols, in
 
 /* The figure of one product is max|y - ref| / max|ref|. With a handful of outputs (rows 1
  * or 7 at n = 1) max|ref| is one or a few random draws and can sit near zero, so every n
- * is held to TOL of the largest |ref| of the matrix's 8-token reference; *strict gets
- * the worst figure with max|ref| over the n token rows themselves (the two agree at n = 8
+ * is held to TOL of the largest |ref| of the matrix's 16-token reference; *strict gets
+ * the worst figure with max|ref| over the n token rows themselves (the two agree at n = 16
  * and on large matrices). Returns the worst figure; counts each check. */
 static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t group, dtype st,
                           double *strict) {
-    char what[160];
+    char what[160], line[256];
     matview h, d;
     cuda_affine w;
     if (!matrix_open(c, "", rows, cols, bits, group, st, what, sizeof what, &h, &d, &w)) return 1;
     {
-        float *hx = (float *)malloc((size_t)(8 * cols) * 4);
-        for (int64_t i = 0; i < 8 * cols; i++) hx[i] = (float)rng_normal();
-        CHECK(cudaMemcpy(c->x, hx, (size_t)(8 * cols) * 4, cudaMemcpyHostToDevice));
+        float *hx = (float *)malloc((size_t)(MAXN * cols) * 4);
+        for (int64_t i = 0; i < MAXN * cols; i++) hx[i] = (float)rng_normal();
+        CHECK(cudaMemcpy(c->x, hx, (size_t)(MAXN * cols) * 4, cudaMemcpyHostToDevice));
         free(hx);
     }
-    CHECK(cuda_affine_ref(c->ref, c->x, 8, &d, c->s));
-    CHECK(cudaMemcpy(c->href, c->ref, (size_t)(8 * rows) * 8, cudaMemcpyDeviceToHost));
-    double mag8 = 0;
-    for (int64_t i = 0; i < 8 * rows; i++) mag8 = fmax(mag8, fabs(c->href[i]));
+    CHECK(cuda_affine_ref(c->ref, c->x, MAXN, &d, c->s));
+    CHECK(cudaMemcpy(c->href, c->ref, (size_t)(MAXN * rows) * 8, cudaMemcpyDeviceToHost));
+    double mag_all = 0;
+    for (int64_t i = 0; i < MAXN * rows; i++) mag_all = fmax(mag_all, fabs(c->href[i]));
     if (rows < 1000) test_rows(c, &w, &h, what); /* the host side is slow on the large ones */
     double worst = 0;
     const cuda_affine_plan plans[] = {{4}, {8}, {12}, {16}};
-    for (int64_t n = 1; n <= 8; n++) {
-        /* the reference rows for n tokens are the first n of the 8-token reference */
+    for (int64_t n = 1; n <= MAXN; n++) {
+        /* the reference rows for n tokens are the first n of the 16-token reference */
         double mag = 0;
         for (int64_t i = 0; i < n * rows; i++) mag = fmax(mag, fabs(c->href[i]));
         for (int pi = -1; pi < (int)(sizeof plans / sizeof plans[0]); pi++) {
             const cuda_affine_plan p = pi < 0 ? cuda_affine_plan_for(&w, n) : plans[pi];
+            if (!cuda_affine_plan_fits(&w, n, p)) {
+                snprintf(line, sizeof line, "%s n=%lld slice=%d: refused (shared memory)", what, (long long)n, p.slice);
+                expect(pi >= 0 && cuda_affine_gemv_plan(c->y, c->x, n, &w, c->work, c->s, 0, p) == cudaErrorInvalidValue,
+                       line);
+                continue;
+            }
             if (cuda_affine_plan_work_size(&w, n, p) > c->work_size) {
                 printf("%s: work buffer too small\n", what);
                 expect(0, what);
                 continue;
             }
             const unsigned flags = (pi == -1 && n % 2 == 0) ? CUDA_AFFINE_PDL : 0;
-            const double e = run_plan(c, &w, n, pi >= 0, p, flags, mag8);
-            const double es = e < 0 ? e : e * mag8 / mag;
+            const double e = run_plan(c, &w, n, pi >= 0, p, flags, mag_all);
+            const double es = e < 0 ? e : e * mag_all / mag;
             char line[256];
             snprintf(line, sizeof line, "%s n=%lld plan slice=%d split=%lld%s: %.3g (of max|ref| over n rows %.3g)",
                      what, (long long)n, p.slice, (long long)cuda_affine_plan_split(&w, p), flags ? " pdl" : "", e,
@@ -348,7 +355,7 @@ static void test_gemm(ctx *c) {
 
 /* ==== Products of a set of matrices in one launch ==== */
 
-/* cuda_affine_gemv_set (n = 1, 3, 8) and cuda_affine_gemm_set (n = 9, 129) on three
+/* cuda_affine_gemv_set (n = 1, 3, 8, 13) and cuda_affine_gemm_set (n = 9, 129) on three
  * matrices of one input (rows 300, 65, 65, as q, k and v), each output against its own
  * double reference; outputs start as NaN, a guard after each must stay NaN. */
 static void test_set(ctx *c, int bits, int64_t group, dtype st) {
@@ -366,8 +373,8 @@ static void test_set(ctx *c, int bits, int64_t group, dtype st) {
     if (opened == K) {
         const cuda_affine *ws[K] = {&w[0], &w[1], &w[2]};
         for (int i = 0; i < K; i++) CHECK(cudaMalloc((void **)&y[i], (size_t)(129 * rows[i] + GUARD) * 4));
-        const int64_t ns[] = {1, 3, 8, 9, 129};
-        for (int ni = 0; ni < 5; ni++) {
+        const int64_t ns[] = {1, 3, 8, 13, 17, 129};
+        for (int ni = 0; ni < 6; ni++) {
             const int64_t n = ns[ni];
             float *hx = (float *)malloc((size_t)(n * cols) * 4);
             for (int64_t i = 0; i < n * cols; i++) hx[i] = (float)rng_normal();
@@ -470,7 +477,8 @@ static void test_bad_input(ctx *c) {
     b.scale_type = DTYPE_U32;
     expect(cuda_affine_upload(&w, &b, c->s, err, sizeof err) != 0 && strstr(err, "scales"), "U32 scales refused");
     if (cuda_affine_upload(&w, &h, c->s, err, sizeof err) == 0) {
-        expect(cuda_affine_gemv(c->y, c->x, 9, &w, c->work, c->s, 0) == cudaErrorInvalidValue, "n = 9 refused");
+        expect(cuda_affine_gemv(c->y, c->x, MAXN + 1, &w, c->work, c->s, 0) == cudaErrorInvalidValue,
+               "n = 17 refused");
         expect(cuda_affine_gemv(c->y, c->x, 0, &w, c->work, c->s, 0) == cudaErrorInvalidValue, "n = 0 refused");
         expect(cuda_affine_gemv(c->y, c->x + 1, 1, &w, c->work, c->s, 0) == cudaErrorInvalidValue,
                "x not 16-byte aligned refused");
@@ -497,14 +505,14 @@ int main(void) {
     memset(&c, 0, sizeof c);
     const int64_t rows_max = 4097, cols_max = 4224;
     CHECK(cudaStreamCreate(&c.s));
-    CHECK(cudaMalloc((void **)&c.x, (size_t)(8 * cols_max) * 4));
-    CHECK(cudaMalloc((void **)&c.y, (size_t)(8 * rows_max + GUARD) * 4));
-    CHECK(cudaMalloc((void **)&c.ref, (size_t)(8 * rows_max) * 8));
+    CHECK(cudaMalloc((void **)&c.x, (size_t)(MAXN * cols_max) * 4));
+    CHECK(cudaMalloc((void **)&c.y, (size_t)(MAXN * rows_max + GUARD) * 4));
+    CHECK(cudaMalloc((void **)&c.ref, (size_t)(MAXN * rows_max) * 8));
     c.work_size = (size_t)64 << 20;
     CHECK(cudaMalloc(&c.work, c.work_size));
     CHECK(cudaMemset(c.work, 0, c.work_size));
-    c.hy = (float *)malloc((size_t)(8 * rows_max + GUARD) * 4);
-    c.href = (double *)malloc((size_t)(8 * rows_max) * 8);
+    c.hy = (float *)malloc((size_t)(MAXN * rows_max + GUARD) * 4);
+    c.href = (double *)malloc((size_t)(MAXN * rows_max) * 8);
 
     const int64_t g_rows = 300;
     CHECK(cudaMalloc((void **)&c.gx, (size_t)(GEMM_MAX_N * cols_max) * 4));
@@ -525,7 +533,7 @@ int main(void) {
     test_set(&c, 8, 128, DTYPE_F32);
 
     const int64_t rows[] = {1, 7, 33, 1000, 4097};
-    printf("max |y - ref| / max |ref| per configuration, n = 1..8, every plan:\n");
+    printf("max |y - ref| / max |ref| per configuration, n = 1..16, every plan:\n");
     printf("%-5s %-6s %-5s %12s %16s %18s\n", "bits", "group", "scale", "all sizes", "per n, all sizes",
            "per n, rows >= 1000");
     for (int bits = 4; bits <= 8; bits += 4)

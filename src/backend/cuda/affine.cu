@@ -1,9 +1,9 @@
 /*
  * affine.cu - MLX affine weights on the GPU: the load-time repack into the tiled layout of
- * affine.h, the decode product y[n, rows] = x[n, cols] @ W^T for n = 1..8, the rows of W
+ * affine.h, the decode product y[n, rows] = x[n, cols] @ W^T for n = 1..16, the rows of W
  * as fp32 (embeddings), and a double reference for the tests.
  *
- * The product is bound by memory: every weight byte is read once, and at n <= 8 a byte
+ * The product is bound by memory: every weight byte is read once, and at n <= 16 a byte
  * feeds at most 16 flops. A block of 8 warps owns 8 row tiles (128 rows, one tile row a
  * warp) and a slice of 4..16 column tiles. Each warp first puts every code and scale
  * load of its slice in flight (cp.async into shared memory, one commit group per 4
@@ -13,7 +13,8 @@
  * and one half2 op per two codes give the exact codes q, mma.m16n8k16 sums q * x per
  * group in fp32, and s * sum(q x) + b * sum(x) goes to fp32 accumulators. Up to 4 tokens
  * share one mma (hi parts in columns 0..3, lo parts in 4..7, added at the end); 5..8
- * tokens take two mma a step (hi, then lo). Blocks along K write partial sums; the last
+ * tokens take two mma a step (hi, then lo), 9..16 four (hi, lo of tokens 0..7, then of
+ * 8..15). Blocks along K write partial sums; the last
  * block of a row block to finish adds them in a fixed order (no atomics on y, so results
  * do not depend on timing).
  *
@@ -223,8 +224,12 @@ template <int BITS, int GROUP> struct kshape {
     static constexpr int EU = TC / GPB;                               /* columns of one scaling */
 };
 
+/* Columns of a block's sums of x per scaling unit: 8 tokens (hi and lo columns at nb 1),
+ * 16 at nb 4. */
+__host__ __device__ constexpr int xsum_cols(int nb) { return nb == 4 ? 16 : 8; }
+
 /* Shared memory of a block, bytes: codes [NW][slice][32] uint4; per warp its sb blocks;
- * x fragments [slice][MP][nb][32] uint4; x sums [slice * gpb][8] floats. */
+ * x fragments [slice][MP][nb][32] uint4; x sums [slice * gpb][xsum_cols(nb)] floats. */
 typedef struct gemv_layout {
     int sb, sb_warp, xs, xsum, total;
 } gemv_layout;
@@ -237,7 +242,7 @@ __host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int k
     L.sb_warp = blocks * 16 * gpb * 4 * pair_words(kind);
     L.xs = L.sb + NW * L.sb_warp;
     L.xsum = L.xs + slice * (tc / 32) * nb * 512;
-    L.total = L.xsum + slice * gpb * 8 * 4;
+    L.total = L.xsum + slice * gpb * xsum_cols(nb) * 4;
     return L;
 }
 
@@ -245,8 +250,9 @@ __host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int k
  * past the matrix) as B fragments: float4 unit c4 of a token holds columns 4c4 .. 4c4+3
  * of the slice, which in tile kk, step m are k rows 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of
  * lane 4 * column + t, with t = c4 & 3. With one operand, token tok's hi part is column
- * tok and its lo part column tok + 4; with two, operand 0 holds the hi parts and 1 the lo
- * parts. xsum[eu][column]: the fp32 sum of x over each scaling unit (0 for lo columns).
+ * tok and its lo part column tok + 4; with two or four, operand 2o holds the hi parts of
+ * tokens 8o .. 8o + 7 and 2o + 1 their lo parts. xsum[eu][column]: the fp32 sum of x over
+ * each scaling unit (0 for lo columns), xsum_cols(NB) columns a unit.
  * Columns of tokens >= n are not written: the mma keeps columns apart, and their sums are
  * never stored. */
 template <int BITS, int GROUP, int NB>
@@ -268,7 +274,7 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
         }
         const int kk = c4 / UPT, cc = c4 % UPT, m = cc >> 2, tt = cc & 3;
         uint2 *d = (uint2 *)(xs + (kk * K::MP + (m >> 1)) * NB * 32 + tt) + (m & 1);
-        float *xe = xsum + (kk * K::GPB + cc / UPE) * 8;
+        float *xe = xsum + (kk * K::GPB + cc / UPE) * xsum_cols(NB);
 #pragma unroll
         for (int tok = 0; tok < TOKS; tok++) {
             if (tok >= n) break;
@@ -277,8 +283,9 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
             const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
             const __half2 l01 = __floats2half2_rn(a.x - f01.x, a.y - f01.y);
             const __half2 l23 = __floats2half2_rn(a.z - f23.x, a.w - f23.y);
-            d[8 * tok] = make_uint2(h2_bits(h01), h2_bits(h23));                          /* lane 4 tok + t */
-            d[8 * tok + (NB == 1 ? 32 : 64)] = make_uint2(h2_bits(l01), h2_bits(l23)); /* lo column / operand */
+            const int at = 8 * (tok & 7) + 128 * (tok >> 3); /* lane 4 tok + t of operand 2 (tok / 8) */
+            d[at] = make_uint2(h2_bits(h01), h2_bits(h23));
+            d[at + (NB == 1 ? 32 : 64)] = make_uint2(h2_bits(l01), h2_bits(l23)); /* lo column / operand */
             float sx = (a.x + a.y) + (a.z + a.w);
 #pragma unroll
             for (int o = 1; o < UPE; o <<= 1) sx += __shfl_xor_sync(0xffffffffu, sx, o);
@@ -307,16 +314,27 @@ __device__ __forceinline__ void scale_add(float acc[4], float c[4], const uint32
     for (int i = 0; i < 4; i++) c[i] = 0.0f;
 }
 
+/* Groups of 8 token columns a kernel of NB operands accumulates apart: the hi and lo
+ * operands of a group share its accumulators. */
+template <int NB> struct octets {
+    static constexpr int N = NB == 4 ? 2 : 1;
+};
+
 /* acc += tile u of the warp's slice (16 rows) @ x. cw: the lane's codes (x, y: row r, z, w:
  * row r + 8; 4 bits: steps 0-1, 2-3; 8 bits: steps 0, 1); sb: the warp's sb blocks. */
 template <int BITS, int GROUP, int NB>
-__device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint32_t *sb, int kind,
+__device__ __forceinline__ void tile_product(float acc[][4], uint4 cw, const uint32_t *sb, int kind,
                                              const uint4 *xs, const float *xsum, int u, int lane) {
     using K = kshape<BITS, GROUP>;
+    constexpr int NO = octets<NB>::N, XC = xsum_cols(NB);
     const int r = lane >> 2, t = lane & 3;
     const uint4 *xb = xs + u * K::MP * NB * 32 + lane;
     const int p = ((u >> K::SH) * 8 + r) * 2 * K::GPB;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float c[NO][4];
+#pragma unroll
+    for (int o = 0; o < NO; o++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) c[o][e] = 0.0f;
     if (BITS == 4) {
 #pragma unroll
         for (int jj = 0; jj < 2; jj++) {
@@ -326,12 +344,17 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
 #pragma unroll
             for (int op = 0; op < NB; op++) {
                 const uint4 b = xb[(jj * NB + op) * 32];
-                mma16816(c, ar[0], a8[0], ar[1], a8[1], b.x, b.y);
-                mma16816(c, ar[2], a8[2], ar[3], a8[3], b.z, b.w);
+                mma16816(c[op >> 1], ar[0], a8[0], ar[1], a8[1], b.x, b.y);
+                mma16816(c[op >> 1], ar[2], a8[2], ar[3], a8[3], b.z, b.w);
             }
-            if (K::GPB == 2) scale_add<BITS>(acc, c, sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * 8 + 2 * t);
+            if (K::GPB == 2)
+#pragma unroll
+                for (int o = 0; o < NO; o++)
+                    scale_add<BITS>(acc[o], c[o], sb, kind, p + 2 * jj, xsum + (u * 2 + jj) * XC + 8 * o + 2 * t);
         }
-        if (K::GPB == 1) scale_add<BITS>(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+        if (K::GPB == 1)
+#pragma unroll
+            for (int o = 0; o < NO; o++) scale_add<BITS>(acc[o], c[o], sb, kind, p, xsum + u * XC + 8 * o + 2 * t);
     } else {
         uint4 b[NB];
 #pragma unroll
@@ -340,19 +363,20 @@ __device__ __forceinline__ void tile_product(float acc[4], uint4 cw, const uint3
         codes8(ar, cw.x);
         codes8(a8, cw.z);
 #pragma unroll
-        for (int op = 0; op < NB; op++) mma16816(c, ar[0], a8[0], ar[1], a8[1], b[op].x, b[op].y);
+        for (int op = 0; op < NB; op++) mma16816(c[op >> 1], ar[0], a8[0], ar[1], a8[1], b[op].x, b[op].y);
         codes8(ar, cw.y);
         codes8(a8, cw.w);
 #pragma unroll
-        for (int op = 0; op < NB; op++) mma16816(c, ar[0], a8[0], ar[1], a8[1], b[op].z, b[op].w);
-        scale_add<BITS>(acc, c, sb, kind, p, xsum + u * 8 + 2 * t);
+        for (int op = 0; op < NB; op++) mma16816(c[op >> 1], ar[0], a8[0], ar[1], a8[1], b[op].z, b[op].w);
+#pragma unroll
+        for (int o = 0; o < NO; o++) scale_add<BITS>(acc[o], c[o], sb, kind, p, xsum + u * XC + 8 * o + 2 * t);
     }
 }
 
-/* y[n, rows] = x[n, cols] @ W^T (NB = 1: n <= 4, else 2). Block (bx, by): row tiles
+/* y[n, rows] = x[n, cols] @ W^T (NB = 1: n <= 4, 2: n <= 8, 4: n <= 16). Block (bx, by): row tiles
  * bx * NW + warp, column tiles by * slice .. + slice - 1. */
 template <int BITS, int GROUP, int NB>
-__global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : 3)
+__global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : NB == 2 ? 3 : 2)
 k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind, int cols, int k_tiles, int slice,
               int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
     using K = kshape<BITS, GROUP>;
@@ -393,7 +417,12 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, n, cols, kb, slice);
     __syncthreads();
 
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    constexpr int NO = octets<NB>::N;
+    float acc[NO][4];
+#pragma unroll
+    for (int o = 0; o < NO; o++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[o][e] = 0.0f;
     if (active) {
         const uint4 *xs = (const uint4 *)(smem + L.xs);
         const float *xsum = (const float *)(smem + L.xsum);
@@ -410,21 +439,24 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     /* one operand: columns 2t + 4, 2t + 5 (lo parts) of lane t + 2 onto lanes t < 2 */
     if (NB == 1) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[i] += __shfl_down_sync(0xffffffffu, acc[i], 2);
+        for (int i = 0; i < 4; i++) acc[0][i] += __shfl_down_sync(0xffffffffu, acc[0][i], 2);
     }
     /* c0, c1: row r, tokens 2t, 2t + 1; c2, c3: row r + 8 */
     const int row0 = rt * 16 + (lane >> 2), tok0 = 2 * t;
-    const bool holds = active && (NB == 2 || t < 2);
+    const bool holds = active && (NB > 1 || t < 2);
     const int split = gridDim.y;
     if (split == 1) {
         if (holds)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if (tok0 + e >= n) continue;
-                float *yt = y + (size_t)(tok0 + e) * rows;
-                if (row0 < rows) yt[row0] = acc[e];
-                if (row0 + 8 < rows) yt[row0 + 8] = acc[2 + e];
-            }
+            for (int o = 0; o < NO; o++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int tok = tok0 + 8 * o + e;
+                    if (tok >= n) continue;
+                    float *yt = y + (size_t)tok * rows;
+                    if (row0 < rows) yt[row0] = acc[o][e];
+                    if (row0 + 8 < rows) yt[row0 + 8] = acc[o][2 + e];
+                }
         return;
     }
 
@@ -434,12 +466,15 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     const int rows_p = tiles_total * 16, prow0 = mb.tile0 * 16 + row0;
     if (holds)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            if (tok0 + e >= n) continue;
-            float *pt = part + ((size_t)blockIdx.y * n + tok0 + e) * rows_p;
-            pt[prow0] = acc[e];
-            pt[prow0 + 8] = acc[2 + e];
-        }
+        for (int o = 0; o < NO; o++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int tok = tok0 + 8 * o + e;
+                if (tok >= n) continue;
+                float *pt = part + ((size_t)blockIdx.y * n + tok) * rows_p;
+                pt[prow0] = acc[o][e];
+                pt[prow0 + 8] = acc[o][2 + e];
+            }
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)split - 1;
@@ -460,7 +495,7 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
 typedef void (*gemv_kernel)(const affine_set, const float *, int, int, int, int, int, int, float *, unsigned *);
 
 template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb) {
-    return nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
+    return nb == 4 ? k_affine_gemv<BITS, GROUP, 4> : nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
 }
 
 static gemv_kernel pick(int bits, int64_t group, int nb) {
@@ -481,7 +516,7 @@ static cudaError_t init_kernels(void) {
     static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2; b++)
         for (int g = 0; g < 3; g++)
-            for (int nb = 1; nb <= 2; nb++) {
+            for (int nb = 1; nb <= 4; nb *= 2) {
                 const gemv_kernel k = pick(bits[b], groups[g], nb);
                 cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
                 if (e == cudaSuccess)
@@ -492,7 +527,7 @@ static cudaError_t init_kernels(void) {
     return affine_gemm_init();
 }
 
-static int nb_of(int64_t n) { return n <= 4 ? 1 : 2; }
+static int nb_of(int64_t n) { return n <= 4 ? 1 : n <= 8 ? 2 : 4; }
 static int64_t row_blocks(const cuda_affine *w) { return (w->row_tiles + NW - 1) / NW; }
 
 extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan p) {
@@ -529,7 +564,7 @@ static int best_slice(int bits, int64_t group, int kind, int nb, int64_t row_blo
 }
 
 static void choose_plans(cuda_affine *a) {
-    for (int nb = 1; nb <= 2; nb++) {
+    for (int nb = 1; nb <= 4; nb *= 2) {
         const int best = best_slice(a->bits, a->group, a->sb_kind, nb, row_blocks(a), a->k_tiles);
         for (int n = 1; n <= MAX_N; n++)
             if (nb_of(n) == nb) a->slice[n] = (unsigned char)best;
@@ -569,13 +604,15 @@ static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, con
         ((uintptr_t)x & 15))
         return cudaErrorInvalidValue;
     const int nb = nb_of(n), blocks = affine_set_blocks(set);
+    const int smem = gemv_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, slice).total;
+    if (smem > SMEM_MAX) return cudaErrorInvalidValue;
     unsigned *count = (unsigned *)work;
     float *part = split > 1 ? (float *)((char *)work + (((size_t)blocks * 4 + 255) & ~(size_t)255)) : NULL;
 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks, (unsigned)split, 1);
     cfg.blockDim = dim3(NW * 32, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)gemv_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, slice).total;
+    cfg.dynamicSmemBytes = (size_t)smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -586,6 +623,11 @@ static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, con
     }
     return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb), *set, x, (int)n, w0->sb_kind, (int)w0->cols,
                               (int)w0->k_tiles, slice, affine_set_tiles(set), part, count);
+}
+
+extern "C" bool cuda_affine_plan_fits(const cuda_affine *w, int64_t n, cuda_affine_plan p) {
+    return n >= 1 && n <= MAX_N && p.slice >= 4 && p.slice <= MAX_SLICE && p.slice % 4 == 0 &&
+           gemv_layout_of(w->bits, (int)w->group, w->sb_kind, nb_of(n), p.slice).total <= SMEM_MAX;
 }
 
 extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cuda_affine *w,

@@ -1,12 +1,12 @@
 /*
  * affine.h - MLX affine-quantized weight matrices on an NVIDIA GPU: the device layout made
- * at load, and what reads it: the decode product y = x @ W^T (n = 1..8 rows of x), the
+ * at load, and what reads it: the decode product y = x @ W^T (n = 1..16 rows of x), the
  * prefill product (any n, affine_gemm.cu) and the rows of an embedding table.
  *
  *     cuda_affine w;
  *     if (cuda_affine_upload(&w, &view, stream, err, sizeof err)) fail(err);
  *     size_t ws = 0;                            // the most any n needs
- *     for (int n = 1; n <= 8; n++) ws = max(ws, cuda_affine_work_size(&w, n));
+ *     for (int n = 1; n <= CUDA_AFFINE_MAX_N; n++) ws = max(ws, cuda_affine_work_size(&w, n));
  *     void *work = NULL;                        // zero-filled once, reused by every call
  *     cudaMalloc(&work, ws); cudaMemset(work, 0, ws);
  *     cuda_affine_gemv(y, x, n, &w, work, stream, 0); // y[n, rows] = x[n, cols] @ W^T
@@ -48,7 +48,7 @@ extern "C" {
 
 #include "base/tensor.h"
 
-#define CUDA_AFFINE_MAX_N 8 /* rows of x a decode product takes */
+#define CUDA_AFFINE_MAX_N 16 /* rows of x a decode product takes */
 #define CUDA_AFFINE_SET 4   /* matrices one product launch takes (the _set products) */
 
 /* How a matrix's scales and biases are stored on the device. */
@@ -100,7 +100,7 @@ void cuda_affine_free(cuda_affine *w);
  * buffer must be zero-filled before its first use; every call leaves it so. */
 size_t cuda_affine_work_size(const cuda_affine *w, int64_t n);
 
-/* y[n, rows] = x[n, cols] @ W^T, 1 <= n <= 8; x and y fp32, row-major, in device memory,
+/* y[n, rows] = x[n, cols] @ W^T, 1 <= n <= 16; x and y fp32, row-major, in device memory,
  * x 16-byte aligned. Enqueued on s (capturable: no allocation, no synchronization);
  * returns the launch's error (cudaSuccess). */
 cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w,
@@ -111,7 +111,7 @@ cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_aff
 bool cuda_affine_compatible(const cuda_affine *a, const cuda_affine *b);
 
 /* ys[i][n, w[i]->rows] = x[n, cols] @ W_i^T for i < k <= CUDA_AFFINE_SET compatible
- * matrices of one input, 1 <= n <= 8, as one launch: the decode product over the set as
+ * matrices of one input, 1 <= n <= 16, as one launch: the decode product over the set as
  * if its matrices were one (their rows one after another). Work: at least
  * cuda_affine_gemv_set_work_size bytes, zero-filled before the first use as for
  * cuda_affine_gemv. cudaErrorInvalidValue (nothing queued) when the matrices cannot
@@ -134,7 +134,12 @@ int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan p);
 /* Bytes of work a given plan needs for n rows. */
 size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p);
 
-/* cuda_affine_gemv with a given plan (tests and benchmarks compare plans). */
+/* Whether a plan can run at n rows: a valid slice whose block fits the kernels' shared
+ * memory (at n > 8 the widest slices of fp32 scales do not). */
+bool cuda_affine_plan_fits(const cuda_affine *w, int64_t n, cuda_affine_plan p);
+
+/* cuda_affine_gemv with a given plan (tests and benchmarks compare plans); a plan that does
+ * not fit is cudaErrorInvalidValue, nothing queued. */
 cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cuda_affine *w,
                                   void *work, cudaStream_t s, unsigned flags,
                                   cuda_affine_plan p);

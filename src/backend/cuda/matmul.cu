@@ -42,7 +42,7 @@ static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDat
 
 /* Rows of x up to which the decode product, GEMV_ROWS rows a launch, beats the prefill
  * product (bench_affine --gemm, 8B shapes on the H200). */
-#define GEMV_CHUNKED_ROWS 16
+#define GEMV_CHUNKED_ROWS 32
 
 /* Whether x's chunks of GEMV_ROWS rows are all 16-byte aligned (the GEMV reads float4). */
 static bool gemv_aligned(const float *x, int64_t cols) { return ((uintptr_t)x & 15) == 0 && cols % 4 == 0; }
