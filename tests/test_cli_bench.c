@@ -46,12 +46,14 @@ static double num(const json_t *o, const char *k) {
     return json_number_value(json_object_get(o, k));
 }
 
-/* One test's object at depth n_depth: every field present and consistent with the others. */
-static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t n_depth,
-                            int64_t threads, int64_t reps, bool full_logits) {
+/* One test's object at depth n_depth with n_seq sequences: every field present and
+ * consistent with the others. */
+static void check_result_seq(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t n_depth, int64_t n_seq,
+                             int64_t threads, int64_t reps, bool full_logits) {
     char name[64];
     int len = snprintf(name, sizeof name, n_prompt ? "pp%lld" : "tg%lld",
                        (long long)(n_prompt ? n_prompt : n_gen));
+    if (n_seq > 1) len += snprintf(name + len, sizeof name - (size_t)len, " np%lld", (long long)n_seq);
     if (n_depth) snprintf(name + len, sizeof name - (size_t)len, " @ d%lld", (long long)n_depth);
     static const char *const strings[] = {"test", "model_filename", "model_type", "test_time",
                                           "kernels"};
@@ -70,6 +72,8 @@ static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, in
     CHECK(json_is_integer(json_object_get(o, "n_depth")) &&
               json_integer_value(json_object_get(o, "n_depth")) == n_depth,
           "%s: n_depth %lld", name, (long long)json_integer_value(json_object_get(o, "n_depth")));
+    CHECK(json_integer_value(json_object_get(o, "n_seq")) == n_seq, "%s: n_seq %lld", name,
+          (long long)json_integer_value(json_object_get(o, "n_seq")));
     CHECK(json_integer_value(json_object_get(o, "n_threads")) == threads, "%s: n_threads", name);
     CHECK(json_is_boolean(json_object_get(o, "full_logits")) &&
               json_boolean_value(json_object_get(o, "full_logits")) == full_logits,
@@ -89,7 +93,7 @@ static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, in
         return;
     double sum_ns = 0, sum_ts = 0, sq_ts = 0;
     bool consistent = true;
-    const double tokens = (double)(n_prompt ? n_prompt : n_gen);
+    const double tokens = (double)(n_prompt ? n_prompt : n_gen * n_seq); /* every sequence's tokens */
     for (int64_t k = 0; k < reps; k++) {
         const double ns = json_number_value(json_array_get(sns, (size_t)k));
         const double ts = json_number_value(json_array_get(sts, (size_t)k));
@@ -110,6 +114,11 @@ static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, in
     CHECK(fabs(num(o, "avg_ns") - sum_ns / (double)reps) <= 1,
           "%s: avg_ns is the mean of samples_ns", name);
     CHECK(num(o, "stddev_ns") >= 0, "%s: stddev_ns", name);
+}
+
+static void check_result_at(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t n_depth, int64_t threads,
+                            int64_t reps, bool full_logits) {
+    check_result_seq(o, n_prompt, n_gen, n_depth, 1, threads, reps, full_logits);
 }
 
 static void check_result(const json_t *o, int64_t n_prompt, int64_t n_gen, int64_t threads,
@@ -146,6 +155,15 @@ static void check_json(void) {
         check_result_at(json_array_get(a, 3), 0, 4, 6, 1, 2, false);
         CHECK(json_integer_value(json_object_get(json_array_get(a, 3), "n_ctx")) == 18,
               "n_ctx defaults to max(-d) + max(-p) + max(-n)");
+    }
+    json_decref(a);
+    /* -np: tgN once per count of sequences, each after its own prefix; ppN stays one sequence */
+    a = bench_json("llama3-q4g64", "-p 8 -n 4 -np 1,3 -d 0,6 -r 2 -t 1 -o json", 6);
+    if (a) {
+        check_result_seq(json_array_get(a, 0), 8, 0, 0, 1, 1, 2, false);
+        check_result_seq(json_array_get(a, 1), 0, 4, 0, 1, 1, 2, false);
+        check_result_seq(json_array_get(a, 2), 0, 4, 0, 3, 1, 2, false);
+        check_result_seq(json_array_get(a, 5), 0, 4, 6, 3, 1, 2, false);
     }
     json_decref(a);
     /* A cache of exactly depth + the longest test is enough. */
@@ -261,6 +279,8 @@ static void check_bad_flags(void) {
         {"-c too small for the depth", "-p 8 -n 4 -d 16 -c 20", "-c 20"},
         {"-d -1", "-d -1", "-d"},
         {"-d x", "-d x", "-d"},
+        {"-np 0", "-np 0", "-np"},
+        {"-np x", "-np x", "-np"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "%s %s", m, bad[i].args);

@@ -6,7 +6,10 @@
  * runs on the last row only, or on every row with --full-logits). tgN: N decode steps of
  * one token each from an empty cache. With -d D each test starts instead after a D-token
  * prefix is in the cache (prefilled before the clock starts, llama-bench's -d; its
- * table names the test "tg128 @ d2048"). Token ids come from a fixed-seed pseudo-random
+ * table names the test "tg128 @ d2048"). With -np S, tgN runs S sequences side by side
+ * (each after its own prefix): every step is one batch of S decode rows, one per sequence,
+ * as a server's step over S streams, and t/s counts the tokens of all of them ("tg128
+ * np16"). Token ids come from a fixed-seed pseudo-random
  * sequence, so tokenization is never timed and runs are repeatable. Each test has one
  * warm-up run and -r timed runs; everything a run touches is allocated before the clock
  * starts. --memory also measures the machine's memory read bandwidth at the same thread
@@ -34,12 +37,14 @@
 #include <unistd.h>
 
 static const char usage_text[] =
-    "usage: celer bench -m MODEL [-p 512[,2048..]] [-n 128[,..]] [-d 0[,2048..]] [-r 5]\n"
-    "                   [-t N[,N..]] [-c CTX] [--full-logits] [-o md|json] [--memory]\n"
+    "usage: celer bench -m MODEL [-p 512[,2048..]] [-n 128[,..]] [-np 1[,16..]] [-d 0[,2048..]]\n"
+    "                   [-r 5] [-t N[,N..]] [-c CTX] [--full-logits] [-o md|json] [--memory]\n"
     "                   [--image FILE]\n"
     "  -p LIST        prompt lengths: ppN prefills N synthetic ids in one call (default 512)\n"
     "  -n LIST        generation lengths: tgN runs N one-token decode steps (default 128)\n"
     "                 0 turns a kind off (-p 0 -n 128 runs tg128 only)\n"
+    "  -np LIST       sequences decoding together in tgN (default 1): each step is one batch\n"
+    "                 of a row per sequence; t/s counts every sequence's tokens (\"tg128 np16\")\n"
     "  -d LIST        depths: every test runs once per depth D, after a D-token prefix of\n"
     "                 synthetic ids is in the cache (prefilled untimed, as llama-bench -d;\n"
     "                 default 0, an empty cache)\n"
@@ -53,10 +58,10 @@ static const char usage_text[] =
     "                 of it one decode step's weight reads use\n"
     "  --image FILE   vision-language models: time to encode the image, and ppN+img (the\n"
     "                 image's rows then N ids in one prefill), in rows per second\n"
-    "Contexts hold one sequence with n_batch 512: a longer prompt runs in 512-row chunks\n"
+    "Contexts hold max(-np) sequences with n_batch 512: a longer prompt runs in 512-row chunks\n"
     "inside the library. The kernel set comes from CELER_CPU (default auto).\n";
 
-enum { BENCH_N_BATCH = 512, BENCH_MAX_LEN = 1 << 20, BENCH_MAX_REPS = 100000 };
+enum { BENCH_N_BATCH = 512, BENCH_MAX_LEN = 1 << 20, BENCH_MAX_REPS = 100000, BENCH_MAX_SEQ = 256 };
 
 /* ==== Options ==== */
 
@@ -66,6 +71,8 @@ typedef struct bench_opts {
     int64_t n_pp, n_tg;
     int64_t *depth; /* prefix lengths, zeros kept: d0 is an empty cache */
     int64_t n_depth;
+    int64_t *np; /* sequences decoding together in tgN */
+    int64_t n_np;
     int64_t *threads;
     int64_t n_threads;
     int64_t reps;
@@ -103,7 +110,7 @@ static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t 
 }
 
 static void parse_opts(bench_opts *o, int argc, char **argv) {
-    const char *pp = "512", *tg = "128", *depth = "0", *threads = NULL, *out = "md";
+    const char *pp = "512", *tg = "128", *depth = "0", *np = "1", *threads = NULL, *out = "md";
     o->reps = 5;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -126,7 +133,7 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
         const bool thr = !strcmp(a, "-t") || !strcmp(a, "--threads");
         if (!thr && cli_model_flag(&o->mo, argc, argv, &i)) continue;
         const bool takes_value = thr || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-d") ||
-                                 !strcmp(a, "-r") || !strcmp(a, "-o");
+                                 !strcmp(a, "-r") || !strcmp(a, "-o") || !strcmp(a, "-np");
         if (!takes_value) cli_die("bench: unknown option %s (see celer bench --help)", a);
         if (i + 1 >= argc) cli_die("%s: expected a value", a);
         const char *v = argv[++i];
@@ -140,6 +147,8 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
             depth = v;
         else if (!strcmp(a, "-o"))
             out = v;
+        else if (!strcmp(a, "-np"))
+            np = v;
         else {
             o->reps = cli_parse_int(a, v);
             if (o->reps < 1 || o->reps > BENCH_MAX_REPS)
@@ -153,6 +162,7 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
     o->pp = parse_list("-p", pp, 0, BENCH_MAX_LEN, false, &o->n_pp);
     o->tg = parse_list("-n", tg, 0, BENCH_MAX_LEN, false, &o->n_tg);
     o->depth = parse_list("-d", depth, 0, BENCH_MAX_LEN, true, &o->n_depth);
+    o->np = parse_list("-np", np, 1, BENCH_MAX_SEQ, false, &o->n_np);
     if (threads) {
         o->threads = parse_list("-t", threads, 1, 1024, false, &o->n_threads);
     } else {
@@ -200,6 +210,7 @@ static int64_t peak_rss_bytes(void) {
 
 typedef struct bench_result {
     int64_t n_prompt, n_gen, n_depth;
+    int64_t n_seq; /* sequences of a tgN (1 for ppN) */
     int32_t n_threads;
     const char *kernels; /* static, from the library */
     int64_t n_ctx;
@@ -215,7 +226,9 @@ typedef struct bench_result {
 typedef struct bench_buffers {
     const int32_t *ids; /* synthetic ids: max(-d) for the prefix, then max(p, n) */
     int64_t max_depth;
-    float *logits;      /* [vocab] */
+    float *logits;      /* [max(-np), vocab] */
+    int32_t *step_ids, *step_seq; /* [max(-np)]: a step's rows */
+    int8_t *step_want;            /* [max(-np)], all set */
     float *all_logits;  /* [max(p), vocab] with --full-logits, else NULL */
 } bench_buffers;
 
@@ -223,19 +236,31 @@ static void check(celer_context *ctx, celer_status s) {
     if (s != CELER_OK) cli_die("bench: %s", celer_context_last_error(ctx));
 }
 
-/* One run of a test on sequence 0 after its n_depth-token prefix (untimed); returns the
- * test's nanoseconds. */
+/* One run of a test on sequences 0 .. n_seq - 1, each after its n_depth-token prefix
+ * (untimed); returns the test's nanoseconds. */
 static int64_t bench_run_once(celer_context *ctx, const bench_result *r, const bench_buffers *bb,
                               bool full_logits) {
-    check(ctx, celer_seq_reset(ctx, 0));
-    if (r->n_depth) {
+    for (int32_t s = 0; s < (int32_t)r->n_seq; s++) {
+        check(ctx, celer_seq_reset(ctx, s));
+        if (!r->n_depth) continue;
         celer_batch b = celer_batch_tokens(bb->ids, r->n_depth);
-        check(ctx, celer_forward_last_logits(ctx, &b, r->n_depth - 1, bb->logits));
-        if (celer_seq_length(ctx, 0) != r->n_depth)
+        check(ctx, celer_forward_last_logits_with_sequence_id(ctx, &b, s, r->n_depth - 1, bb->logits));
+        if (celer_seq_length(ctx, s) != r->n_depth)
             cli_die("bench: the cache holds %lld positions after a %lld-token prefix",
-                    (long long)celer_seq_length(ctx, 0), (long long)r->n_depth);
+                    (long long)celer_seq_length(ctx, s), (long long)r->n_depth);
     }
     const int32_t *ids = bb->ids + bb->max_depth; /* the test's ids follow every prefix */
+    if (r->n_seq > 1) {
+        /* one batch a step: row s is the next id of sequence s, and every row wants logits */
+        const int64_t t0 = now_ns();
+        for (int64_t i = 0; i < r->n_gen; i++) {
+            for (int64_t s = 0; s < r->n_seq; s++) bb->step_ids[s] = ids[i];
+            const celer_batch b = {.n = r->n_seq, .token = bb->step_ids, .seq_id = bb->step_seq,
+                                   .logits = bb->step_want};
+            check(ctx, celer_batch_decode(ctx, &b, bb->logits));
+        }
+        return now_ns() - t0;
+    }
     if (r->n_prompt) {
         celer_batch b = celer_batch_tokens(ids, r->n_prompt);
         const int64_t t0 = now_ns();
@@ -258,13 +283,13 @@ static void bench_run(celer_context *ctx, bench_result *r, const bench_buffers *
                       bool full_logits) {
     iso8601_now(r->test_time);
     bench_run_once(ctx, r, bb, full_logits); /* warm-up */
-    const int64_t tokens = r->n_prompt ? r->n_prompt : r->n_gen;
+    const int64_t tokens = r->n_prompt ? r->n_prompt : r->n_gen * r->n_seq;
     for (int64_t k = 0; k < reps; k++) {
         r->samples_ns[k] = bench_run_once(ctx, r, bb, full_logits);
         r->samples_ts[k] =
             1e9 * (double)tokens / (double)(r->samples_ns[k] > 0 ? r->samples_ns[k] : 1);
     }
-    check(ctx, celer_seq_reset(ctx, 0));
+    for (int32_t s = 0; s < (int32_t)r->n_seq; s++) check(ctx, celer_seq_reset(ctx, s));
 }
 
 /* ==== Images ==== */
@@ -419,15 +444,16 @@ static void model_decode_bytes(bench_model *bm) {
     bm->decode_bytes -= (int64_t)((double)(bm->n_vocab * bm->n_embd) * per_weight);
 }
 
-/* "pp512", "tg128 @ d2048" (llama-bench's names), "pp512 full-logits". */
+/* "pp512", "tg128 @ d2048" (llama-bench's names), "pp512 full-logits", "tg128 np16". */
 static void test_name(const bench_result *r, bool full_logits, char *out, size_t cap) {
-    char depth[32] = "";
+    char depth[32] = "", seqs[32] = "";
     if (r->n_depth) snprintf(depth, sizeof depth, " @ d%lld", (long long)r->n_depth);
+    if (r->n_seq > 1) snprintf(seqs, sizeof seqs, " np%lld", (long long)r->n_seq);
     if (r->n_prompt)
         snprintf(out, cap, "pp%lld%s%s", (long long)r->n_prompt, depth,
                  full_logits ? " full-logits" : "");
     else
-        snprintf(out, cap, "tg%lld%s", (long long)r->n_gen, depth);
+        snprintf(out, cap, "tg%lld%s%s", (long long)r->n_gen, seqs, depth);
 }
 
 static int md_model_width(const bench_model *bm) {
@@ -497,6 +523,7 @@ static json_t *json_result(const bench_model *bm, const bench_result *r, const b
     json_object_set_new(j, "n_prompt", json_integer(r->n_prompt));
     json_object_set_new(j, "n_gen", json_integer(r->n_gen));
     json_object_set_new(j, "n_depth", json_integer(r->n_depth));
+    json_object_set_new(j, "n_seq", json_integer(r->n_seq));
     json_object_set_new(j, "full_logits", json_boolean(r->n_prompt && o->full_logits));
     json_object_set_new(j, "test_time", json_string(r->test_time));
     json_object_set_new(j, "avg_ns", json_integer((json_int_t)llround(avg_ns)));
@@ -512,7 +539,7 @@ static json_t *json_result(const bench_model *bm, const bench_result *r, const b
     json_object_set_new(j, "device_kv_bytes", json_integer(r->mem.kv));
     json_object_set_new(j, "device_buffer_bytes", json_integer(r->mem.buffers));
     json_object_set_new(j, "weight_bytes", json_integer(bm->info.weight_bytes));
-    if (o->memory && r->n_gen) {
+    if (o->memory && r->n_gen && r->n_seq == 1) {
         json_object_set_new(j, "decode_bytes_per_token", json_integer(bm->decode_bytes));
         json_object_set_new(
             j, "decode_bytes_basis",
@@ -551,7 +578,7 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o = {0};
     parse_opts(&o, argc, argv);
     const int64_t max_p = max_of(o.pp, o.n_pp), max_n = max_of(o.tg, o.n_tg);
-    const int64_t max_d = max_of(o.depth, o.n_depth);
+    const int64_t max_d = max_of(o.depth, o.n_depth), max_np = max_of(o.np, o.n_np);
     const int64_t need = max_p > max_n ? max_p : max_n;
     if (o.mo.n_ctx && o.mo.n_ctx < max_d + need)
         cli_die("-c %lld: the longest test needs %lld positions", (long long)o.mo.n_ctx,
@@ -574,14 +601,21 @@ int cmd_bench(int argc, char **argv) {
 
     /* Every buffer a timed run touches, before any clock starts. Per thread count the
      * tests run depth by depth, ppN then tgN at each (llama-bench's order). */
-    const int64_t per_d = o.n_pp + o.n_tg, per_t = per_d * o.n_depth, n_res = per_t * o.n_threads;
+    const int64_t per_d = o.n_pp + o.n_tg * o.n_np, per_t = per_d * o.n_depth, n_res = per_t * o.n_threads;
     bench_result *res = calloc((size_t)(n_res > 0 ? n_res : 1), sizeof *res);
     int32_t *ids = synthetic_ids(max_d + need, bm.n_vocab);
-    bench_buffers bb = {
-        .ids = ids, .max_depth = max_d, .logits = malloc(sizeof(float) * (size_t)bm.n_vocab)};
+    bench_buffers bb = {.ids = ids,
+                        .max_depth = max_d,
+                        .logits = malloc(sizeof(float) * (size_t)(max_np * bm.n_vocab)),
+                        .step_ids = malloc(sizeof(int32_t) * (size_t)max_np),
+                        .step_seq = malloc(sizeof(int32_t) * (size_t)max_np),
+                        .step_want = malloc((size_t)max_np)};
     if (o.full_logits && max_p)
         bb.all_logits = malloc(sizeof(float) * (size_t)max_p * (size_t)bm.n_vocab);
-    if (!res || !bb.logits || (o.full_logits && max_p && !bb.all_logits)) cli_die("out of memory");
+    if (!res || !bb.logits || !bb.step_ids || !bb.step_seq || !bb.step_want ||
+        (o.full_logits && max_p && !bb.all_logits))
+        cli_die("out of memory");
+    for (int64_t s = 0; s < max_np; s++) bb.step_seq[s] = (int32_t)s, bb.step_want[s] = 1;
     image_bench ib = {0};
     json_t *img_json = o.json && o.image ? json_array() : NULL;
     if (o.image) {
@@ -602,14 +636,15 @@ int cmd_bench(int argc, char **argv) {
         if (!res[i].samples_ns || !res[i].samples_ts) cli_die("out of memory");
         const int64_t k = i % per_d;
         res[i].n_prompt = k < o.n_pp ? o.pp[k] : 0;
-        res[i].n_gen = k < o.n_pp ? 0 : o.tg[k - o.n_pp];
+        res[i].n_gen = k < o.n_pp ? 0 : o.tg[(k - o.n_pp) / o.n_np];
+        res[i].n_seq = k < o.n_pp ? 1 : o.np[(k - o.n_pp) % o.n_np];
         res[i].n_depth = o.depth[i % per_t / per_d];
     }
 
     for (int64_t ti = 0; ti < o.n_threads && (n_res || o.image); ti++) {
         celer_context_params cp = celer_context_default_params();
         cp.n_ctx = ctx_len;
-        cp.n_seq = 1;
+        cp.n_seq = (int32_t)max_np;
         cp.n_batch = BENCH_N_BATCH;
         cp.n_threads = (int32_t)o.threads[ti];
         cp.device = o.mo.device;
@@ -679,7 +714,7 @@ int cmd_bench(int argc, char **argv) {
                    mem_bytes >> 20);
             for (int64_t k = 0; k < per_t; k++) {
                 const bench_result *r = &res[ti * per_t + k];
-                if (!r->n_gen) continue;
+                if (!r->n_gen || r->n_seq > 1) continue;
                 double mean, sd;
                 char test[64];
                 mean_stddev(r->samples_ts, o.reps, &mean, &sd);
@@ -696,10 +731,11 @@ int cmd_bench(int argc, char **argv) {
 
     for (int64_t i = 0; i < n_res; i++) free(res[i].samples_ns), free(res[i].samples_ts);
     free(res), free(ids), free(bb.logits), free(bb.all_logits), free(read_bps);
+    free(bb.step_ids), free(bb.step_seq), free(bb.step_want);
     free(ib.embd), free(ib.tokens), free(ib.samples);
     celer_image_free(ib.img);
     json_decref(img_json);
-    free(o.pp), free(o.tg), free(o.depth), free(o.threads);
+    free(o.pp), free(o.tg), free(o.depth), free(o.np), free(o.threads);
     celer_model_close(m);
     return 0;
 }
