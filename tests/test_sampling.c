@@ -132,6 +132,24 @@ int main(void) {
     CHECK(sampling_argmax(t, 5) == 1, "argmax takes the first of equal maxima");
     float nan_first[3] = {NAN, 1, 0};
     CHECK(sampling_argmax(nan_first, 3) == 1, "NaN never wins");
+    /* long rows (the 8-lane pass and its tail) against one compare at a time: the maximum
+     * at every position of the last lanes and the tail, NaNs and equal maxima around it */
+    enum { L = 1003 };
+    static float row[L];
+    bool same = true;
+    for (int at = L - 20; at < L; at++) {
+        for (int i = 0; i < L; i++) row[i] = i % 97 == 5 ? NAN : rand_uniform(&rng);
+        row[at] = 2.0f;
+        if (at % 3 == 0) row[L - 1] = 2.0f; /* a later equal maximum must not win */
+        int best = -1;
+        for (int i = 0; i < L; i++)
+            if (row[i] == row[i] && (best < 0 || row[i] > row[best])) best = i;
+        same &= sampling_argmax(row, L) == best;
+    }
+    CHECK(same, "argmax of long rows with NaNs is the first largest value");
+    float all_nan[9];
+    for (int i = 0; i < 9; i++) all_nan[i] = NAN;
+    CHECK(sampling_argmax(all_nan, 9) == 8, "a row of NaN gives its last id");
     check_filters();
     check_penalty();
     check_draws();
