@@ -545,6 +545,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count(), help="llama.cpp build jobs (default: all CPUs)")
     ap.add_argument("--threads", type=int, default=0, help="-t for both engines (default: theirs; dry run 2)")
     ap.add_argument("--gpu", type=int, default=0, help="the GPU nvidia-smi watches (default 0)")
+    ap.add_argument("--llama-bench", default="",
+                    help="a llama-bench built before from the same tree and flags (no build: on a machine "
+                    "that starts bare each time, one built once and carried over saves the build)")
     ap.add_argument("--budget-s", type=int, default=0,
                     help="start no benchmark invocation this many seconds after the start; the report then "
                     "covers what ran (default: no limit)")
@@ -577,8 +580,14 @@ def main():
     procs = start_models(args)
     build = args.work / ("llama-build-cpu" if args.dry_run else "llama-build")
     try:
-        args.llama_bench, info["build_s"] = build_llama(args.llama_src, build, not args.dry_run, args.jobs,
-                                                        info["llama_commit"])
+        if args.llama_bench:
+            args.llama_bench, info["build_s"] = Path(args.llama_bench).resolve(), None
+            if not os.access(args.llama_bench, os.X_OK):
+                sys.exit(f"bench-cuda: --llama-bench {args.llama_bench} is not an executable")
+            log(f"llama-bench given: {args.llama_bench}")
+        else:
+            args.llama_bench, info["build_s"] = build_llama(args.llama_src, build, not args.dry_run, args.jobs,
+                                                            info["llama_commit"])
     except SystemExit:
         for _, p, *_ in procs:
             p.terminate()
