@@ -187,6 +187,20 @@ static inline celer_batch celer_batch_tokens(const int32_t *token, int64_t n) {
  * sequences (prefill chunks beside decode steps) is one call. */
 celer_status celer_batch_decode(celer_context *ctx, const celer_batch *batch, float *logits);
 
+/* What a row's batch->logits flag asks of celer_batch_decode_ids (celer_batch_decode
+ * gives logits to every nonzero flag). */
+enum {
+    CELER_ROW_LOGITS = 1, /* its logits and their argmax */
+    CELER_ROW_ARGMAX = 2, /* the argmax only (greedy decoding) */
+};
+
+/* celer_batch_decode that also writes ids[k]: the id of the largest logit of the k-th row
+ * that wants anything (the first of equal ones; NaN never wins), and logits[k, vocab] for
+ * rows flagged CELER_ROW_LOGITS; the logits rows of CELER_ROW_ARGMAX rows are left
+ * unspecified. The argmax is taken where the logits are made, so on a GPU only an id per
+ * such row comes back to the host instead of its vocabulary of logits. */
+celer_status celer_batch_decode_ids(celer_context *ctx, const celer_batch *batch, float *logits, int32_t *ids);
+
 /* hidden[n, d]: the final-normed hidden state of every row (no LM head). */
 celer_status celer_hidden_states(celer_context *ctx, const celer_batch *batch, float *hidden);
 

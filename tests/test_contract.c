@@ -172,6 +172,48 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
     celer_context_destroy(ctx);
 }
 
+/* The first index of the largest non-NaN value of row[V] (an independent reference). */
+static int32_t row_argmax(const float *row) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < (int32_t)V; i++)
+        if (row[i] == row[i] && (best < 0 || row[i] > row[best])) best = i;
+    return best < 0 ? (int32_t)V - 1 : best;
+}
+
+/* celer_batch_decode_ids against celer_batch_decode of the same batch in a twin context:
+ * ids are the argmax of the logits of every row that wants anything, rows flagged
+ * CELER_ROW_LOGITS get those logits; decode rows of two sequences beside a prefill chunk
+ * of a third whose last row wants the argmax. */
+static void check_decode_ids(const int32_t *ids, int64_t n) {
+    celer_context *c[2] = {ctx_new(64, 3), ctx_new(64, 3)};
+    float *lg[2] = {malloc(sizeof(float) * (size_t)(3 * V)), malloc(sizeof(float) * (size_t)(3 * V))};
+    for (int i = 0; i < 2; i++) {
+        celer_batch x = celer_batch_tokens(ids, n);
+        celer_forward_last_logits_with_sequence_id(c[i], &x, 0, n - 1, lg[i]);
+        x = celer_batch_tokens(ids + 2, n - 2);
+        celer_forward_last_logits_with_sequence_id(c[i], &x, 1, n - 3, lg[i]);
+    }
+    int32_t tok[6] = {11, 17, ids[4], ids[5], ids[6], ids[7]}, seq[6] = {0, 1, 2, 2, 2, 2};
+    int8_t flags[6] = {CELER_ROW_LOGITS, CELER_ROW_ARGMAX, 0, 0, 0, CELER_ROW_ARGMAX}, all[6] = {1, 1, 0, 0, 0, 1};
+    const celer_batch b = {.n = 6, .token = tok, .seq_id = seq, .logits = flags};
+    const celer_batch ref = {.n = 6, .token = tok, .seq_id = seq, .logits = all};
+    int32_t got[3] = {-1, -1, -1};
+    CHECK(celer_batch_decode(c[1], &ref, lg[1]) == CELER_OK, "reference batch: %s", celer_context_last_error(c[1]));
+    CHECK(celer_batch_decode_ids(c[0], &b, lg[0], got) == CELER_OK, "batch with ids: %s",
+          celer_context_last_error(c[0]));
+    bool ids_ok = true;
+    for (int k = 0; k < 3; k++) ids_ok &= got[k] == row_argmax(lg[1] + k * V);
+    CHECK(ids_ok, "ids (%d %d %d) are the argmax of the logits rows (%d %d %d)", got[0], got[1], got[2],
+          row_argmax(lg[1]), row_argmax(lg[1] + V), row_argmax(lg[1] + 2 * V));
+    CHECK(rel_diff(lg[0], lg[1]) <= same, "the logits row flagged CELER_ROW_LOGITS (%g)", rel_diff(lg[0], lg[1]));
+    CHECK(celer_seq_length(c[0], 2) == 4 && celer_seq_length(c[0], 1) == n - 1,
+          "the batch is in the caches as celer_batch_decode puts it");
+    CHECK(celer_batch_decode_ids(c[0], &b, lg[0], NULL) == CELER_STATUS_INVALID_ARGUMENT &&
+              strstr(celer_context_last_error(c[0]), "ids"),
+          "ids NULL refused: %s", celer_context_last_error(c[0]));
+    for (int i = 0; i < 2; i++) celer_context_destroy(c[i]), free(lg[i]);
+}
+
 /* The first image_* file of fixture dir (a static path), or NULL. */
 static const char *fixture_image(const char *dir) {
     static char path[4400];
@@ -298,6 +340,7 @@ static void run_all(void) {
         check_entry_points(ids, 13);
         check_cache(ids, 12);
         check_two_sequences(ids, 13);
+        check_decode_ids(ids, 13);
         check_memory();
         celer_model_close(model);
     }

@@ -44,6 +44,7 @@
 #include "base/arena.h"
 #include "base/half.h"
 #include "kernels/ref/backend_ref.h"
+#include "sampling/sampling.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -661,6 +662,35 @@ static void test_movement(backend *be, backend *ref, const vectors *v) {
     }
 }
 
+/* argmax_rows (optional: a device backend's own) against sampling_argmax on the host:
+ * rows of random values with the maximum anywhere (a vocabulary of 49,157, not a multiple
+ * of the block), ties (the first wins), NaNs (never win), a row of -inf, a row of NaN. */
+static void test_argmax(backend *be) {
+    if (!be->ops->argmax_rows) return;
+    const int64_t n = 9, v = 49157;
+    float *x = rand_vec(n * v, 1.0f);
+    x[0 * v + 0] = 5.0f;                                      /* at the first id */
+    x[1 * v + v - 1] = 5.0f;                                  /* at the last */
+    x[2 * v + 1000] = x[2 * v + 40000] = 5.0f;                /* a tie: 1000 */
+    for (int64_t i = 0; i < v; i += 3) x[3 * v + i] = NAN;    /* NaNs around the maximum */
+    x[3 * v + 7777] = 5.0f, x[3 * v + 7776] = NAN;
+    for (int64_t i = 0; i < v; i++) x[4 * v + i] = -INFINITY; /* every value -inf: 0 */
+    for (int64_t i = 0; i < v; i++) x[5 * v + i] = NAN;       /* every value NaN: v - 1 */
+    x[6 * v + 0] = NAN;                                       /* NaN first, then values */
+    int32_t want[9], got[9];
+    for (int64_t r = 0; r < n; r++) want[r] = sampling_argmax(x + r * v, v);
+    float *dx = put(be, x, sizeof(float) * (size_t)(n * v));
+    int32_t *dids = put(be, got, sizeof got);
+    be->ops->argmax_rows(be, dids, dx, n, v);
+    get(be, got, dids, sizeof got);
+    int wrong = 0;
+    for (int64_t r = 0; r < n; r++) wrong += got[r] != want[r];
+    CHECK(wrong == 0, "argmax_rows [9 x 49157] equals sampling_argmax (%d rows differ; row 2: %d, want %d)", wrong,
+          got[2], want[2]);
+    drop(be, dx), drop(be, dids);
+    free(x);
+}
+
 static void test_vector_ops(void) {
     arena mem = {0};
     vectors v;
@@ -681,6 +711,7 @@ static void test_vector_ops(void) {
         test_norms(d.be, ref, &v);
         test_elementwise(d.be, ref);
         test_movement(d.be, ref, &v);
+        test_argmax(d.be);
         device_close(&d);
     }
     backend_destroy(ref);

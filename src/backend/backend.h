@@ -151,6 +151,12 @@ typedef struct backend_ops {
     void (*rope_store)(backend *be, float *q, float *k, const float *v, void *kpool, void *vpool,
                        const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk,
                        int64_t hd, const rope_params *rp);
+
+    /* ---- optional, for backends whose memory is not the host's (NULL: the caller takes
+     * the rows down and works on the host) ---- */
+    /* ids[n] (backend memory) = the index of the largest value of each row of x[n, v]:
+     * the first of equal ones, NaN never (a row of NaN gives v - 1), as sampling_argmax */
+    void (*argmax_rows)(backend *be, int32_t *ids, const float *x, int64_t n, int64_t v);
 } backend_ops;
 
 struct backend {

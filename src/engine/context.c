@@ -40,6 +40,7 @@ struct celer_context {
     float *scratch;    /* model activations for n_batch rows */
     float *hidden;     /* [n_batch, d] */
     float *out;        /* [n_batch, v] logits a backend of its own memory writes (else NULL) */
+    int32_t *out_ids;  /* [n_batch] their argmax where the backend takes it (else NULL) */
     int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables; /* step inputs (else NULL) */
     float *in_embd;    /* [n_batch, d] (else NULL) */
     /* host */
@@ -122,6 +123,7 @@ void celer_context_destroy(celer_context *ctx) {
     release(be, ctx->in_pos);
     release(be, ctx->in_slot);
     release(be, ctx->in_seq);
+    release(be, ctx->out_ids);
     release(be, ctx->in_tables);
     release(be, ctx->in_embd);
     release(ctx->vbe, ctx->vscratch);
@@ -174,11 +176,12 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     ctx->in_pos = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_slot = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_seq = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
+    if (be->ops->argmax_rows) ctx->out_ids = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_tables = ctx_alloc(ctx, be, sizeof(int32_t) * tables);
     ctx->in_embd = ctx_alloc(ctx, be, sizeof(float) * nb * d);
     ctx->tables = malloc(sizeof(int32_t) * tables);
     return ctx->out && ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
-           ctx->in_embd && ctx->tables;
+           ctx->in_embd && ctx->tables && (ctx->out_ids || !be->ops->argmax_rows);
 }
 
 celer_status celer_context_create(celer_model *model, const celer_context_params *params,
@@ -322,7 +325,7 @@ typedef enum run_output {
     RUN_HIDDEN, /* out: hidden[n, d] */
     RUN_ALL,    /* out: logits[n, v] */
     RUN_ROW,    /* out: logits[v] of row last_pos */
-    RUN_WANTED, /* out: logits[k, v] of the rows batch->logits marks */
+    RUN_WANTED, /* out: logits[k, v] of the rows batch->logits marks (and ids[k], their argmax) */
 } run_output;
 
 static int32_t row_seq(const celer_batch *b, int32_t force_seq, int64_t r) {
@@ -407,8 +410,39 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
     return st;
 }
 
+/* The wanted rows of a step whose backend has memory of its own, from its logits
+ * dst[rows, v] (row k: the k-th of the n rows that flags marks): each one's argmax into
+ * ids, by the backend where it takes it (then only the logits of rows flagged
+ * CELER_ROW_LOGITS come down), else on the host from every row taken down. */
+static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, const float *dst, int64_t rows,
+                        float *out, int32_t *ids) {
+    backend *be = ctx->be;
+    const int64_t v = ctx->model->dims.v;
+    const size_t row_bytes = sizeof(float) * (size_t)v;
+    if (!be->ops->argmax_rows) {
+        be->ops->download(be, out, dst, row_bytes * (size_t)rows);
+        for (int64_t k = 0; k < rows; k++) ids[k] = sampling_argmax(out + k * v, v);
+        return;
+    }
+    be->ops->argmax_rows(be, ctx->out_ids, dst, rows, v);
+    be->ops->download(be, ids, ctx->out_ids, sizeof(int32_t) * (size_t)rows);
+    /* runs of consecutive logits rows, one copy each */
+    int64_t k = 0, run0 = -1;
+    for (int64_t r = 0; r <= n; r++) {
+        const bool end = r == n;
+        if (!end && !flags[r]) continue;
+        if (!end && flags[r] != CELER_ROW_ARGMAX) {
+            if (run0 < 0) run0 = k;
+        } else if (run0 >= 0) {
+            be->ops->download(be, out + run0 * v, dst + run0 * v, row_bytes * (size_t)(k - run0));
+            run0 = -1;
+        }
+        if (!end) k++;
+    }
+}
+
 static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_seq,
-                        run_output kind, int64_t last_pos, float *out) {
+                        run_output kind, int64_t last_pos, float *out, int32_t *ids) {
     const celer_model *m = ctx->model;
     backend *be = ctx->be;
     const int64_t d = m->dims.d, v = m->dims.v;
@@ -447,11 +481,16 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
                 break;
             }
         } while (!backend_end(be));
-        if (!be->host && rows)
+        if (!be->host && rows && kind == RUN_WANTED && ids)
+            take_wanted(ctx, b->logits + off, n, dst, rows, out, ids);
+        else if (!be->host && rows)
             be->ops->download(be, kind == RUN_HIDDEN || kind == RUN_ALL ? out + off * width : out, dst,
                               sizeof(float) * (size_t)(rows * width));
+        else if (kind == RUN_WANTED && ids)
+            for (int64_t k = 0; k < rows; k++) ids[k] = sampling_argmax(out + k * v, v);
         if (kind != RUN_HIDDEN) head_rows += rows;
         if (kind == RUN_WANTED) out += v * rows;
+        if (ids) ids += rows;
     }
     ctx->head_rows = head_rows;
     kv_cache_commit(&ctx->kv, ctx->add);
@@ -460,20 +499,25 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
 }
 
 celer_status celer_batch_decode(celer_context *ctx, const celer_batch *batch, float *logits) {
-    return run(ctx, batch, -1, RUN_WANTED, 0, logits);
+    return run(ctx, batch, -1, RUN_WANTED, 0, logits, NULL);
+}
+
+celer_status celer_batch_decode_ids(celer_context *ctx, const celer_batch *batch, float *logits, int32_t *ids) {
+    if (!ids) return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "batch: ids is NULL");
+    return run(ctx, batch, -1, RUN_WANTED, 0, logits, ids);
 }
 
 celer_status celer_hidden_states(celer_context *ctx, const celer_batch *batch, float *hidden) {
-    return run(ctx, batch, -1, RUN_HIDDEN, 0, hidden);
+    return run(ctx, batch, -1, RUN_HIDDEN, 0, hidden, NULL);
 }
 
 celer_status celer_forward(celer_context *ctx, const celer_batch *batch, float *logits) {
-    return run(ctx, batch, -1, RUN_ALL, 0, logits);
+    return run(ctx, batch, -1, RUN_ALL, 0, logits, NULL);
 }
 
 celer_status celer_forward_last_logits(celer_context *ctx, const celer_batch *batch,
                                        int64_t last_pos, float *logits) {
-    return run(ctx, batch, 0, RUN_ROW, last_pos, logits);
+    return run(ctx, batch, 0, RUN_ROW, last_pos, logits, NULL);
 }
 
 celer_status celer_forward_last_logits_with_sequence_id(celer_context *ctx,
@@ -482,7 +526,7 @@ celer_status celer_forward_last_logits_with_sequence_id(celer_context *ctx,
     if (seq_id < 0)
         return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "sequence id %d is negative",
                          seq_id);
-    return run(ctx, batch, seq_id, RUN_ROW, last_pos, logits);
+    return run(ctx, batch, seq_id, RUN_ROW, last_pos, logits, NULL);
 }
 
 celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(

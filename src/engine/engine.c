@@ -89,6 +89,7 @@ struct celer_engine {
     choice **b_owner;       /* [batch_tokens] the choice of each row */
     int64_t *take;          /* [n_seq_max] rows each sequence has in the step */
     float *logits;          /* [n_seq_max, v] */
+    int32_t *ids;           /* [n_seq_max] the argmax of each row that wants one */
     int32_t *top_ids;
     float *top_lp;
     celer_engine_stats st;
@@ -156,13 +157,14 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
     eng->b_owner = malloc(nb * sizeof *eng->b_owner);
     eng->take = malloc(ns * sizeof *eng->take);
     eng->logits = malloc(ns * (size_t)eng->v * sizeof *eng->logits);
+    eng->ids = malloc(ns * sizeof *eng->ids);
     eng->top_ids = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_ids);
     eng->top_lp = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_lp);
     if (celer_model_has_vision(model) &&
         !(eng->b_embd = malloc(nb * (size_t)celer_model_n_embd(model) * sizeof *eng->b_embd)))
         goto oom;
     if (!eng->running || !eng->b_token || !eng->b_seq || !eng->b_logits || !eng->b_owner ||
-        !eng->take || !eng->logits || !eng->top_ids || !eng->top_lp)
+        !eng->take || !eng->logits || !eng->ids || !eng->top_ids || !eng->top_lp)
         goto oom;
     eng->next_id = 1;
     eng->st.kv_blocks_total = eng->kv->n_blocks;
@@ -217,6 +219,7 @@ void celer_engine_destroy(celer_engine *eng) {
     free(eng->b_owner);
     free(eng->take);
     free(eng->logits);
+    free(eng->ids);
     free(eng->top_ids);
     free(eng->top_lp);
     free(eng->b_embd);
@@ -580,6 +583,15 @@ static celer_status encode_images(celer_engine *eng, choice *c, int64_t k) {
     return CELER_OK;
 }
 
+/* Whether c's next token is the argmax of its raw logits: greedy, nothing added to the
+ * logits (bias, penalties), no log-probabilities. Its row asks the context for the argmax
+ * alone, which a GPU takes where the logits are. */
+static bool choice_greedy(const choice *c) {
+    const request *r = c->req;
+    return r->p.sampling.temp <= 0.0f && r->p.sampling.repeat_penalty == 1.0f && r->p.n_bias == 0 && !c->counts &&
+           r->p.top_logprobs < 0;
+}
+
 /* Appends rows for c's tokens [n_done, n_done + k) to the batch: ids, or an image's rows
  * (encode_images ran first). */
 static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
@@ -593,7 +605,7 @@ static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
             eng->b_has_embd = true;
         }
         eng->b_seq[*n] = c->seq;
-        eng->b_logits[*n] = c->n_done + i == c->n_tokens - 1;
+        eng->b_logits[*n] = c->n_done + i != c->n_tokens - 1 ? 0 : choice_greedy(c) ? CELER_ROW_ARGMAX : CELER_ROW_LOGITS;
         eng->b_owner[*n] = c;
     }
 }
@@ -772,24 +784,28 @@ static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_even
     fn(user, ev);
 }
 
-/* Samples the next token of c from its row of logits l (modified in place) and reports it.
+/* Samples the next token of c from its row of logits l (modified in place), or takes
+ * argmax, the argmax of its raw logits (l NULL: a choice_greedy row), and reports it.
  * Log-probabilities are the model's own (before bias and penalties), as OpenAI reports. */
-static void choice_sample(celer_engine *eng, choice *c, float *l, celer_event_fn fn, void *user) {
+static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax, celer_event_fn fn, void *user) {
     const request *r = c->req;
     celer_event ev = {.request = r->id, .index = c->index, .token = -1, .text = ""};
-    const int32_t n_top = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
-    const float lse = r->p.top_logprobs >= 0 ? log_normalizer(eng, l, n_top) : 0;
-    for (int32_t i = 0; i < r->p.n_bias; i++) l[r->bias_ids[i]] += r->bias[i];
-    for (int64_t i = 0; c->counts && i < c->n_uniq; i++) {
-        const int32_t id = c->uniq[i];
-        l[id] -= r->p.frequency_penalty * (float)c->counts[id] + r->p.presence_penalty;
-    }
-    const int32_t tok = sampler_sample(c->smp, l);
-    if (r->p.top_logprobs >= 0) {
-        ev.logprob = l[tok] - adjustment(c, tok) - lse;
-        ev.n_top = n_top;
-        ev.top_ids = eng->top_ids;
-        ev.top_logprobs = eng->top_lp;
+    int32_t tok = argmax;
+    if (l) {
+        const int32_t n_top = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+        const float lse = r->p.top_logprobs >= 0 ? log_normalizer(eng, l, n_top) : 0;
+        for (int32_t i = 0; i < r->p.n_bias; i++) l[r->bias_ids[i]] += r->bias[i];
+        for (int64_t i = 0; c->counts && i < c->n_uniq; i++) {
+            const int32_t id = c->uniq[i];
+            l[id] -= r->p.frequency_penalty * (float)c->counts[id] + r->p.presence_penalty;
+        }
+        tok = sampler_sample(c->smp, l);
+        if (r->p.top_logprobs >= 0) {
+            ev.logprob = l[tok] - adjustment(c, tok) - lse;
+            ev.n_top = n_top;
+            ev.top_ids = eng->top_ids;
+            ev.top_logprobs = eng->top_lp;
+        }
     }
     sampler_accept(c->smp, tok);
     c->tokens[c->n_tokens++] = tok;
@@ -872,7 +888,7 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
     if (n == 0) return CELER_OK;
     const celer_batch b = {.n = n, .token = eng->b_token, .embd = eng->b_has_embd ? eng->b_embd : NULL,
                            .seq_id = eng->b_seq, .logits = eng->b_logits};
-    celer_status s = celer_batch_decode(eng->ctx, &b, eng->logits);
+    celer_status s = celer_batch_decode_ids(eng->ctx, &b, eng->logits, eng->ids);
     if (s != CELER_OK) {
         /* The context refused the step before writing anything: end its requests' choices. */
         error_set(&eng->err, s, "step: %s", celer_context_last_error(eng->ctx));
@@ -894,12 +910,13 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
         c->n_done += take[q];
         choice_publish(eng, c, from);
     }
-    int64_t k = 0;
+    int64_t k = 0; /* the row's place among the rows that want something */
     for (int64_t r = 0; r < n; r++) {
         if (!eng->b_logits[r]) continue;
         choice *c = eng->b_owner[r];
-        float *row = eng->logits + k++ * eng->v;
-        if (c->finish == CELER_FINISH_NONE) choice_sample(eng, c, row, fn, user);
+        float *row = eng->b_logits[r] == CELER_ROW_ARGMAX ? NULL : eng->logits + k * eng->v;
+        if (c->finish == CELER_FINISH_NONE) choice_sample(eng, c, row, eng->ids[k], fn, user);
+        k++;
     }
     reap(eng);
     eng->err.msg[0] = '\0';
