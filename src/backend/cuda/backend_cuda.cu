@@ -548,6 +548,7 @@ static const backend_ops cuda_ops = {
     .matmul_multi = cuda_op_matmul_multi,
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
+    .argmax_rows = nullptr, /* the logits rows come down and the host takes their argmax */
 };
 
 static backend *cuda_create(const backend_params *p, const backend_weights *w, celer_error *e) {
