@@ -426,19 +426,20 @@ static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, cons
     }
     be->ops->argmax_rows(be, ctx->out_ids, dst, rows, v);
     be->ops->download(be, ids, ctx->out_ids, sizeof(int32_t) * (size_t)rows);
-    /* runs of consecutive logits rows, one copy each */
-    int64_t k = 0, run0 = -1;
-    for (int64_t r = 0; r <= n; r++) {
-        const bool end = r == n;
-        if (!end && !flags[r]) continue;
-        if (!end && flags[r] != CELER_ROW_ARGMAX) {
-            if (run0 < 0) run0 = k;
-        } else if (run0 >= 0) {
-            be->ops->download(be, out + run0 * v, dst + run0 * v, row_bytes * (size_t)(k - run0));
-            run0 = -1;
+    /* the logits rows: wanted row k is row k of dst and of out; each run of consecutive
+     * CELER_ROW_LOGITS rows comes down in one copy */
+    int64_t k = 0, first = 0, count = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (!flags[r]) continue;
+        if (flags[r] == CELER_ROW_ARGMAX) {
+            if (count) be->ops->download(be, out + first * v, dst + first * v, row_bytes * (size_t)count);
+            count = 0;
+        } else if (count++ == 0) {
+            first = k;
         }
-        if (!end) k++;
+        k++;
     }
+    if (count) be->ops->download(be, out + first * v, dst + first * v, row_bytes * (size_t)count);
 }
 
 static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_seq,
