@@ -149,6 +149,24 @@ typedef struct ctx {
     size_t gwork_size;
 } ctx;
 
+/* dx[m] on the device: m draws of rng_normal. */
+static void put_normal(float *dx, int64_t m) {
+    float *hx = (float *)malloc((size_t)m * 4);
+    for (int64_t i = 0; i < m; i++) hx[i] = (float)rng_normal();
+    CHECK(cudaMemcpy(dx, hx, (size_t)m * 4, cudaMemcpyHostToDevice));
+    free(hx);
+}
+
+/* href[n, d->rows] = the double reference of W (d: its checkpoint layout in device memory)
+ * on n rows of dx, through dref on the device; returns max |ref|. */
+static double reference(double *href, double *dref, const float *dx, int64_t n, const matview *d, cudaStream_t s) {
+    CHECK(cuda_affine_ref(dref, dx, n, d, s));
+    CHECK(cudaMemcpy(href, dref, (size_t)(n * d->rows) * 8, cudaMemcpyDeviceToHost));
+    double mag = 0;
+    for (int64_t i = 0; i < n * d->rows; i++) mag = fmax(mag, fabs(href[i]));
+    return mag;
+}
+
 /* Largest |y - ref| over n token rows, divided by mag; -1 if an output is unwritten or the
  * guard after y was touched. */
 static double compare(ctx *c, int64_t n, int64_t rows, double mag) {
@@ -238,16 +256,8 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
     matview h, d;
     cuda_affine w;
     if (!matrix_open(c, "", rows, cols, bits, group, st, what, sizeof what, &h, &d, &w)) return 1;
-    {
-        float *hx = (float *)malloc((size_t)(MAXN * cols) * 4);
-        for (int64_t i = 0; i < MAXN * cols; i++) hx[i] = (float)rng_normal();
-        CHECK(cudaMemcpy(c->x, hx, (size_t)(MAXN * cols) * 4, cudaMemcpyHostToDevice));
-        free(hx);
-    }
-    CHECK(cuda_affine_ref(c->ref, c->x, MAXN, &d, c->s));
-    CHECK(cudaMemcpy(c->href, c->ref, (size_t)(MAXN * rows) * 8, cudaMemcpyDeviceToHost));
-    double mag_all = 0;
-    for (int64_t i = 0; i < MAXN * rows; i++) mag_all = fmax(mag_all, fabs(c->href[i]));
+    put_normal(c->x, MAXN * cols);
+    const double mag_all = reference(c->href, c->ref, c->x, MAXN, &d, c->s);
     if (rows < 1000) test_rows(c, &w, &h, what); /* the host side is slow on the large ones */
     double worst = 0;
     const cuda_affine_plan plans[] = {{4}, {8}, {12}, {16}};
@@ -271,7 +281,6 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
             const unsigned flags = (pi == -1 && n % 2 == 0) ? CUDA_AFFINE_PDL : 0;
             const double e = run_plan(c, &w, n, pi >= 0, p, flags, mag_all);
             const double es = e < 0 ? e : e * mag_all / mag;
-            char line[256];
             snprintf(line, sizeof line, "%s n=%lld plan slice=%d split=%lld%s: %.3g (of max|ref| over n rows %.3g)",
                      what, (long long)n, p.slice, (long long)cuda_affine_plan_split(&w, p), flags ? " pdl" : "", e,
                      es);
@@ -300,14 +309,8 @@ static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64
     const int64_t ns[] = {1, 9, 31, 128, 129, GEMM_MAX_N};
     for (int ni = 0; ni < 6; ni++) {
         const int64_t n = ns[ni];
-        float *hx = (float *)malloc((size_t)(n * cols) * 4);
-        for (int64_t i = 0; i < n * cols; i++) hx[i] = (float)rng_normal();
-        CHECK(cudaMemcpy(c->gx, hx, (size_t)(n * cols) * 4, cudaMemcpyHostToDevice));
-        free(hx);
-        CHECK(cuda_affine_ref(c->gref, c->gx, n, &d, c->s));
-        CHECK(cudaMemcpy(c->hgref, c->gref, (size_t)(n * rows) * 8, cudaMemcpyDeviceToHost));
-        double mag = 0;
-        for (int64_t i = 0; i < n * rows; i++) mag = fmax(mag, fabs(c->hgref[i]));
+        put_normal(c->gx, n * cols);
+        const double mag = reference(c->hgref, c->gref, c->gx, n, &d, c->s);
         if (cuda_affine_gemm_work_size(&w, n) > c->gwork_size ||
             cuda_affine_gemm_work_size(&w, n) > cuda_affine_gemm_work_bound(n, cols)) {
             snprintf(line, sizeof line, "%s n=%lld: work size above the buffer or the bound", what, (long long)n);
@@ -376,10 +379,7 @@ static void test_set(ctx *c, int bits, int64_t group, dtype st) {
         const int64_t ns[] = {1, 3, 8, 13, 17, 129};
         for (int ni = 0; ni < 6; ni++) {
             const int64_t n = ns[ni];
-            float *hx = (float *)malloc((size_t)(n * cols) * 4);
-            for (int64_t i = 0; i < n * cols; i++) hx[i] = (float)rng_normal();
-            CHECK(cudaMemcpy(c->gx, hx, (size_t)(n * cols) * 4, cudaMemcpyHostToDevice));
-            free(hx);
+            put_normal(c->gx, n * cols);
             for (int i = 0; i < K; i++) CHECK(cudaMemsetAsync(y[i], 0xff, (size_t)(n * rows[i] + GUARD) * 4, c->s));
             cudaError_t e;
             if (n <= CUDA_AFFINE_MAX_N) {
@@ -393,11 +393,9 @@ static void test_set(ctx *c, int bits, int64_t group, dtype st) {
             expect(e == cudaSuccess, line);
             CHECK(cudaStreamSynchronize(c->s));
             for (int i = 0; i < K; i++) {
-                CHECK(cuda_affine_ref(c->gref, c->gx, n, &d[i], c->s));
-                CHECK(cudaMemcpy(c->hgref, c->gref, (size_t)(n * rows[i]) * 8, cudaMemcpyDeviceToHost));
+                const double mag = reference(c->hgref, c->gref, c->gx, n, &d[i], c->s);
                 CHECK(cudaMemcpy(c->hgy, y[i], (size_t)(n * rows[i] + GUARD) * 4, cudaMemcpyDeviceToHost));
-                double mag = 0, err = 0;
-                for (int64_t j = 0; j < n * rows[i]; j++) mag = fmax(mag, fabs(c->hgref[j]));
+                double err = 0;
                 for (int64_t j = 0; j < n * rows[i]; j++)
                     err = isfinite(c->hgy[j]) ? fmax(err, fabs(c->hgy[j] - c->hgref[j]) / mag) : 1e9;
                 for (int64_t j = n * rows[i]; j < n * rows[i] + GUARD; j++)
@@ -439,13 +437,8 @@ static void test_detects_corruption(ctx *c) {
         expect(0, err);
         return;
     }
-    float hx[8 * 256];
-    for (int i = 0; i < 8 * 256; i++) hx[i] = (float)rng_normal();
-    CHECK(cudaMemcpy(c->x, hx, sizeof hx, cudaMemcpyHostToDevice));
-    CHECK(cuda_affine_ref(c->ref, c->x, 1, &d, c->s));
-    CHECK(cudaMemcpy(c->href, c->ref, 33 * 8, cudaMemcpyDeviceToHost));
-    double mag = 0;
-    for (int i = 0; i < 33; i++) mag = fmax(mag, fabs(c->href[i]));
+    put_normal(c->x, 8 * 256);
+    const double mag = reference(c->href, c->ref, c->x, 1, &d, c->s);
     const double clean = run_plan(c, &w, 1, 0, cuda_affine_plan_for(&w, 1), 0, mag);
     uint32_t word;
     CHECK(cudaMemcpy(&word, w.codes + 300, 4, cudaMemcpyDeviceToHost));
