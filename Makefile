@@ -33,8 +33,8 @@ CUDA    ?= $(if $(NVCC),1,0)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
-NVFLAGS   := -O3 -std=c++20 -Iinclude -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
-             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVFLAGS    = -O3 -std=c++20 -Iinclude -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(NVARCH)
 CFLAGS  += -DCELER_CUDA
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
 endif
@@ -74,6 +74,12 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+# The prefill product's warpgroup kernels (wgmma) exist only as sm_90a code: its object is
+# sm_90a machine code (H100, H200) plus the same PTX, which later GPUs run without them.
+ifeq ($(CUDA),1)
+$(BUILD)/src/backend/cuda/affine_gemm.o: NVARCH := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
+endif
 
 # The affine product kernels' own test (tests/cuda), run by test-cuda.
 $(BUILD)/cuda/test_affine: tests/cuda/test_affine.cu $(BUILD)/src/backend/cuda/affine.o $(BUILD)/src/backend/cuda/affine_gemm.o

@@ -280,7 +280,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
 
 /* mode 0: cuda_affine_gemm; 1: cuBLAS fp16 on a dense copy of the shape; 2: the decode
  * product, CUDA_AFFINE_MAX_N rows at a time (gwork: its own zero-filled work); 3: cuda_affine_gemm with
- * work for the staged x only (K never split) */
+ * work for the staged x only (K never split); 4: the mma.sync product; 5: the warpgroup product */
 static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w, int64_t n, int mode,
                         cublasHandle_t blas, const __half *wd, const __half *xd, void *gwork) {
     double t[MAX_REPS];
@@ -289,6 +289,10 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
         if (mode == 0 || mode == 3) {
             const size_t ws = mode == 0 ? b->work_size : cuda_affine_gemm_work_size(w, n);
             CHECK(cuda_affine_gemm(y, x, n, w, b->work, ws, b->s));
+        } else if (mode >= 4) {
+            const cuda_affine *wp = w;
+            CHECK(cuda_affine_gemm_set_path(&y, &wp, 1, x, n, b->work, b->work_size, b->s,
+                                            mode == 4 ? CUDA_GEMM_MMA : CUDA_GEMM_WGMMA));
         } else if (mode == 2) {
             for (int64_t c = 0; c < n; c += CUDA_AFFINE_MAX_N)
                 CHECK(cuda_affine_gemv(y + c * w->rows, x + c * w->cols, n - c < CUDA_AFFINE_MAX_N ? n - c : CUDA_AFFINE_MAX_N,
@@ -312,7 +316,7 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
 }
 
 static void bench_gemm(bench *b) {
-    static const char *modes[] = {"celer", "cuBLAS fp16", "decode product", "celer 1 split"};
+    static const char *modes[] = {"celer", "cuBLAS fp16", "decode product", "celer 1 split", "celer mma", "celer wgmma"};
     const int64_t max_n = 2048;
     model *md = (model *)calloc(1, sizeof *md);
     build_model(md, 4, 64, b->s);
@@ -337,19 +341,20 @@ static void bench_gemm(bench *b) {
     static const int64_t ns[] = {16, 32, 64, 512, 2048};
     for (int ni = 0; ni < 5; ni++) {
         const int64_t n = ns[ni];
-        double layer[4] = {0, 0, 0, 0};
+        double layer[6] = {0, 0, 0, 0, 0, 0};
         for (int si = 0; si < PER_LAYER; si++) {
             const cuda_affine *w = &md->m[si];
             const double flops = 2.0 * (double)w->rows * (double)w->cols * (double)n;
-            for (int mode = 0; mode < 4; mode++) {
+            for (int mode = 0; mode < 6; mode++) {
                 if (mode == 2 && n > 64) continue;
+                if (mode == 5 && !cuda_affine_gemm_has_wgmma()) continue;
                 const double ms = time_gemm(b, y, x, w, n, mode, blas, wd, xd, gwork);
                 layer[mode] += ms;
                 printf("%-6s %-5lld %-14s %9.3f %8.1f %8.0f\n", layer_shapes[si].name, (long long)n, modes[mode], ms,
                        flops / (ms * 1e-3) / 1e12, (double)w->bytes / (ms * 1e-3) / 1e9);
             }
         }
-        for (int mode = 0; mode < 4; mode++)
+        for (int mode = 0; mode < 6; mode++)
             if (layer[mode] > 0)
                 printf("layer n=%lld %-14s %8.3f ms: products alone allow %.0f tok/s over 32 layers\n", (long long)n,
                        modes[mode], layer[mode], (double)n / (32.0 * layer[mode] * 1e-3));

@@ -317,12 +317,18 @@ static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64
             expect(0, line);
             continue;
         }
-        /* with work for the staged x only K is not split; with the whole buffer a launch of
-         * these few rows splits K wherever the matrix has 16 stages or more */
-        for (int whole = 0; whole < 2; whole++) {
+        /* each tensor-core product the device has; with work for the staged x only K is not
+         * split, with the whole buffer a launch of these few rows splits K wherever the
+         * matrix has 16 stages or more */
+        for (int pw = 0; pw < 4; pw++) {
+            const cuda_gemm_path path = pw < 2 ? CUDA_GEMM_MMA : CUDA_GEMM_WGMMA;
+            const int whole = pw & 1;
+            if (path == CUDA_GEMM_WGMMA && !cuda_affine_gemm_has_wgmma()) continue;
             const size_t ws = whole ? c->gwork_size : cuda_affine_gemm_work_size(&w, n);
+            float *gy = c->gy;
+            const cuda_affine *wp = &w;
             CHECK(cudaMemsetAsync(c->gy, 0xff, (size_t)(n * rows + GUARD) * 4, c->s)); /* NaN */
-            CHECK(cuda_affine_gemm(c->gy, c->gx, n, &w, c->gwork, ws, c->s));
+            CHECK(cuda_affine_gemm_set_path(&gy, &wp, 1, c->gx, n, c->gwork, ws, c->s, path));
             CHECK(cudaStreamSynchronize(c->s));
             CHECK(cudaMemcpy(c->hgy, c->gy, (size_t)(n * rows + GUARD) * 4, cudaMemcpyDeviceToHost));
             double e = 0;
@@ -330,7 +336,8 @@ static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64
                 e = isfinite(c->hgy[i]) ? fmax(e, fabs(c->hgy[i] - c->hgref[i]) / mag) : 1e9;
             for (int64_t i = n * rows; i < n * rows + GUARD; i++)
                 if (!isnan(c->hgy[i])) e = 1e9;
-            snprintf(line, sizeof line, "%s n=%lld%s: %.3g", what, (long long)n, whole ? " (K split)" : "", e);
+            snprintf(line, sizeof line, "%s n=%lld %s%s: %.3g", what, (long long)n,
+                     path == CUDA_GEMM_WGMMA ? "wgmma" : "mma", whole ? " (K split)" : "", e);
             expect(e <= TOL, line);
             *worst = fmax(*worst, e);
         }
@@ -342,7 +349,8 @@ static void test_gemm_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64
 
 static void test_gemm(ctx *c) {
     const int64_t rows[] = {7, 33, 300};
-    printf("prefill product: max |y - ref| / max |ref|, n = 1, 9, 31, 128, 129, 300:\n");
+    printf("prefill product (mma%s): max |y - ref| / max |ref|, n = 1, 9, 31, 128, 129, 300:\n",
+           cuda_affine_gemm_has_wgmma() ? " and wgmma" : "");
     printf("%-5s %-6s %-5s %12s\n", "bits", "group", "scale", "worst");
     for (int bits = 4; bits <= 8; bits += 4)
         for (int64_t group = 32; group <= 128; group *= 2)
@@ -358,7 +366,7 @@ static void test_gemm(ctx *c) {
 
 /* ==== Products of a set of matrices in one launch ==== */
 
-/* cuda_affine_gemv_set (n = 1, 3, 8, 13) and cuda_affine_gemm_set (n = 9, 129) on three
+/* cuda_affine_gemv_set (n = 1, 3, 8, 13) and cuda_affine_gemm_set (n = 17, 129: the warpgroup product where the device has it) on three
  * matrices of one input (rows 300, 65, 65, as q, k and v), each output against its own
  * double reference; outputs start as NaN, a guard after each must stay NaN. */
 static void test_set(ctx *c, int bits, int64_t group, dtype st) {

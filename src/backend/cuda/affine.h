@@ -157,6 +157,15 @@ cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_aff
                              size_t work_size, cudaStream_t s);
 size_t cuda_affine_gemm_split_bytes(int64_t n, int64_t rows, int splits);
 
+/* Which tensor-core product cuda_affine_gemm runs: chosen by n and the device (AUTO: the
+ * warpgroup product from WG_MIN_N rows on a compute capability 9.0 GPU), or one forced
+ * (tests and benchmarks compare them; WGMMA elsewhere is cudaErrorNotSupported). */
+typedef enum cuda_gemm_path { CUDA_GEMM_AUTO = 0, CUDA_GEMM_MMA = 1, CUDA_GEMM_WGMMA = 2 } cuda_gemm_path;
+cudaError_t cuda_affine_gemm_set_path(float *const *ys, const cuda_affine *const *w, int k, const float *x,
+                                      int64_t n, void *work, size_t work_size, cudaStream_t s, cuda_gemm_path path);
+/* Whether the current device runs the warpgroup product. */
+bool cuda_affine_gemm_has_wgmma(void);
+
 /* Bytes of work cuda_affine_gemm needs for n rows of x; the bound for any matrix of at
  * most cols columns: cuda_affine_gemm_work_bound. */
 size_t cuda_affine_gemm_work_size(const cuda_affine *w, int64_t n);

@@ -27,6 +27,16 @@
  *
  * A launch too small to fill the device splits K (choose_splits): at n <= 128 an 8B
  * model's 4096-row products make 32 blocks for 132 SMs.
+ *
+ * On a compute capability 9.0 GPU (H100, H200) products of 64 rows or more take the
+ * warpgroup kernel instead (k_affine_wgmma, sm_90a code): two warpgroups of a block each
+ * compute 64 rows of W x 64 tokens with wgmma.m64n64k16, the codes as register A
+ * fragments (the tiled layout's fragments are wgmma's too), x hi and lo as B from shared
+ * memory in the 128-byte-swizzled K-major layout, staged with each 16 columns in the
+ * order the codes stand in (k_stage_x<true>). The group's sums go to registers
+ * asynchronously; at the group's end the warpgroup waits for them and scales them into
+ * its accumulators as the mma kernel does. Same numerics; cuda_affine_gemm_set_path
+ * forces either kernel for tests and benchmarks.
  */
 #include "backend/cuda/affine.h"
 #include "backend/cuda/affine_device.cuh"
@@ -62,7 +72,12 @@ __device__ __forceinline__ int stage_pos(int c) {
  * permuted per stage, zero past the matrix and past n; xsum[g, n_pad] = the fp32 sum of x
  * over group g of each token (0 past the matrix and past n). One thread per four columns
  * of a token: a group's 8, 16 or 32 threads are aligned lanes of one warp (kx is a whole
- * number of stages and m of warps), which add their sums by shuffles. */
+ * number of stages and m of warps), which add their sums by shuffles.
+ * WG: the warpgroup product's order instead of stage_pos: each 16 columns in the order of
+ * the hardware k index the codes stand at (the tiled layout gives lane t columns 4t..4t+3
+ * of a step where the A fragment holds k = 2t, 2t+1 and 2t+8, 2t+9), so that wgmma, which
+ * reads B in k order from shared memory, pairs each x with its code. */
+template <bool WG>
 __global__ static void k_stage_x(__half *xh, __half *xl, float *xsum, const float *__restrict__ x, int64_t n,
                                  int64_t n_pad, int64_t cols, int64_t kx, int64_t group, int64_t m) {
     GRID_STRIDE(i, m) {
@@ -75,9 +90,15 @@ __global__ static void k_stage_x(__half *xh, __half *xl, float *xsum, const floa
         const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
         const __half2 l01 = __floats2half2_rn(v[0] - f01.x, v[1] - f01.y);
         const __half2 l23 = __floats2half2_rn(v[2] - f23.x, v[3] - f23.y);
-        const int64_t o = tok * kx + (c & ~(int64_t)(GM_BK - 1)) + stage_pos((int)(c & (GM_BK - 1)));
-        *(uint2 *)(xh + o) = make_uint2(h2_bits(h01), h2_bits(h23));
-        *(uint2 *)(xl + o) = make_uint2(h2_bits(l01), h2_bits(l23));
+        if (WG) { /* columns 4t, 4t+1 of a step at k 2t, 2t+1; 4t+2, 4t+3 at 2t+8, 2t+9 */
+            const int64_t o = tok * kx + (c & ~(int64_t)15) + ((c & 15) >> 1);
+            *(__half2 *)(xh + o) = h01, *(__half2 *)(xh + o + 8) = h23;
+            *(__half2 *)(xl + o) = l01, *(__half2 *)(xl + o + 8) = l23;
+        } else {
+            const int64_t o = tok * kx + (c & ~(int64_t)(GM_BK - 1)) + stage_pos((int)(c & (GM_BK - 1)));
+            *(uint2 *)(xh + o) = make_uint2(h2_bits(h01), h2_bits(h23));
+            *(uint2 *)(xl + o) = make_uint2(h2_bits(l01), h2_bits(l23));
+        }
         float sx = (v[0] + v[1]) + (v[2] + v[3]);
         for (int off = 1; off < group / 4; off <<= 1) sx += __shfl_xor_sync(0xffffffffu, sx, off);
         if (c % group == 0) xsum[(c / group) * n_pad + tok] = sx;
@@ -94,9 +115,10 @@ __device__ __forceinline__ void cp_async16_or_zero(void *dst, const void *src, b
 }
 
 /* A stage in shared memory, in 16-byte units: codes [8 row tiles][TPS tiles][32 lanes],
- * x hi and lo [128 tokens][8 units], the sb blocks [8 row tiles][SB_RT], the sums of x
- * [GPS groups][128 tokens]. */
-template <int BITS, int GROUP> struct gshape {
+ * x hi and lo [BN tokens][8 units], the sb blocks [8 row tiles][SB_RT], the sums of x
+ * [GPS groups][BN tokens]; whole KiB, so that x hi and lo of every ring slot start on a
+ * 1024-byte boundary, as the warpgroup product's swizzled operands must. */
+template <int BITS, int GROUP, int BN> struct gshape {
     static constexpr int TPS = BITS == 4 ? 1 : 2;                        /* W tiles per stage */
     static constexpr int TC = BITS == 4 ? 64 : 32;                       /* columns of a tile */
     static constexpr int GPB = (BITS == 4 && GROUP == 32) ? 2 : 1;       /* groups per sb block */
@@ -106,24 +128,33 @@ template <int BITS, int GROUP> struct gshape {
     static constexpr int GS = GROUP / 16;                                /* k-steps of a group */
     static constexpr int CODES = 0;
     static constexpr int XH = CODES + 8 * TPS * 32;
-    static constexpr int XL = XH + GM_BN * 8;
-    static constexpr int SB = XL + GM_BN * 8;
+    static constexpr int XL = XH + BN * 8;
+    static constexpr int SB = XL + BN * 8;
     static constexpr int SB_RT = NSB * GPB * 16 * 2 * 4 / 16;            /* units of a row tile's sb (fp32 pairs) */
     static constexpr int XSUM = SB + 8 * SB_RT;
-    static constexpr int UNITS = XSUM + GPS * GM_BN * 4 / 16;
+    static constexpr int UNITS = (XSUM + GPS * BN * 4 / 16 + 63) / 64 * 64;
 };
 
-template <int BITS, int GROUP> static size_t gemm_smem() { return (size_t)gshape<BITS, GROUP>::UNITS * 16 * GM_STAGES; }
+/* Dynamic shared memory of a kernel: its ring, and 1 KiB to align the ring's start. */
+template <int BITS, int GROUP, int BN, int STAGES> static size_t ring_smem() {
+    return (size_t)gshape<BITS, GROUP, BN>::UNITS * 16 * STAGES + 1024;
+}
+
+/* The first 1024-byte boundary in the dynamic shared memory. */
+__device__ __forceinline__ uint4 *ring_start(unsigned char *smem) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    return (uint4 *)(smem + ((1024 - (a & 1023)) & 1023));
+}
 
 /* Stage ks (codes, x, sb blocks and sums of x of the block's row tiles and tokens) into
  * ring slot st. */
-template <int BITS, int GROUP, bool FEW>
+template <int BITS, int GROUP, int BN, bool FEW>
 __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__restrict__ codes,
                                            const __half *__restrict__ xh, const __half *__restrict__ xl,
                                            const float *__restrict__ xsum, const uint32_t *__restrict__ sb, int kind,
                                            int rt0, int row_tiles, int k_tiles, int group_blocks, int tok0, int n,
                                            int n_pad, int kx) {
-    using S = gshape<BITS, GROUP>;
+    using S = gshape<BITS, GROUP, BN>;
     for (int i = threadIdx.x; i < 8 * S::TPS * 32; i += GM_WARPS * 32) {
         const int rtl = i / (S::TPS * 32), u = (i / 32) % S::TPS, l = i % 32;
         const int rt = rt0 + rtl, kt = ks * S::TPS + u;
@@ -133,7 +164,7 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
     /* x: token rows of 8 units, as many as the block's fragments read (whole fragments of
      * 8 up to n); unit c of token row r lands at c ^ (r & 7), so the 8 rows a quarter-warp
      * reads fall in distinct banks */
-    const int nr = FEW ? min(GM_BN, (n - tok0 + 7) & ~7) : GM_BN;
+    const int nr = FEW ? min(BN, (n - tok0 + 7) & ~7) : BN;
     for (int i = threadIdx.x; i < nr * 8; i += GM_WARPS * 32) {
         const int r = i >> 3, c = i & 7;
         const bool ok = tok0 + r < n;
@@ -152,8 +183,8 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
     }
     /* sums of x: the groups that end in this stage (or span it) */
     const int g0 = ks * GM_BK / GROUP;
-    for (int i = threadIdx.x; i < S::GPS * GM_BN / 4; i += GM_WARPS * 32) {
-        const int g = g0 + i / (GM_BN / 4), c = i % (GM_BN / 4);
+    for (int i = threadIdx.x; i < S::GPS * BN / 4; i += GM_WARPS * 32) {
+        const int g = g0 + i / (BN / 4), c = i % (BN / 4);
         cp_async16_or_zero(st + S::XSUM + i, xsum + (size_t)g * n_pad + tok0 + 4 * c, true);
     }
 }
@@ -167,8 +198,9 @@ __global__ static void __launch_bounds__(GM_WARPS * 32, 1)
 k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half *__restrict__ xl,
               const float *__restrict__ xsum, int n, int n_pad, int kx, int kind, int k_tiles, int sps,
               float *__restrict__ part, int ldp) {
-    using S = gshape<BITS, GROUP>;
-    extern __shared__ uint4 ring[];
+    using S = gshape<BITS, GROUP, GM_BN>;
+    extern __shared__ unsigned char smem[];
+    uint4 *const ring = ring_start(smem);
     const set_member mb = member_of(set, blockIdx.x);
     const uint4 *__restrict__ codes = mb.codes;
     const uint32_t *__restrict__ sb = mb.sb;
@@ -182,7 +214,7 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; s++) {
         if (s_lo + s < s_hi)
-            load_stage<BITS, GROUP, FEW>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
+            load_stage<BITS, GROUP, GM_BN, FEW>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
                                     k_tiles, group_blocks, tok0, n, n_pad, kx);
         cp_async_commit();
     }
@@ -200,7 +232,7 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
         cp_async_wait<GM_STAGES - 2>();
         __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
         if (ks + GM_STAGES - 1 < s_hi)
-            load_stage<BITS, GROUP, FEW>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
+            load_stage<BITS, GROUP, GM_BN, FEW>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
                                     xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
         cp_async_commit();
 
@@ -320,6 +352,188 @@ __global__ static void k_gemm_reduce(const affine_set set, const float *__restri
     }
 }
 
+/* ==== The warpgroup product (wgmma, sm_90a) ==== */
+
+#define WG_BN 64     /* tokens a block computes: the n of wgmma.m64n64k16 */
+#define WG_STAGES 4
+#define WG_MIN_N 64  /* rows of x from which cuda_affine_gemm takes it */
+
+/* The wgmma instructions, and the register fences that keep the compiler from moving
+ * accesses of their registers across them (their accumulators are written
+ * asynchronously). Only the sm_90a build has them; elsewhere they are never reached. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ARCH 1
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+__device__ __forceinline__ void wg_touch(float d[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* d[64 rows, 64 tokens] (+)= A[64, 16] @ B[16, 64]: A from each warp's four registers (its
+ * 16 rows, mma.m16n8k16's A layout), B from shared memory through desc; d is overwritten
+ * when !accumulate. */
+__device__ __forceinline__ void wgmma_m64n64k16(float d[32], const uint32_t a[4], uint64_t desc, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate));
+}
+#else
+#define WG_ARCH 0
+#endif
+
+/* The descriptor of a K-major operand in shared memory with the 128-byte swizzle: rows of
+ * 128 bytes (64 fp16 of k), 8-row blocks of 1024 bytes one after another (the stride
+ * between blocks), 16-byte unit u of row r stored at u ^ (r % 8) within its block (as
+ * load_stage places x), the block 1024-byte aligned. p may point 32 * j bytes into the
+ * rows for k-step j: the hardware applies the swizzle to the whole address. */
+__device__ __forceinline__ uint64_t sw128_desc(const void *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a >> 4) & 0x3fffu) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+/* y[n, rows] = x @ W^T, the warpgroup way. Block (bx, by, bz): row tiles 8 bx .. (warp w
+ * takes tile w; warpgroup g the 64 rows of tiles 4g .. 4g + 3), tokens 64 by .., stages of
+ * split bz; partial sums as k_affine_gemm's. x staged by k_stage_x<true>. */
+template <int BITS, int GROUP>
+__global__ static void __launch_bounds__(GM_WARPS * 32, 2)
+k_affine_wgmma(const affine_set set, const __half *__restrict__ xh, const __half *__restrict__ xl,
+               const float *__restrict__ xsum, int n, int n_pad, int kx, int kind, int k_tiles, int sps,
+               float *__restrict__ part, int ldp) {
+#if WG_ARCH
+    using S = gshape<BITS, GROUP, WG_BN>;
+    extern __shared__ unsigned char smem[];
+    uint4 *const ring = ring_start(smem);
+    const set_member mb = member_of(set, blockIdx.x);
+    const uint4 *__restrict__ codes = mb.codes;
+    const uint32_t *__restrict__ sb = mb.sb;
+    float *__restrict__ y = mb.y;
+    const int rows = mb.rows, row_tiles = mb.row_tiles, group_blocks = mb.group_blocks;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
+    const int rt0 = (blockIdx.x - mb.block0) * 8, tok0 = blockIdx.y * WG_BN;
+    const int s_lo = blockIdx.z * sps, s_hi = min(kx / GM_BK, s_lo + sps);
+
+#pragma unroll
+    for (int s = 0; s < WG_STAGES - 1; s++) {
+        if (s_lo + s < s_hi)
+            load_stage<BITS, GROUP, WG_BN, false>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0,
+                                                  row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
+        cp_async_commit();
+    }
+
+    float acc[32], c[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = c[i] = 0.0f;
+
+    for (int ks = s_lo; ks < s_hi; ks++) {
+        const int kr = ks - s_lo;
+        cp_async_wait<WG_STAGES - 2>();
+        /* the stage's bytes came in through the generic proxy; wgmma reads them through
+         * the async proxy */
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
+        if (ks + WG_STAGES - 1 < s_hi)
+            load_stage<BITS, GROUP, WG_BN, false>(ring + ((kr + WG_STAGES - 1) % WG_STAGES) * S::UNITS,
+                                                  ks + WG_STAGES - 1, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
+                                                  k_tiles, group_blocks, tok0, n, n_pad, kx);
+        cp_async_commit();
+
+        const uint4 *st = ring + (kr % WG_STAGES) * S::UNITS;
+        /* A fragments of the stage's four k-steps: this warp's row tile */
+        uint32_t a[4][4];
+#pragma unroll
+        for (int u = 0; u < S::TPS; u++) {
+            const uint4 cw = st[S::CODES + (warp * S::TPS + u) * 32 + lane];
+            if (BITS == 4) {
+                uint32_t top[4], bot[4];
+#pragma unroll
+                for (int half = 0; half < 2; half++) { /* steps 2 half, 2 half + 1 */
+                    codes4(top, half ? cw.y : cw.x);
+                    codes4(bot, half ? cw.w : cw.z);
+#pragma unroll
+                    for (int sub = 0; sub < 2; sub++) {
+                        uint32_t *f = a[2 * half + sub];
+                        f[0] = top[2 * sub], f[1] = bot[2 * sub], f[2] = top[2 * sub + 1], f[3] = bot[2 * sub + 1];
+                    }
+                }
+            } else {
+                uint32_t top[2], bot[2];
+#pragma unroll
+                for (int sub = 0; sub < 2; sub++) { /* steps 2u, 2u + 1 */
+                    codes8(top, sub ? cw.y : cw.x);
+                    codes8(bot, sub ? cw.w : cw.z);
+                    uint32_t *f = a[2 * u + sub];
+                    f[0] = top[0], f[1] = bot[0], f[2] = top[1], f[3] = bot[1];
+                }
+            }
+        }
+        const uint64_t dh = sw128_desc(st + S::XH), dl = sw128_desc(st + S::XL);
+        wg_touch(c);
+        wg_fence();
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int step = ks * 4 + m;
+            /* +2 a step: 32 bytes of k, in the descriptor's 16-byte units */
+            wgmma_m64n64k16(c, a[m], dh + 2 * m, step % S::GS != 0);
+            wgmma_m64n64k16(c, a[m], dl + 2 * m, 1);
+            if ((step + 1) % S::GS == 0) { /* the group ends: its sums scaled into acc */
+                wg_commit();
+                wg_wait_all();
+                wg_touch(c);
+                const int g = step / S::GS;
+                const int lb = g / S::GPB - ((ks * S::TPS) >> S::SH), p = (lb * 8 + r) * 2 * S::GPB + 2 * (g % S::GPB);
+                const uint32_t *sbs = (const uint32_t *)(st + S::SB + warp * S::SB_RT);
+                float s0, b0, s1, b1;
+                sb_centered<BITS>(sbs, kind, p, s0, b0);
+                sb_centered<BITS>(sbs, kind, p + 1, s1, b1);
+                const float *xe = (const float *)(st + S::XSUM) + (g - ks * GM_BK / GROUP) * WG_BN + 2 * t;
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const float2 sx = *(const float2 *)(xe + j * 8);
+                    acc[4 * j] = fmaf(s0, c[4 * j], fmaf(b0, sx.x, acc[4 * j]));
+                    acc[4 * j + 1] = fmaf(s0, c[4 * j + 1], fmaf(b0, sx.y, acc[4 * j + 1]));
+                    acc[4 * j + 2] = fmaf(s1, c[4 * j + 2], fmaf(b1, sx.x, acc[4 * j + 2]));
+                    acc[4 * j + 3] = fmaf(s1, c[4 * j + 3], fmaf(b1, sx.y, acc[4 * j + 3]));
+                }
+                wg_touch(c);
+                wg_fence(); /* c is read above and written by the next group's first product */
+            }
+        }
+        /* every product of the stage done before its slot is loaded again */
+        wg_commit();
+        wg_wait_all();
+        wg_touch(c);
+    }
+    cp_async_wait<0>();
+
+    /* c[4j + e]: row r (e < 2) or r + 8, token 8j + 2t + (e & 1) */
+    float *out = gridDim.z == 1 ? y : part + (size_t)blockIdx.z * n * ldp;
+    const int ld = gridDim.z == 1 ? rows : ldp, first = gridDim.z == 1 ? 0 : mb.tile0 * 16;
+    const int row = (rt0 + warp) * 16 + r;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int tok = tok0 + j * 8 + 2 * t;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int rr = row + (e >> 1) * 8, tt = tok + (e & 1);
+            if (rr < rows && tt < n) out[(size_t)tt * ld + first + rr] = acc[4 * j + e];
+        }
+    }
+#else
+    __trap(); /* the host launches it only where the sm_90a code exists */
+#endif
+}
+
 typedef void (*gemm_kernel)(const affine_set, const __half *, const __half *, const float *, int, int, int, int, int,
                             int, float *, int);
 
@@ -327,7 +541,7 @@ typedef void (*gemm_kernel)(const affine_set, const __half *, const __half *, co
 static gemm_kernel pick(int bits, int64_t group, bool few, size_t *smem) {
 #define GEMM_CASE(B, G)                                                                                               \
     if (bits == B && group == G) {                                                                                    \
-        *smem = gemm_smem<B, G>();                                                                                    \
+        *smem = ring_smem<B, G, GM_BN, GM_STAGES>();                                                                  \
         return few ? k_affine_gemm<B, G, true> : k_affine_gemm<B, G, false>;                                          \
     }
     GEMM_CASE(4, 32) GEMM_CASE(4, 64) GEMM_CASE(4, 128) GEMM_CASE(8, 32) GEMM_CASE(8, 64) GEMM_CASE(8, 128)
@@ -335,13 +549,40 @@ static gemm_kernel pick(int bits, int64_t group, bool few, size_t *smem) {
     return NULL;
 }
 
+/* The warpgroup kernel of a shape. */
+static gemm_kernel pick_wg(int bits, int64_t group, size_t *smem) {
+#define WG_CASE(B, G)                                                                                                 \
+    if (bits == B && group == G) {                                                                                    \
+        *smem = ring_smem<B, G, WG_BN, WG_STAGES>();                                                                  \
+        return k_affine_wgmma<B, G>;                                                                                  \
+    }
+    WG_CASE(4, 32) WG_CASE(4, 64) WG_CASE(4, 128) WG_CASE(8, 32) WG_CASE(8, 64) WG_CASE(8, 128)
+#undef WG_CASE
+    return NULL;
+}
+
+/* Whether the current device runs the sm_90a code (compute capability 9.0: H100, H200). */
+static bool wgmma_device(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) {
+        cudaGetLastError();
+        return false;
+    }
+    return major == 9 && minor == 0;
+}
+
+extern "C" bool cuda_affine_gemm_has_wgmma(void) { return wgmma_device(); }
+
 cudaError_t affine_gemm_init(void) {
     static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
+    const bool wg = wgmma_device();
     for (int b = 0; b < 2; b++)
         for (int g = 0; g < 3; g++)
-            for (int few = 0; few < 2; few++) {
+            for (int kind = 0; kind < 3; kind++) { /* mma, mma FEW, wgmma */
+                if (kind == 2 && !wg) continue;
                 size_t smem = 0;
-                const gemm_kernel k = pick(bits[b], groups[g], few, &smem);
+                const gemm_kernel k = kind == 2 ? pick_wg(bits[b], groups[g], &smem) : pick(bits[b], groups[g], kind, &smem);
                 const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
                 if (e != cudaSuccess) return e;
             }
@@ -367,34 +608,39 @@ extern "C" size_t cuda_affine_gemm_split_bytes(int64_t n, int64_t rows, int spli
     return (size_t)splits * (size_t)n * (size_t)round_up(rows, 16) * sizeof(float);
 }
 
-/* Splits of K for a launch of `blocks` blocks (one per SM at a time) over `stages`
- * stages, with room for the partial sums of `per_split` bytes each: the fewest that
- * keep the device's SMs at least 85% busy over the waves, at most GM_SPLIT_MAX, every
- * split at least GM_SPLIT_MIN stages. */
-static int choose_splits(int blocks, int stages, size_t room, size_t per_split) {
+/* Splits of K for a launch of `blocks` blocks (per_sm of them on an SM at a time) over
+ * `stages` stages, with room for the partial sums of `per_split` bytes each: the fewest
+ * that keep the device's SMs at least 85% busy over the waves, at most GM_SPLIT_MAX,
+ * every split at least GM_SPLIT_MIN stages. */
+static int choose_splits(int blocks, int per_sm, int stages, size_t room, size_t per_split) {
     int dev = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return 1;
     int best = 1;
     for (int sp = 1; sp <= GM_SPLIT_MAX && sp * GM_SPLIT_MIN <= stages; sp++) {
         if (sp > 1 && (size_t)sp * per_split > room) break;
-        const double waves = (double)blocks * sp / sms;
+        const double waves = (double)blocks * sp / ((double)sms * per_sm);
         best = sp;
         if (waves / ceil(waves) >= 0.85) break;
     }
     return best;
 }
 
-extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *ws, int k, const float *x,
-                                            int64_t n, void *work, size_t work_size, cudaStream_t s) {
+extern "C" cudaError_t cuda_affine_gemm_set_path(float *const *ys, const cuda_affine *const *ws, int k,
+                                                 const float *x, int64_t n, void *work, size_t work_size,
+                                                 cudaStream_t s, cuda_gemm_path path) {
     affine_set set;
     if (!affine_set_of(&set, ys, ws, k)) return cudaErrorInvalidValue;
     const cuda_affine *w = ws[0];
+    const bool wg = path == CUDA_GEMM_WGMMA || (path == CUDA_GEMM_AUTO && n >= WG_MIN_N && wgmma_device());
+    if (path == CUDA_GEMM_WGMMA && !wgmma_device()) return cudaErrorNotSupported;
+    const int bn = wg ? WG_BN : GM_BN;
     size_t smem = 0;
-    const gemm_kernel kern = pick(w->bits, w->group, n < GM_BN, &smem);
+    const gemm_kernel kern = wg ? pick_wg(w->bits, w->group, &smem) : pick(w->bits, w->group, n < GM_BN, &smem);
     const size_t staged = cuda_affine_gemm_work_size(w, n);
-    if (n < 1 || !work || !kern || n > 65535 * (int64_t)GM_BN || work_size < staged) return cudaErrorInvalidValue;
-    const int64_t n_pad = round_up(n, GM_BN), kx = staged_cols(w);
+    if (n < 1 || !work || !kern || n > 65535 * (int64_t)bn || work_size < staged) return cudaErrorInvalidValue;
+    /* x staged for bn-token blocks (GM_BN's padding, which work_size counts, holds it) */
+    const int64_t n_pad = round_up(n, bn), kx = staged_cols(w);
     __half *xh = (__half *)work, *xl = xh + n_pad * kx;
     float *xsum = (float *)((char *)work + round_up(2 * n_pad * kx * 2, 256));
     const size_t part_at = (size_t)round_up((int64_t)staged, 256);
@@ -402,21 +648,27 @@ extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine 
     const size_t room = work_size > part_at ? work_size - part_at : 0;
 
     const int64_t m = n_pad * (kx / 4); /* a multiple of 32: whole warps in k_stage_x's shuffles */
-    k_stage_x<<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);
-    const int blocks = affine_set_blocks(&set) * (int)(n_pad / GM_BN), stages = (int)(kx / GM_BK);
+    if (wg) k_stage_x<true><<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);
+    else k_stage_x<false><<<blocks_for(m), THREADS, 0, s>>>(xh, xl, xsum, x, n, n_pad, w->cols, kx, w->group, m);
+    const int blocks = affine_set_blocks(&set) * (int)(n_pad / bn), stages = (int)(kx / GM_BK);
     const int ldp = affine_set_tiles(&set) * 16;
-    int splits = choose_splits(blocks, stages, room, cuda_affine_gemm_split_bytes(n, ldp, 1));
+    int splits = choose_splits(blocks, wg ? 2 : 1, stages, room, cuda_affine_gemm_split_bytes(n, ldp, 1));
     /* stages per split: whole groups of 128 columns (2 stages), so no group is cut */
     const int sps = (int)round_up((stages + splits - 1) / splits, 2);
     splits = (stages + sps - 1) / sps;
-    const dim3 grid((unsigned)affine_set_blocks(&set), (unsigned)(n_pad / GM_BN), (unsigned)splits);
+    const dim3 grid((unsigned)affine_set_blocks(&set), (unsigned)(n_pad / bn), (unsigned)splits);
     kern<<<grid, GM_WARPS * 32, smem, s>>>(set, xh, xl, xsum, (int)n, (int)n_pad, (int)kx, w->sb_kind, (int)w->k_tiles,
                                            sps, part, ldp);
     if (splits > 1) k_gemm_reduce<<<blocks_for(n * ldp), THREADS, 0, s>>>(set, part, n, ldp, splits);
     return cudaGetLastError();
 }
 
+extern "C" cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *ws, int k, const float *x,
+                                            int64_t n, void *work, size_t work_size, cudaStream_t s) {
+    return cuda_affine_gemm_set_path(ys, ws, k, x, n, work, work_size, s, CUDA_GEMM_AUTO);
+}
+
 extern "C" cudaError_t cuda_affine_gemm(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
                                         size_t work_size, cudaStream_t s) {
-    return cuda_affine_gemm_set(&y, &w, 1, x, n, work, work_size, s);
+    return cuda_affine_gemm_set_path(&y, &w, 1, x, n, work, work_size, s, CUDA_GEMM_AUTO);
 }
