@@ -446,6 +446,12 @@ static void cuda_op_swiglu(backend *be, float *y, const float *gate, const float
     cuda_swiglu(cb_of(be)->stream, y, gate, up, m);
 }
 
+/* Between steps, on the stream (the download after it waits for it). */
+static void cuda_op_argmax_rows(backend *be, int32_t *ids, const float *x, int64_t n, int64_t v) {
+    cuda_argmax_rows(cb_of(be)->stream, ids, x, n, v);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 static void cuda_op_act(backend *be, float *y, const float *x, int64_t m, backend_act kind) {
     if (noted(cb_of(be), OP_ACT, y, x, m, kind)) return;
     cuda_act(cb_of(be)->stream, y, x, m, kind);
@@ -548,7 +554,7 @@ static const backend_ops cuda_ops = {
     .matmul_multi = cuda_op_matmul_multi,
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
-    .argmax_rows = nullptr, /* the logits rows come down and the host takes their argmax */
+    .argmax_rows = cuda_op_argmax_rows,
 };
 
 static backend *cuda_create(const backend_params *p, const backend_weights *w, celer_error *e) {

@@ -162,6 +162,7 @@ void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *k
 void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                    int64_t n, int64_t kvd, bool f16);
 void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m);
+void cuda_argmax_rows(cudaStream_t s, int32_t *ids, const float *x, int64_t n, int64_t v);
 void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act kind);
 void cuda_add(cudaStream_t s, float *y, const float *x, int64_t m);
 void cuda_add_bias(cudaStream_t s, float *y, const float *bias, int64_t n, int64_t d);

@@ -337,3 +337,55 @@ void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t s
     const int64_t g = sz / p, m = n * (g * g + (lead ? 1 : 0)) * 3 * p * p;
     k_patches<<<blocks_for(m), THREADS, 0, s>>>(y, x, sz, p, channels_last, lead ? 1 : 0, m);
 }
+
+/* ==== The argmax of rows (greedy decoding) ==== */
+
+/* Whether (av, ai) beats (bv, bi): a larger value, or an equal one at a smaller index; an
+ * index below 0 is no value (every one seen was NaN). */
+__device__ static bool argmax_beats(float av, int ai, float bv, int bi) {
+    if (ai < 0) return false;
+    if (bi < 0) return true;
+    return av > bv || (av == bv && ai < bi);
+}
+
+/* ids[row] = the first index of the largest non-NaN value of x[row, v] (v - 1 when every
+ * value is NaN), one block a row: each thread the first largest of its stride, then the
+ * block's candidates merged by argmax_beats. */
+__global__ static void __launch_bounds__(NORM_THREADS) k_argmax_rows(int32_t *ids, const float *__restrict__ x,
+                                                                     int64_t n, int v) {
+    __shared__ float wv[32];
+    __shared__ int wi[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+        const float *xr = x + row * v;
+        float bv = -INFINITY;
+        int bi = -1;
+        for (int i = threadIdx.x; i < v; i += blockDim.x) {
+            const float xv = xr[i];
+            if (xv > bv || (bi < 0 && xv == xv)) bv = xv, bi = i;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (argmax_beats(ov, oi, bv, bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) wv[warp] = bv, wi[warp] = bi;
+        __syncthreads();
+        if (warp == 0) {
+            const int nw = (int)(blockDim.x >> 5);
+            bv = lane < nw ? wv[lane] : -INFINITY;
+            bi = lane < nw ? wi[lane] : -1;
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (argmax_beats(ov, oi, bv, bi)) bv = ov, bi = oi;
+            }
+            if (lane == 0) ids[row] = bi < 0 ? v - 1 : bi;
+        }
+        __syncthreads(); /* wv, wi are written again */
+    }
+}
+
+void cuda_argmax_rows(cudaStream_t s, int32_t *ids, const float *x, int64_t n, int64_t v) {
+    if (n > 0) k_argmax_rows<<<grid_rows(n), NORM_THREADS, 0, s>>>(ids, x, n, (int)v);
+}
