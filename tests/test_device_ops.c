@@ -33,7 +33,9 @@
  * gathers, patches) is exact. Products and norms: 1e-5 of the largest reference value
  * (fp32 sums in another order; a contracted multiply-add). Dequantized embedding rows
  * and RoPE: 1e-6 of the largest value (one multiply-add apart). Activations and SwiGLU:
- * 1e-5 of max(1, |y|) per element (device expf, erff, tanhf against libm). Attention:
+ * 1e-5 of max(1, |y|) per element (device expf, erff, tanhf against libm). Products of
+ * prefill rows (n >= 128): 1e-3 of the largest value (a device's fp16 fast path, DESIGN.md
+ * numerics). Attention:
  * 2e-5 absolute on unit-scale values; with fp16 pools both backends read the same
  * rounded values, so the bound is that of fp32 pools. The kernel cases: 4e-6 of the
  * largest value against the reference backend and 2e-6 against the double oracle.
@@ -1269,6 +1271,79 @@ static void test_attention_full(void) {
     backend_destroy(ref);
 }
 
+/* Products of prefill rows (n >= 128), which a device may take through a fast path of
+ * DESIGN.md's numerics: the CUDA device rounds W and x to fp16 once each (so a bound of
+ * 1e-3 of the largest value, where a wrong row, column or chunk is off by the whole
+ * value), in chunks of 16384 rows of a 4096-wide W (the large matrix takes two). Each
+ * product also by matmul_multi over a set of one input. */
+static void test_matmul_prefill(void) {
+    enum { NM = 5 };
+    static test_mat mats[NM];
+    matview *list[NM];
+    mat_affine(&mats[0], 4, 64, DTYPE_F16, 300, 192);
+    mat_affine(&mats[1], 8, 32, DTYPE_BF16, 100, 320);
+    mat_affine(&mats[2], 4, 128, DTYPE_F32, 37, 640);
+    mat_affine(&mats[3], 4, 64, DTYPE_F16, 33, 192);      /* a set with mats[0] */
+    mat_affine(&mats[4], 4, 64, DTYPE_F16, 16400, 4096); /* more than 64 Mi weights */
+    const weight_set ws = mats_set(mats, list, NM, NULL, 0);
+    const int64_t max_n = 300, max_cols = 4096;
+    const backend_params p = params(false, max_n, max_cols, 16, 64);
+    device d;
+    backend *ref = open_pair(&d, &ws, &p);
+    if (!ref) goto out;
+    backend *be = d.be;
+    float *x = malloc(sizeof(float) * (size_t)(max_n * max_cols));
+    float *yr = malloc(sizeof(float) * (size_t)(max_n * 16400)), *yd = malloc(sizeof(float) * (size_t)(max_n * 16400));
+    float *dx = put(be, NULL, sizeof(float) * (size_t)(max_n * max_cols));
+    CELER_ASSERT(x && yr && yd);
+    const int64_t ns[] = {128, 129, 300};
+    for (int i = 0; i < NM; i++) {
+        const matview *w = &mats[i].w;
+        double diff = 0, mx = 0;
+        for (int k = 0; k < 3; k++) {
+            const int64_t n = i == 4 ? 128 : ns[k], m = n * w->rows; /* the large one once */
+            if (i == 4 && k) break;
+            fill_rand(x, n * w->cols, 1.0f, 0.0f);
+            be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
+            float *dy = put_nan(be, m);
+            be->ops->matmul(be, dy, w, dx, n);
+            ref->ops->matmul(ref, yr, w, x, n);
+            get(be, yd, dy, sizeof(float) * (size_t)m);
+            drop(be, dy);
+            diff = fmax(diff, max_abs_diff(yd, yr, m));
+            mx = fmax(mx, max_abs(yr, m));
+        }
+        char what[128];
+        snprintf(what, sizeof what, "matmul %s n=%s", mats[i].desc, i == 4 ? "128" : "128,129,300");
+        report(what, diff, 1e-3 * mx);
+    }
+    /* the set: each output against its own product */
+    {
+        const int64_t n = 200, cols = 192;
+        fill_rand(x, n * cols, 1.0f, 0.0f);
+        be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * cols));
+        const matview *mw[2] = {&mats[0].w, &mats[3].w};
+        float *dys[2] = {put_nan(be, n * mw[0]->rows), put_nan(be, n * mw[1]->rows)};
+        backend_matmul_multi(be, dys, mw, 2, dx, n);
+        double diff = 0, mx = 0;
+        for (int i = 0; i < 2; i++) {
+            const int64_t m = n * mw[i]->rows;
+            ref->ops->matmul(ref, yr, mw[i], x, n);
+            get(be, yd, dys[i], sizeof(float) * (size_t)m);
+            drop(be, dys[i]);
+            diff = fmax(diff, max_abs_diff(yd, yr, m));
+            mx = fmax(mx, max_abs(yr, m));
+        }
+        report("matmul_multi 4-bit g64 F16, rows 300/33, n=200", diff, 1e-3 * mx);
+    }
+    drop(be, dx);
+    free(x), free(yr), free(yd);
+    device_close(&d);
+    backend_destroy(ref);
+out:
+    for (int i = 0; i < NM; i++) mat_free(&mats[i]);
+}
+
 int main(void) {
     const char *dev = harness_device();
     if (!dev) {
@@ -1282,6 +1357,7 @@ int main(void) {
     cls->device_name(dev_index, name, sizeof name);
     printf("%s (%s) against the reference backend:\n", dev, name);
     test_matmul();
+    test_matmul_prefill();
     test_embed();
     test_vector_ops();
     const int64_t hds[2] = {40, 128};

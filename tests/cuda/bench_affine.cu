@@ -84,6 +84,12 @@ __global__ static void k_fill_x(float *x, size_t n) {
         x[i] = (float)(hash32(i + 12345) >> 8) / 8388608.0f - 1.0f;
 }
 
+/* y = x rounded to fp16: the activations of the dense product. */
+__global__ static void k_x_half(__half *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(x[i]);
+}
+
 static void build_model(model *md, int bits, int64_t group, cudaStream_t s) {
     const size_t max_words = (size_t)head_shape.rows * head_shape.cols * bits / 32;
     const size_t max_groups = (size_t)head_shape.rows * head_shape.cols / group;
@@ -280,7 +286,8 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
 
 /* mode 0: cuda_affine_gemm; 1: cuBLAS fp16 on a dense copy of the shape; 2: the decode
  * product, CUDA_AFFINE_MAX_N rows at a time (gwork: its own zero-filled work); 3: cuda_affine_gemm with
- * work for the staged x only (K never split); 4: the mma.sync product; 5: the warpgroup product */
+ * work for the staged x only (K never split); 4: the mma.sync product; 5: the warpgroup product;
+ * 6: the dense fp16 product (x and W rounded to fp16, W whole into wd, then cuBLAS) */
 static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w, int64_t n, int mode,
                         cublasHandle_t blas, const __half *wd, const __half *xd, void *gwork) {
     double t[MAX_REPS];
@@ -289,7 +296,7 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
         if (mode == 0 || mode == 3) {
             const size_t ws = mode == 0 ? b->work_size : cuda_affine_gemm_work_size(w, n);
             CHECK(cuda_affine_gemm(y, x, n, w, b->work, ws, b->s));
-        } else if (mode >= 4) {
+        } else if (mode == 4 || mode == 5) {
             const cuda_affine *wp = w;
             CHECK(cuda_affine_gemm_set_path(&y, &wp, 1, x, n, b->work, b->work_size, b->s,
                                             mode == 4 ? CUDA_GEMM_MMA : CUDA_GEMM_WGMMA));
@@ -298,6 +305,10 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
                 CHECK(cuda_affine_gemv(y + c * w->rows, x + c * w->cols, n - c < CUDA_AFFINE_MAX_N ? n - c : CUDA_AFFINE_MAX_N,
                                        w, gwork, b->s, 0));
         } else {
+            if (mode == 6) {
+                k_x_half<<<1024, 256, 0, b->s>>>((__half *)xd, x, (size_t)(n * w->cols));
+                CHECK(cuda_affine_dequant((__half *)wd, w, 0, w->rows, b->s));
+            }
             const float one = 1.0f, zero = 0.0f;
             if (cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, (int)n, (int)w->cols, &one, wd, CUDA_R_16F,
                              (int)w->cols, xd, CUDA_R_16F, (int)w->cols, &zero, y, CUDA_R_32F, (int)w->rows,
@@ -316,7 +327,9 @@ static double time_gemm(bench *b, float *y, const float *x, const cuda_affine *w
 }
 
 static void bench_gemm(bench *b) {
-    static const char *modes[] = {"celer", "cuBLAS fp16", "decode product", "celer 1 split", "celer mma", "celer wgmma"};
+    static const char *modes[] = {"celer",       "cuBLAS fp16", "decode product", "celer 1 split",
+                                  "celer mma",   "celer wgmma", "dense fp16"};
+    enum { MODES = sizeof modes / sizeof modes[0] };
     const int64_t max_n = 2048;
     model *md = (model *)calloc(1, sizeof *md);
     build_model(md, 4, 64, b->s);
@@ -338,14 +351,14 @@ static void bench_gemm(bench *b) {
     CHECK(cudaMemset(gwork, 0, (size_t)16 << 20));
     printf("\nproducts of n rows, 4-bit g64 (ms, TFLOPS, GB/s of weights):\n%-6s %-5s %-14s %9s %8s %8s\n", "shape", "n",
            "kernel", "ms", "TFLOPS", "GB/s");
-    static const int64_t ns[] = {16, 32, 64, 512, 2048};
-    for (int ni = 0; ni < 5; ni++) {
+    static const int64_t ns[] = {16, 32, 64, 128, 256, 512, 2048};
+    for (int ni = 0; ni < (int)(sizeof ns / sizeof ns[0]); ni++) {
         const int64_t n = ns[ni];
-        double layer[6] = {0, 0, 0, 0, 0, 0};
+        double layer[MODES] = {0};
         for (int si = 0; si < PER_LAYER; si++) {
             const cuda_affine *w = &md->m[si];
             const double flops = 2.0 * (double)w->rows * (double)w->cols * (double)n;
-            for (int mode = 0; mode < 6; mode++) {
+            for (int mode = 0; mode < MODES; mode++) {
                 if (mode == 2 && n > 64) continue;
                 if (mode == 5 && !cuda_affine_gemm_has_wgmma()) continue;
                 const double ms = time_gemm(b, y, x, w, n, mode, blas, wd, xd, gwork);
@@ -354,7 +367,7 @@ static void bench_gemm(bench *b) {
                        flops / (ms * 1e-3) / 1e12, (double)w->bytes / (ms * 1e-3) / 1e9);
             }
         }
-        for (int mode = 0; mode < 6; mode++)
+        for (int mode = 0; mode < MODES; mode++)
             if (layer[mode] > 0)
                 printf("layer n=%lld %-14s %8.3f ms: products alone allow %.0f tok/s over 32 layers\n", (long long)n,
                        modes[mode], layer[mode], (double)n / (32.0 * layer[mode] * 1e-3));

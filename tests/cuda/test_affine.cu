@@ -12,7 +12,7 @@
  * rows of the case, see test_matrix), every output was written (y is poisoned with NaN
  * before each product) and nothing past it (a poisoned guard after y). Rows
  * (cuda_affine_rows) must equal the CPU reference's s * q + b bit for bit and leave rows
- * of negative ids alone. The prefill product (cuda_affine_gemm) on the same configurations
+ * of negative ids alone; cuda_affine_dequant's fp16 rows must be that value rounded once. The prefill product (cuda_affine_gemm) on the same configurations
  * at n = 1 .. 300, and both products over sets of three matrices of one input in one
  * launch (cuda_affine_gemv_set, cuda_affine_gemm_set), each output against its own
  * reference. The last line is "N passed, N failed"; the exit code
@@ -206,7 +206,7 @@ static void test_rows(ctx *c, const cuda_affine *w, const matview *h, const char
     int32_t *dids;
     float *dy, *hy = (float *)malloc((size_t)(n * cols) * 4);
     CHECK(cudaMalloc((void **)&dids, (size_t)n * 4));
-    CHECK(cudaMalloc((void **)&dy, (size_t)(n * cols) * 4));
+    CHECK(cudaMalloc((void **)&dy, (size_t)(n * cols) * 4 + GUARD * 2));
     CHECK(cudaMemcpy(dids, ids, (size_t)n * 4, cudaMemcpyHostToDevice));
     CHECK(cudaMemset(dy, 0x7f, (size_t)(n * cols) * 4)); /* what negative ids keep */
     CHECK(cuda_affine_rows(dy, w, dids, n, c->s));
@@ -221,6 +221,27 @@ static void test_rows(ctx *c, const cuda_affine *w, const matview *h, const char
     char line[512];
     snprintf(line, sizeof line, "%s rows: %lld values differ from the CPU reference", what, (long long)bad);
     expect(bad == 0, line);
+
+    /* cuda_affine_dequant: rows r0 .. rows - 1 in fp16, the value above rounded once, and
+     * nothing written past them; rows outside W refused */
+    const int64_t r0 = rows / 3, k = rows - r0, halves = k * cols;
+    uint16_t *hh = (uint16_t *)malloc((size_t)(halves + GUARD) * 2);
+    __half *dh = (__half *)dy; /* n * cols floats hold the rows and the guard */
+    CHECK(cudaMemset(dh, 0xff, (size_t)(halves + GUARD) * 2));
+    CHECK(cuda_affine_dequant(dh, w, r0, k, c->s));
+    CHECK(cudaMemcpy(hh, dh, (size_t)(halves + GUARD) * 2, cudaMemcpyDeviceToHost));
+    bad = 0;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < cols; j++) bad += hh[i * cols + j] != f32_to_f16(host_value(h, r0 + i, j));
+    for (int64_t i = halves; i < halves + GUARD; i++) bad += hh[i] != 0xffffu;
+    snprintf(line, sizeof line, "%s dequant rows %lld..%lld: %lld halves differ from fp16(s * q + b) or past them",
+             what, (long long)r0, (long long)rows - 1, (long long)bad);
+    expect(bad == 0, line);
+    snprintf(line, sizeof line, "%s dequant of rows past W refused", what);
+    expect(cuda_affine_dequant(dh, w, r0, k + 1, c->s) == cudaErrorInvalidValue &&
+               cuda_affine_dequant(dh, w, -1, 1, c->s) == cudaErrorInvalidValue,
+           line);
+    free(hh);
 
     cudaFree(dy);
     cudaFree(dids);

@@ -1,7 +1,8 @@
 /*
  * affine.cu - MLX affine weights on the GPU: the load-time repack into the tiled layout of
  * affine.h, the decode product y[n, rows] = x[n, cols] @ W^T for n = 1..16, the rows of W
- * as fp32 (embeddings), and a double reference for the tests.
+ * as fp32 (embeddings) or fp16 (the dense prefill product), and a double reference for the
+ * tests.
  *
  * The product is bound by memory: every weight byte is read once, and at n <= 16 a byte
  * feeds at most 16 flops. A block of 8 warps owns 8 row tiles (128 rows, one tile row a
@@ -708,6 +709,28 @@ extern "C" cudaError_t cuda_affine_rows(float *y, const cuda_affine *w, const in
     const int64_t m = n * (w->cols / 4);
     if (m <= 0) return cudaSuccess;
     k_rows<<<blocks_for(m), THREADS, 0, s>>>(y, *w, ids, m);
+    return cudaGetLastError();
+}
+
+/* Rows row0 .. row0 + rows - 1 of W as fp16, one quad of a row per thread. */
+__global__ static void k_dequant(__half *y, const cuda_affine w, int64_t row0, int64_t m) {
+    const int64_t quads = w.cols / 4;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / quads, c = 4 * (i % quads);
+        float v[4];
+        affine_quad(v, w, row0 + r, c);
+        __half2 *yr = (__half2 *)(y + r * w.cols + c);
+        yr[0] = __floats2half2_rn(v[0], v[1]);
+        yr[1] = __floats2half2_rn(v[2], v[3]);
+    }
+}
+
+extern "C" cudaError_t cuda_affine_dequant(__half *y, const cuda_affine *w, int64_t row0, int64_t rows,
+                                           cudaStream_t s) {
+    if (row0 < 0 || rows < 0 || row0 + rows > w->rows) return cudaErrorInvalidValue;
+    const int64_t m = rows * (w->cols / 4);
+    if (m <= 0) return cudaSuccess;
+    k_dequant<<<blocks_for(m), THREADS, 0, s>>>(y, *w, row0, m);
     return cudaGetLastError();
 }
 

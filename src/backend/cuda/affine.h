@@ -184,6 +184,11 @@ cudaError_t cuda_affine_gemm_set(float *const *ys, const cuda_affine *const *w, 
 cudaError_t cuda_affine_rows(float *y, const cuda_affine *w, const int32_t *ids, int64_t n,
                              cudaStream_t s);
 
+/* y[r, cols] = row row0 + r of W rounded to fp16 (from the fp32 value cuda_affine_rows
+ * gives) for r < rows, row-major, cols apart: W in the form a dense fp16 product reads.
+ * Enqueued on s; cudaErrorInvalidValue (nothing queued) for rows outside W. */
+cudaError_t cuda_affine_dequant(__half *y, const cuda_affine *w, int64_t row0, int64_t rows, cudaStream_t s);
+
 /* The reference: y[n, rows] = x[n, cols] @ W^T in double from the checkpoint layout
  * (w's data, scales and biases in device memory, as in cuda_affine_upload_device), one
  * thread per output, any n. For tests. */

@@ -183,6 +183,8 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
         CELER_ASSERT(ws->mats[i]->id == i + 1);
         s = prepare_mat(st, &w->mats[i], ws->mats[i], &w->base.bytes, e);
         if (s == CELER_OK && ws->done) ws->done(ws->arg, ws->mats[i]);
+        if (w->mats[i].bits && w->mats[i].rows * w->mats[i].cols > w->affine_elems)
+            w->affine_elems = w->mats[i].rows * w->mats[i].cols;
         for (int64_t n = 1; s == CELER_OK && w->mats[i].bits && n <= GEMV_ROWS; n++) {
             const size_t need = cuda_affine_work_size(&w->mats[i].aff, n);
             if (need > w->gemv_work) w->gemv_work = need;
@@ -290,22 +292,33 @@ static void cuda_gather(backend *be, float *y, const float *x, const int32_t *id
 /* The affine GEMV's work buffer, sized for the weights attached to cb (a context attaches
  * them after create). Called where nothing is being recorded: before a step, and by
  * products queued as called. */
-static void gemv_work_reserve(cuda_backend *cb) {
+/* The products' buffers that grow with the weights: the GEMV's work and the dense prefill
+ * product's fp16 rows. */
+static void work_reserve(cuda_backend *cb) {
     const cuda_weights *w = (const cuda_weights *)cb->base.weights;
     const size_t need = w ? w->gemv_work : 0;
-    if (need <= cb->gemv_work_size) return;
-    CELER_ASSERT(cb->mode == STEP_EAGER);
-    CUDA_CHECK(cudaFree(cb->gemv_work)); /* waits for the products using it */
-    cb->gemv_work = NULL;
-    CUDA_CHECK(cudaMalloc(&cb->gemv_work, need));
-    CUDA_CHECK(cudaMemsetAsync(cb->gemv_work, 0, need, cb->stream));
-    cb->gemv_work_size = need;
+    if (need > cb->gemv_work_size) {
+        CELER_ASSERT(cb->mode == STEP_EAGER);
+        CUDA_CHECK(cudaFree(cb->gemv_work)); /* waits for the products using it */
+        cb->gemv_work = NULL;
+        CUDA_CHECK(cudaMalloc(&cb->gemv_work, need));
+        CUDA_CHECK(cudaMemsetAsync(cb->gemv_work, 0, need, cb->stream));
+        cb->gemv_work_size = need;
+    }
+    const int64_t halves = cuda_dense_elems(cb);
+    if (halves > cb->wh_elems) {
+        CELER_ASSERT(cb->mode == STEP_EAGER);
+        CUDA_CHECK(cudaFree(cb->wh));
+        cb->wh = NULL;
+        CUDA_CHECK(cudaMalloc((void **)&cb->wh, sizeof(__half) * (size_t)halves));
+        cb->wh_elems = halves;
+    }
 }
 
 static void cuda_begin(backend *be, int64_t rows) {
     cuda_backend *cb = cb_of(be);
     CUDA_CHECK(cudaSetDevice(cb->device));
-    gemv_work_reserve(cb);
+    work_reserve(cb);
     cb->sig = 0xcbf29ce484222325ull;
     mix(&cb->sig, rows);
     if (rows > GRAPH_ROWS) {
@@ -371,7 +384,7 @@ static void cuda_matmul(backend *be, float *y, const matview *w, const float *x,
     if (noted(cb, OP_MATMUL, y, w, x, n)) return;
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
-    if (cb->mode == STEP_EAGER) gemv_work_reserve(cb);
+    if (cb->mode == STEP_EAGER) work_reserve(cb);
     cuda_product(cb, y, m, x, n);
 }
 
@@ -390,7 +403,7 @@ static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *c
         ms[i] = cuda_mat_of(cb, ws[i]);
         CELER_ASSERT(n <= cb->p.max_rows && ms[i]->cols <= cb->p.max_cols);
     }
-    if (cb->mode == STEP_EAGER) gemv_work_reserve(cb);
+    if (cb->mode == STEP_EAGER) work_reserve(cb);
     cuda_product_set(cb, ys, ms, k, x, n);
 }
 
@@ -506,7 +519,8 @@ static size_t gemm_work_bytes(const backend_params *p) {
 static int64_t cuda_work_bytes(const backend *be) {
     const cuda_backend *cb = (const cuda_backend *)be;
     return (int64_t)(cb->gemm_work_size + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) +
-                     cb->gemv_work_size + BLAS_WORKSPACE + sizeof(float) * (size_t)cb->att_part_floats);
+                     cb->gemv_work_size + sizeof(__half) * (size_t)cb->wh_elems + BLAS_WORKSPACE +
+                     sizeof(float) * (size_t)cb->att_part_floats);
 }
 
 static void cuda_destroy(backend *be) {
@@ -518,6 +532,7 @@ static void cuda_destroy(backend *be) {
     cudaFree(cb->gemm_work);
     cudaFree(cb->xs);
     cudaFree(cb->gemv_work);
+    cudaFree(cb->wh);
     cudaFree(cb->att_part);
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
@@ -590,7 +605,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
         return NULL;
     }
-    gemv_work_reserve(cb);
+    work_reserve(cb);
     cuda_attention_flash_init();
     CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
     CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));

@@ -91,6 +91,7 @@ typedef struct cuda_weights {
     cuda_vec_block *vec;
     int64_t n_vec;
     size_t gemv_work;   /* the largest work buffer an affine product of <= GEMV_ROWS rows needs */
+    int64_t affine_elems; /* the most weights (rows x cols) of one affine matrix */
 } cuda_weights;
 
 /* How a step's ops are run (backend.h: begin/end). */
@@ -121,6 +122,8 @@ typedef struct cuda_backend {
     void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
     void *gemv_work;         /* the affine GEMV's work, zero between products */
     size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */
+    __half *wh;              /* rows of an affine matrix in fp16 for the dense prefill product */
+    int64_t wh_elems;        /* halves of wh (cuda_dense_elems once reserved) */
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */
@@ -138,6 +141,10 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 /* ==== Products (matmul.cu) ==== */
 
 #define GEMV_ROWS CUDA_AFFINE_MAX_N /* products of at most this many rows stream affine weights */
+
+/* Halves of the fp16 weight buffer the products need at most (0 when no step of the
+ * backend's rows takes the dense prefill product). */
+int64_t cuda_dense_elems(const cuda_backend *cb);
 
 /* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);

@@ -1,11 +1,14 @@
 /*
  * matmul.cu - matrix products on the GPU: y[n, rows] = x[n, cols] @ W^T.
  *
- * Affine weights stay in affine.h's tiled layout, and both products read it with fp32-level
- * results (codes exact on the tensor cores, x as fp16 hi + lo, scales and biases applied
- * per group in fp32): few rows (decode, n <= GEMV_CHUNKED_ROWS) through the GEMV, which
- * streams each weight once per GEMV_ROWS rows; more rows through the tensor-core GEMM
- * (affine_gemm.cu).
+ * Affine weights stay in affine.h's tiled layout. Few rows (decode, n <= GEMV_CHUNKED_ROWS)
+ * go through the GEMV, which streams each weight once per GEMV_ROWS rows, more through the
+ * tensor-core GEMM (affine_gemm.cu); both give fp32-level results (codes exact on the
+ * tensor cores, x as fp16 hi + lo, scales and biases applied per group in fp32). From
+ * DENSE_FROM_ROWS rows (prefill), W is rounded to fp16 a chunk of rows at a time and x
+ * once, and cuBLAS multiplies them with fp32 sums: the fast path of DESIGN.md's numerics,
+ * like the CPU's int8 activations (its error is bounded by the tests), and the way to
+ * the tensor cores' dense rate, which the exact products reach a fifth of.
  * Dense weights go through cuBLAS with fp32 accumulation: bf16 / fp16 as stored (exact)
  * against x split in hi and lo parts of the same type, two products; fp32 by SGEMM.
  * One fp16 rounding of weights and activations moves a model's logits by about 2e-3,
@@ -20,12 +23,12 @@
 
 /* ==== Activations in 16 bits ==== */
 
-/* hi[m] = x rounded to T; lo[m] = what that left over, rounded to T. */
+/* hi[m] = x rounded to T; lo[m] (unless NULL) = what that left over, rounded to T. */
 template <typename T> __global__ static void k_split(T *hi, T *lo, const float *x, int64_t m) {
     GRID_STRIDE(i, m) {
         const T h = (T)x[i];
         hi[i] = h;
-        lo[i] = (T)(x[i] - (float)h);
+        if (lo) lo[i] = (T)(x[i] - (float)h);
     }
 }
 
@@ -46,6 +49,47 @@ static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDat
 
 /* Whether x's chunks of GEMV_ROWS rows are all 16-byte aligned (the GEMV reads float4). */
 static bool gemv_aligned(const float *x, int64_t cols) { return ((uintptr_t)x & 15) == 0 && cols % 4 == 0; }
+
+/* Rows of x from which affine products take the dense fp16 path (bench_affine --gemm, 8B
+ * shapes on the H200), and the most halves its weight buffer holds (128 MiB: one 8B MLP
+ * matrix whole, an LM head in 8 chunks). */
+#define DENSE_FROM_ROWS 128
+#define DENSE_MAX_ELEMS ((int64_t)64 << 20)
+
+int64_t cuda_dense_elems(const cuda_backend *cb) {
+    const cuda_weights *w = (const cuda_weights *)cb->base.weights;
+    if (!w || cb->p.max_rows < DENSE_FROM_ROWS) return 0;
+    return w->affine_elems < DENSE_MAX_ELEMS ? w->affine_elems : DENSE_MAX_ELEMS;
+}
+
+/* Rows of W a dense product takes at once: what wh holds, in whole 16s (aligned outputs). */
+static int64_t dense_chunk(const cuda_backend *cb, const cuda_mat *m) {
+    const int64_t rows = cb->wh_elems / m->cols / 16 * 16;
+    return rows < m->rows ? rows : m->rows;
+}
+
+/* Whether the dense path takes m's product at n rows: affine, enough rows, and W's rows
+ * fit the buffer 16 at a time. */
+static bool dense_takes(const cuda_backend *cb, const cuda_mat *m, int64_t n) {
+    return m->bits && n >= DENSE_FROM_ROWS && dense_chunk(cb, m) > 0;
+}
+
+/* x[n, cols] in fp16 for the dense path, in xs's first half. */
+static const __half *x_half(cuda_backend *cb, const float *x, int64_t m) {
+    __half *h = (__half *)cb->xs;
+    k_split<__half><<<blocks_for(m), THREADS, 0, cb->stream>>>(h, (__half *)nullptr, x, m);
+    return h;
+}
+
+/* y[n, rows] = xh @ W^T: W's rows in fp16 through wh, as many a product as it holds. */
+static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __half *xh, int64_t n) {
+    const int64_t chunk = dense_chunk(cb, m);
+    for (int64_t r = 0; r < m->rows; r += chunk) {
+        const int64_t k = m->rows - r < chunk ? m->rows - r : chunk;
+        CUDA_CHECK(cuda_affine_dequant(cb->wh, &m->aff, r, k, cb->stream));
+        gemm(cb, y + r, m->rows, cb->wh, CUDA_R_16F, xh, CUDA_R_16F, k, m->cols, n, 0.0f);
+    }
+}
 
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
     cudaStream_t s = cb->stream;
@@ -72,6 +116,10 @@ void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
         gemm(cb, y, m->rows, m->dense, t, lo, t, m->rows, m->cols, n, 1.0f);
         return;
     }
+    if (dense_takes(cb, m, n)) {
+        affine_dense(cb, y, m, x_half(cb, x, xm), n);
+        return;
+    }
     /* affine: the tensor-core product on the tiled layout */
     CUDA_CHECK(cuda_affine_gemm(y, x, n, &m->aff, cb->gemm_work, cb->gemm_work_size, s));
 }
@@ -82,6 +130,13 @@ void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const 
     for (int i = 0; one && i < k; i++) {
         one = ms[i]->bits && cuda_affine_compatible(&ms[0]->aff, &ms[i]->aff);
         ws[i] = &ms[i]->aff;
+    }
+    bool dense = k > 1;
+    for (int i = 0; i < k; i++) dense = dense && dense_takes(cb, ms[i], n) && ms[i]->cols == ms[0]->cols;
+    if (dense) { /* x rounded once for all */
+        const __half *xh = x_half(cb, x, n * ms[0]->cols);
+        for (int i = 0; i < k; i++) affine_dense(cb, ys[i], ms[i], xh, n);
+        return;
     }
     if (one && n > GEMV_CHUNKED_ROWS) {
         CUDA_CHECK(cuda_affine_gemm_set(ys, ws, k, x, n, cb->gemm_work, cb->gemm_work_size, cb->stream));
