@@ -582,11 +582,17 @@ extern "C" bool cuda_affine_compatible(const cuda_affine *a, const cuda_affine *
     return a->cols == b->cols && a->bits == b->bits && a->group == b->group && a->sb_kind == b->sb_kind;
 }
 
-/* Counters first (one per block of row tiles, 256-byte aligned), then the partial sums
- * [split][n][row tiles x 16]. */
+/* Counters first, GEMV_COUNTERS of them whatever the product (one per block of row
+ * tiles), then the partial sums [split][n][row tiles x 16]. The counters stay where they
+ * are for every product that shares the buffer: partial sums of a product of few blocks
+ * must never land on the counters of a later one of many (a counter left nonzero makes
+ * its block's rows unwritten). */
+#define GEMV_COUNTERS 16384 /* blocks of 128 rows: products of up to 2 Mi rows */
+
 static size_t work_bytes(int64_t blocks, int64_t tiles, int64_t split, int64_t n) {
+    (void)blocks;
     if (split <= 1) return 0;
-    return (((size_t)blocks * 4 + 255) & ~(size_t)255) + (size_t)split * (size_t)n * (size_t)tiles * 16 * 4;
+    return (size_t)GEMV_COUNTERS * 4 + (size_t)split * (size_t)n * (size_t)tiles * 16 * 4;
 }
 
 extern "C" size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p) {
@@ -606,9 +612,9 @@ static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, con
         return cudaErrorInvalidValue;
     const int nb = nb_of(n), blocks = affine_set_blocks(set);
     const int smem = gemv_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, slice).total;
-    if (smem > SMEM_MAX) return cudaErrorInvalidValue;
+    if (smem > SMEM_MAX || (split > 1 && blocks > GEMV_COUNTERS)) return cudaErrorInvalidValue;
     unsigned *count = (unsigned *)work;
-    float *part = split > 1 ? (float *)((char *)work + (((size_t)blocks * 4 + 255) & ~(size_t)255)) : NULL;
+    float *part = split > 1 ? (float *)((char *)work + (size_t)GEMV_COUNTERS * 4) : NULL;
 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)blocks, (unsigned)split, 1);
@@ -712,25 +718,65 @@ extern "C" cudaError_t cuda_affine_rows(float *y, const cuda_affine *w, const in
     return cudaGetLastError();
 }
 
-/* Rows row0 .. row0 + rows - 1 of W as fp16, one quad of a row per thread. */
-__global__ static void k_dequant(__half *y, const cuda_affine w, int64_t row0, int64_t m) {
-    const int64_t quads = w.cols / 4;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / quads, c = 4 * (i % quads);
-        float v[4];
-        affine_quad(v, w, row0 + r, c);
-        __half2 *yr = (__half2 *)(y + r * w.cols + c);
-        yr[0] = __floats2half2_rn(v[0], v[1]);
-        yr[1] = __floats2half2_rn(v[2], v[3]);
+/* Rows row0 .. row0 + rows - 1 of W as fp16 (y[row - row0, col]), one tile a warp: each
+ * lane reads its 16 bytes of the tile (the warp the whole 512) and writes, per word and
+ * mma step, the 4 adjacent columns it holds of one row as 8 bytes (a warp's store fills
+ * whole 32-byte sectors). Values as affine_quad forms them. Measured on the 8B shapes:
+ * 2.0 TB/s of fp16 written; four tiles a warp with their loads in flight together ran
+ * slower (fewer warps). */
+template <int BITS>
+__device__ __forceinline__ void dequant_tile(__half *y, const cuda_affine &w, int64_t row0, int64_t rows, int64_t tile,
+                                             uint4 q4, int lane) {
+    const int r = lane >> 2, t = lane & 3;
+    const int64_t rt = (row0 >> 4) + tile / w.k_tiles, kt = tile % w.k_tiles;
+    const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
+    const int tc = BITS == 4 ? 64 : 32, gpb = groups_per_block(BITS, w.group);
+    constexpr uint32_t mask = (1u << BITS) - 1u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int r16 = r + (j >= 2 ? 8 : 0);
+        const int64_t out = rt * 16 + r16 - row0;
+        if (out < 0 || out >= rows) continue;
+#pragma unroll
+        for (int mm = 0; mm < (BITS == 4 ? 2 : 1); mm++) {
+            const int m = BITS == 4 ? 2 * (j & 1) + mm : (j & 1);
+            const int64_t c = kt * tc + 16 * m + 4 * t;
+            if (c >= w.cols) continue;
+            const int64_t g = c >> (31 - __clz((int)w.group)); /* groups are powers of 2 */
+            float s, b;
+            sb_pair(w.sb, w.sb_kind, ((rt * w.group_blocks + g / gpb) * 8 + (r16 & 7)) * 2 * gpb + 2 * (g % gpb) + (r16 >> 3),
+                    s, b);
+            float v[4];
+#pragma unroll
+            for (int e4 = 0; e4 < 4; e4++) {
+                const int kp = e4 >> 1, e = e4 & 1;
+                const int pos = BITS == 4 ? 4 * e + 2 * mm + kp : 2 * e + kp;
+                v[e4] = __fadd_rn(__fmul_rn(s, (float)((words[j] >> (BITS * pos)) & mask)), b);
+            }
+            const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+            *(uint2 *)(y + out * w.cols + c) = make_uint2(h2_bits(lo), h2_bits(hi));
+        }
     }
+}
+
+template <int BITS>
+__global__ static void __launch_bounds__(256) k_dequant(__half *y, const cuda_affine w, int64_t row0, int64_t rows,
+                                                        int64_t tiles) {
+    const int64_t tile = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+    if (tile >= tiles) return;
+    const int lane = threadIdx.x & 31;
+    const uint4 q4 = ((const uint4 *)w.codes)[((row0 >> 4) * w.k_tiles + tile) * 32 + lane];
+    dequant_tile<BITS>(y, w, row0, rows, tile, q4, lane);
 }
 
 extern "C" cudaError_t cuda_affine_dequant(__half *y, const cuda_affine *w, int64_t row0, int64_t rows,
                                            cudaStream_t s) {
     if (row0 < 0 || rows < 0 || row0 + rows > w->rows) return cudaErrorInvalidValue;
-    const int64_t m = rows * (w->cols / 4);
-    if (m <= 0) return cudaSuccess;
-    k_dequant<<<blocks_for(m), THREADS, 0, s>>>(y, *w, row0, m);
+    if (rows == 0) return cudaSuccess;
+    const int64_t tiles = ((row0 + rows + 15) / 16 - row0 / 16) * w->k_tiles;
+    const unsigned blocks = (unsigned)((tiles + 7) / 8);
+    if (w->bits == 4) k_dequant<4><<<blocks, 256, 0, s>>>(y, *w, row0, rows, tiles);
+    else k_dequant<8><<<blocks, 256, 0, s>>>(y, *w, row0, rows, tiles);
     return cudaGetLastError();
 }
 

@@ -97,7 +97,8 @@ int cuda_affine_upload_device(cuda_affine *out, const matview *w, cudaStream_t s
 void cuda_affine_free(cuda_affine *w);
 
 /* Bytes of the work buffer cuda_affine_gemv needs for n rows of x (0 when none). The
- * buffer must be zero-filled before its first use; every call leaves it so. */
+ * buffer must be zero-filled before its first use; every call leaves its counters so,
+ * and any products (single or _set) may share it one after another on a stream. */
 size_t cuda_affine_work_size(const cuda_affine *w, int64_t n);
 
 /* y[n, rows] = x[n, cols] @ W^T, 1 <= n <= 16; x and y fp32, row-major, in device memory,
