@@ -13,7 +13,12 @@
 /* A norm's row belongs to one block: decode has one row, so the block is wide and each
  * thread's chain of dependent loads and adds short. */
 #define NORM_THREADS 1024
-#define NORM_VALS 8 /* values of a row a thread holds: rows up to 8192 in registers */
+#define NORM_ROW 8192     /* values of a row the threads hold in registers */
+#define NORM_FEW_ROWS 32  /* rows up to which a norm takes the wide blocks */
+
+template <int V> struct vec_of;
+template <> struct vec_of<1> { typedef float type; };
+template <> struct vec_of<4> { typedef float4 type; };
 
 /* Blocks for kernels that take rows one block at a time (striding past 65535). */
 static unsigned grid_rows(int64_t n) { return (unsigned)(n < 65535 ? n : 65535); }
@@ -62,55 +67,76 @@ __device__ static float block_sum(float v) {
     return t;
 }
 
-/* Rows of a norm, one block at a time; each thread keeps its first NORM_VALS values of x
- * and w in registers, every load of them in flight at once, so a row costs one round trip
- * to memory before the reduction. With r, x gets r added first (and keeps the sum). */
-__global__ static void __launch_bounds__(NORM_THREADS) k_rmsnorm(float *y, float *x, const float *__restrict__ r,
-                                                                 const float *__restrict__ w, int64_t n, int64_t d,
-                                                                 float eps) {
+/* Rows of a norm, one block at a time; each thread keeps its first values of x and w (NT
+ * threads, NORM_ROW of a row in registers, V at a time: float4 where rows allow) with
+ * every load in flight at once, so a row costs one round trip to memory before the
+ * reduction. With r, x gets r added first (and keeps the sum). */
+template <int NT, int V>
+__global__ static void __launch_bounds__(NT) k_rmsnorm(float *y, float *x, const float *__restrict__ r,
+                                                       const float *__restrict__ w, int64_t n, int64_t d, float eps) {
+    constexpr int NV = NORM_ROW / NT / V; /* vectors a thread holds */
+    typedef typename vec_of<V>::type vec;
     PDL_ENTRY();
     for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
         float *xr = x + row * d, *yr = y + row * d;
         const float *rr = r ? r + row * d : NULL;
-        float v[NORM_VALS], wv[NORM_VALS], rv[NORM_VALS], ss = 0.0f;
+        float v[NV][V], wv[NV][V], ss = 0.0f;
 #pragma unroll
-        for (int k = 0; k < NORM_VALS; k++) {
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            v[k] = i < d ? xr[i] : 0.0f;
-            wv[k] = i < d ? w[i] : 0.0f;
-            rv[k] = rr && i < d ? rr[i] : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < NORM_VALS; k++) {
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (rr) {
-                v[k] += rv[k];
-                if (i < d) xr[i] = v[k];
+        for (int k = 0; k < NV; k++) {
+            const int64_t i = (threadIdx.x + (int64_t)k * NT) * V;
+            vec a = {}, b = {}, c = {};
+            if (i < d) {
+                a = *(const vec *)(xr + i), b = *(const vec *)(w + i);
+                if (rr) c = *(const vec *)(rr + i);
             }
-            ss += v[k] * v[k];
+            memcpy(v[k], &a, sizeof a), memcpy(wv[k], &b, sizeof b);
+            if (rr) {
+                float cv[V];
+                memcpy(cv, &c, sizeof c);
+#pragma unroll
+                for (int e = 0; e < V; e++) v[k][e] += cv[e];
+                memcpy(&a, v[k], sizeof a);
+                if (i < d) *(vec *)(xr + i) = a;
+            }
+#pragma unroll
+            for (int e = 0; e < V; e++) ss += v[k][e] * v[k][e];
         }
-        for (int64_t i = threadIdx.x + (int64_t)NORM_VALS * blockDim.x; i < d; i += blockDim.x) {
+        for (int64_t i = NORM_ROW + threadIdx.x; i < d; i += NT) {
             if (rr) xr[i] += rr[i];
             ss += xr[i] * xr[i];
         }
         const float inv = 1.0f / sqrtf(block_sum(ss) / (float)d + eps);
 #pragma unroll
-        for (int k = 0; k < NORM_VALS; k++) {
-            const int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-            if (i < d) yr[i] = wv[k] * (v[k] * inv);
+        for (int k = 0; k < NV; k++) {
+            const int64_t i = (threadIdx.x + (int64_t)k * NT) * V;
+            float o[V];
+#pragma unroll
+            for (int e = 0; e < V; e++) o[e] = wv[k][e] * (v[k][e] * inv);
+            vec a;
+            memcpy(&a, o, sizeof a);
+            if (i < d) *(vec *)(yr + i) = a;
         }
-        for (int64_t i = threadIdx.x + (int64_t)NORM_VALS * blockDim.x; i < d; i += blockDim.x)
-            yr[i] = w[i] * (xr[i] * inv);
+        for (int64_t i = NORM_ROW + threadIdx.x; i < d; i += NT) yr[i] = w[i] * (xr[i] * inv);
     }
 }
 
+/* Decode's few rows take wide blocks (short chains per thread); more rows take blocks of a
+ * quarter the width with float4 loads where every row and weight is 16-byte aligned. */
+static void rmsnorm_launch(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
+                           float eps) {
+    if (n <= 0) return;
+    const bool v4 = d % 4 == 0 && ((uintptr_t)y | (uintptr_t)x | (uintptr_t)r | (uintptr_t)w) % 16 == 0;
+    if (n > NORM_FEW_ROWS && v4) launch_pdl(k_rmsnorm<NORM_THREADS / 4, 4>, grid_rows(n), NORM_THREADS / 4, 0, s, y, x, r, w, n, d, eps);
+    else launch_pdl(k_rmsnorm<NORM_THREADS, 1>, grid_rows(n), NORM_THREADS, 0, s, y, x, r, w, n, d, eps);
+}
+
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
-    if (n > 0) launch_pdl(k_rmsnorm, grid_rows(n), NORM_THREADS, 0, s, y, (float *)x, (const float *)NULL, w, n, d, eps);
+    rmsnorm_launch(s, y, (float *)x, NULL, w, n, d, eps);
 }
 
 void cuda_add_rmsnorm(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
                       float eps) {
-    if (n > 0) launch_pdl(k_rmsnorm, grid_rows(n), NORM_THREADS, 0, s, y, x, r, w, n, d, eps);
+    rmsnorm_launch(s, y, x, r, w, n, d, eps);
 }
 
 __global__ static void __launch_bounds__(NORM_THREADS) k_layernorm(float *y, const float *x, const float *w, const float *b,
