@@ -516,11 +516,15 @@ static size_t gemm_work_bytes(const backend_params *p) {
            cuda_affine_gemm_split_bytes(p->max_rows, p->max_cols, 2);
 }
 
+/* What the backend holds, with the buffers that grow with the weights counted at the size
+ * the first step gives them (the weights arrive after the backend). */
 static int64_t cuda_work_bytes(const backend *be) {
     const cuda_backend *cb = (const cuda_backend *)be;
-    return (int64_t)(cb->gemm_work_size + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) +
-                     cb->gemv_work_size + sizeof(__half) * (size_t)cb->wh_elems + BLAS_WORKSPACE +
-                     sizeof(float) * (size_t)cb->att_part_floats);
+    const cuda_weights *w = (const cuda_weights *)cb->base.weights;
+    const size_t gemv = w && w->gemv_work > cb->gemv_work_size ? w->gemv_work : cb->gemv_work_size;
+    const int64_t dense = cuda_dense_elems(cb), halves = dense > cb->wh_elems ? dense : cb->wh_elems;
+    return (int64_t)(cb->gemm_work_size + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) + gemv +
+                     sizeof(__half) * (size_t)halves + BLAS_WORKSPACE + sizeof(float) * (size_t)cb->att_part_floats);
 }
 
 static void cuda_destroy(backend *be) {
