@@ -263,6 +263,23 @@ static weight_set mats_set(test_mat *mats, matview **list, int n, const arena *c
 /* An LM head's worth of rows (many blocks of row tiles, the last one partial). */
 #define HEAD_ROWS (2 * 16384 + 37)
 
+/* One product of n random rows through w on both backends (x and dx: host and device
+ * rows of at least n * w->cols; yr, yd: room for n * w->rows): the largest difference and
+ * the largest reference value go into *diff and *mx. */
+static void matmul_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx, float *yr,
+                        float *yd, double *diff, double *mx) {
+    const int64_t m = n * w->rows;
+    fill_rand(x, n * w->cols, 1.0f, 0.0f);
+    be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
+    float *dy = put_nan(be, m);
+    be->ops->matmul(be, dy, w, dx, n);
+    ref->ops->matmul(ref, yr, w, x, n);
+    get(be, yd, dy, sizeof(float) * (size_t)m);
+    drop(be, dy);
+    *diff = fmax(*diff, max_abs_diff(yd, yr, m));
+    *mx = fmax(*mx, max_abs(yr, m));
+}
+
 static void test_matmul(void) {
     static test_mat mats[MAX_MATS];
     matview *list[MAX_MATS];
@@ -312,18 +329,7 @@ static void test_matmul(void) {
         for (int i = 0; i < nm; i++) {
             const matview *w = &mats[i].w;
             double diff = 0, mx = 0;
-            for (int k = 0; k < 4; k++) {
-                const int64_t n = ns[k], m = n * w->rows;
-                fill_rand(x, n * w->cols, 1.0f, 0.0f);
-                be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
-                float *dy = put_nan(be, m);
-                be->ops->matmul(be, dy, w, dx, n);
-                ref->ops->matmul(ref, yr, w, x, n);
-                get(be, yd, dy, sizeof(float) * (size_t)m);
-                drop(be, dy);
-                diff = fmax(diff, max_abs_diff(yd, yr, m));
-                mx = fmax(mx, max_abs(yr, m));
-            }
+            for (int k = 0; k < 4; k++) matmul_case(be, ref, w, ns[k], x, dx, yr, yd, &diff, &mx);
             char what[128];
             snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc, i == head ? " (a head)" : "");
             report(what, diff, 1e-5 * mx);
@@ -1301,19 +1307,8 @@ static void test_matmul_prefill(void) {
     for (int i = 0; i < NM; i++) {
         const matview *w = &mats[i].w;
         double diff = 0, mx = 0;
-        for (int k = 0; k < 3; k++) {
-            const int64_t n = i == 4 ? 128 : ns[k], m = n * w->rows; /* the large one once */
-            if (i == 4 && k) break;
-            fill_rand(x, n * w->cols, 1.0f, 0.0f);
-            be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
-            float *dy = put_nan(be, m);
-            be->ops->matmul(be, dy, w, dx, n);
-            ref->ops->matmul(ref, yr, w, x, n);
-            get(be, yd, dy, sizeof(float) * (size_t)m);
-            drop(be, dy);
-            diff = fmax(diff, max_abs_diff(yd, yr, m));
-            mx = fmax(mx, max_abs(yr, m));
-        }
+        for (int k = 0; k < (i == 4 ? 1 : 3); k++) /* the large one once */
+            matmul_case(be, ref, w, ns[k], x, dx, yr, yd, &diff, &mx);
         char what[128];
         snprintf(what, sizeof what, "matmul %s n=%s", mats[i].desc, i == 4 ? "128" : "128,129,300");
         report(what, diff, 1e-3 * mx);
