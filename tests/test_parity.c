@@ -4,12 +4,17 @@
  * kernels and with the fast kernels the CPU picks (then on CELER_TEST_DEVICE, make test-cuda): forward logits of all rows within
  * 1e-4 x max|golden| (reference) or 2e-3 x max|golden| (fast: int8 value + residual
  * activations, fp16 KV cache; fp32 cache 2e-3 too), and the identical 16-token greedy
- * continuation. The reference runs with an fp32 KV cache, as transformers does. Also runs one fixture in
+ * continuation. The reference runs with an fp32 KV cache, as transformers does. Each fast
+ * set also runs a 200-token prompt on five quantized fixtures against the reference
+ * kernels (the goldens' prompts are too short for a device's prefill products), within
+ * the same 2e-3 and with the same last argmax. Also runs one fixture in
  * chunks of 5 rows and with 1 and 3 threads, which must give the same logits. A fixture
  * directory without golden.json or golden_logits.npy is a failure, never a quiet pass.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
+
+#include "sampling/sampling.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +133,42 @@ static void check_chunks_and_threads(const char *name) {
     celer_model_close(m);
 }
 
+/* A prompt long enough for a device's prefill products (LONG_N rows: the CUDA device
+ * multiplies 128 rows and more in fp16, its fast path) against the reference kernels on
+ * the CPU over the same ids: every row's logits within the fast bound (2e-3 of the
+ * largest reference logit) and the last row's argmax equal. The fixtures' goldens are
+ * prompts of a few tokens, which run the exact products. */
+#define LONG_N 200
+
+static void check_long_prompt(const char *name) {
+    char dir[4096], err[512];
+    snprintf(dir, sizeof dir, "%s", fixture_path(name));
+    celer_model *m = NULL;
+    if (!CHECK(celer_model_open(fixture_model_path(dir), NULL, &m, err, sizeof err) == CELER_OK, "%s: open: %s", name,
+               err))
+        return;
+    const int64_t v = celer_model_n_vocab(m);
+    int32_t ids[LONG_N];
+    for (int64_t i = 0; i < LONG_N; i++) ids[i] = (int32_t)((i * 7919 + 13) % v);
+    float *got = forward_all(m, ids, LONG_N, 512, 2);
+    const char *k0 = kernels, *kv0 = kv_type, *d0 = device;
+    kernels = "ref", kv_type = "f32", device = "cpu";
+    float *want = forward_all(m, ids, LONG_N, 512, 2);
+    kernels = k0, kv_type = kv0, device = d0;
+    if (got && want) {
+        const double diff = max_abs_diff(got, want, LONG_N * v), mx = max_abs(want, LONG_N * v);
+        const float *gl = got + (LONG_N - 1) * v, *wl = want + (LONG_N - 1) * v;
+        printf("  %-22s %-5s %s KV  %d-token prompt against ref: max |logit diff| %.3g (rel %.2g)\n", name, label(),
+               kv_type, LONG_N, diff, diff / mx);
+        CHECK(diff <= 2e-3 * mx, "%s: %s %d-token logits (%s KV) differ from ref by %g (> 2e-3 x %g)", name, label(),
+              LONG_N, kv_type, diff, mx);
+        CHECK(sampling_argmax(gl, v) == sampling_argmax(wl, v), "%s: %s %d-token last-row argmax differs from ref",
+              name, label(), LONG_N);
+    }
+    free(got), free(want);
+    celer_model_close(m);
+}
+
 /* A GGUF written from the same values as a safetensors fixture gives the same logits. */
 static void check_same_weights(const char *gguf_name, const char *st_name) {
     char a[4200], err[512];
@@ -159,6 +200,8 @@ int main(void) {
     }
     CHECK(k >= 12, "at least 12 fixtures with goldens (found %d)", k);
     /* the CPU's kernel sets, then those of the device under test (CELER_TEST_DEVICE) */
+    static const char *const long_fixtures[] = {"llama3-q4g64", "mistral-q8g32", "qwen2-gguf-q4_1", "llama-mixed",
+                                                "cohere2-q4g64"};
     const char *sets[][3] = {{"ref", "f32", "cpu"}, {"auto", "f16", "cpu"}, {"auto", "f32", "cpu"},
                              {"auto", "f16", harness_device()}, {"auto", "f32", harness_device()}};
     for (int j = 0; j < 5 && sets[j][2]; j++) {
@@ -167,6 +210,9 @@ int main(void) {
         device = sets[j][2];
         for (int i = 0; i < k; i++) check_fixture(names[i]);
         check_chunks_and_threads("mistral-q4g64");
+        if (j > 0)
+            for (int i = 0; i < (int)(sizeof long_fixtures / sizeof *long_fixtures); i++)
+                check_long_prompt(long_fixtures[i]);
     }
     kernels = "ref";
     device = "cpu";
