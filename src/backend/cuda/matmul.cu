@@ -9,12 +9,13 @@
  * once, and cuBLAS multiplies them with fp32 sums: the fast path of DESIGN.md's numerics,
  * like the CPU's int8 activations (its error is bounded by the tests), and the way to
  * the tensor cores' dense rate, which the exact products reach a fifth of.
- * Dense weights go through cuBLAS with fp32 accumulation: bf16 / fp16 as stored (exact)
- * against x split in hi and lo parts of the same type, two products; fp32 by SGEMM.
- * One fp16 rounding of weights and activations moves a model's logits by about 2e-3,
- * which is why every 16-bit operand is split.
- * Nothing allocates: the 16-bit activations, the GEMM's staged x and the GEMV's partial
- * sums live in buffers sized at creation.
+ * Dense weights go through cuBLAS with fp32 accumulation at every n: bf16 / fp16 as stored
+ * (exact) against x split in hi and lo parts of the same type, two products; fp32 by
+ * SGEMM. (One fp16 rounding of weights and activations moved the fixtures' logits by about
+ * 2e-3 against transformers: the exact products are the reference the fast path is held
+ * to.)
+ * Nothing allocates: the 16-bit activations and weights, the GEMM's staged x and the
+ * GEMV's partial sums live in buffers sized before the first step.
  */
 #include "backend/cuda/cuda_internal.h"
 
