@@ -1313,6 +1313,15 @@ static void test_matmul_prefill(void) {
         snprintf(what, sizeof what, "matmul %s n=%s", mats[i].desc, i == 4 ? "128" : "128,129,300");
         report(what, diff, 1e-3 * mx);
     }
+    /* the bound sees an output row out of place: the 300-row product against its
+     * reference moved by one row */
+    {
+        const matview *w = &mats[0].w;
+        double diff = 0, mx = 0;
+        matmul_case(be, ref, w, 128, x, dx, yr, yd, &diff, &mx);
+        report_wrong("  ... 4-bit g64 F16 [300 x 192] n=128 against its reference one row on",
+                     max_abs_diff(yd, yr + 1, 128 * w->rows - 1), 1e-3 * mx);
+    }
     /* the set: each output against its own product */
     {
         const int64_t n = 200, cols = 192;
