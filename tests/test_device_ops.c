@@ -280,6 +280,26 @@ static void matmul_case(backend *be, backend *ref, const matview *w, int64_t n, 
     *mx = fmax(*mx, max_abs(yr, m));
 }
 
+/* matmul_multi over k <= 3 matrices of one input, n random rows, each output against the
+ * reference's own product; as matmul_case. */
+static void multi_case(backend *be, backend *ref, const matview *const *mw, int k, int64_t n, float *x, float *dx,
+                       float *yr, float *yd, double *diff, double *mx) {
+    const int64_t cols = mw[0]->cols;
+    fill_rand(x, n * cols, 1.0f, 0.0f);
+    be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * cols));
+    float *dys[3];
+    for (int i = 0; i < k; i++) dys[i] = put_nan(be, n * mw[i]->rows);
+    backend_matmul_multi(be, dys, mw, k, dx, n);
+    for (int i = 0; i < k; i++) {
+        const int64_t m = n * mw[i]->rows;
+        ref->ops->matmul(ref, yr, mw[i], x, n);
+        get(be, yd, dys[i], sizeof(float) * (size_t)m);
+        drop(be, dys[i]);
+        *diff = fmax(*diff, max_abs_diff(yd, yr, m));
+        *mx = fmax(*mx, max_abs(yr, m));
+    }
+}
+
 static void test_matmul(void) {
     static test_mat mats[MAX_MATS];
     matview *list[MAX_MATS];
@@ -341,26 +361,9 @@ static void test_matmul(void) {
         for (int si = 0; si < 3; si++) {
             const int k = set_k[si];
             double diff = 0, mx = 0;
-            for (int ni = 0; ni < 4; ni++) {
-                const int64_t n = ns[ni], cols = mats[set_first[si]].w.cols;
-                fill_rand(x, n * cols, 1.0f, 0.0f);
-                be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * cols));
-                float *dys[3];
-                const matview *mw[3];
-                for (int i = 0; i < k; i++) {
-                    mw[i] = &mats[set_first[si] + i].w;
-                    dys[i] = put_nan(be, n * mw[i]->rows);
-                }
-                backend_matmul_multi(be, dys, mw, k, dx, n);
-                for (int i = 0; i < k; i++) {
-                    const int64_t m = n * mw[i]->rows;
-                    ref->ops->matmul(ref, yr, mw[i], x, n);
-                    get(be, yd, dys[i], sizeof(float) * (size_t)m);
-                    drop(be, dys[i]);
-                    diff = fmax(diff, max_abs_diff(yd, yr, m));
-                    mx = fmax(mx, max_abs(yr, m));
-                }
-            }
+            const matview *mw[3];
+            for (int i = 0; i < k; i++) mw[i] = &mats[set_first[si] + i].w;
+            for (int ni = 0; ni < 4; ni++) multi_case(be, ref, mw, k, ns[ni], x, dx, yr, yd, &diff, &mx);
             char what[128];
             snprintf(what, sizeof what, "matmul_multi %s, n=1,3,8,37", set_names[si]);
             report(what, diff, 1e-5 * mx);
@@ -1324,21 +1327,9 @@ static void test_matmul_prefill(void) {
     }
     /* the set: each output against its own product */
     {
-        const int64_t n = 200, cols = 192;
-        fill_rand(x, n * cols, 1.0f, 0.0f);
-        be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * cols));
         const matview *mw[2] = {&mats[0].w, &mats[3].w};
-        float *dys[2] = {put_nan(be, n * mw[0]->rows), put_nan(be, n * mw[1]->rows)};
-        backend_matmul_multi(be, dys, mw, 2, dx, n);
         double diff = 0, mx = 0;
-        for (int i = 0; i < 2; i++) {
-            const int64_t m = n * mw[i]->rows;
-            ref->ops->matmul(ref, yr, mw[i], x, n);
-            get(be, yd, dys[i], sizeof(float) * (size_t)m);
-            drop(be, dys[i]);
-            diff = fmax(diff, max_abs_diff(yd, yr, m));
-            mx = fmax(mx, max_abs(yr, m));
-        }
+        multi_case(be, ref, mw, 2, 200, x, dx, yr, yd, &diff, &mx);
         report("matmul_multi 4-bit g64 F16, rows 300/33, n=200", diff, 1e-3 * mx);
     }
     drop(be, dx);
