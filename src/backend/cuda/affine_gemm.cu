@@ -146,15 +146,38 @@ __device__ __forceinline__ uint4 *ring_start(unsigned char *smem) {
     return (uint4 *)(smem + ((1024 - (a & 1023)) & 1023));
 }
 
+/* What a block of either product stages: its set member's codes and sb blocks, the staged
+ * x, and where the block stands (its first row tile and token, its split's stages). */
+struct gemm_src {
+    const uint4 *codes;
+    const uint32_t *sb;
+    const __half *xh, *xl;
+    const float *xsum;
+    int kind, rt0, row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx, s_lo, s_hi;
+};
+
+/* Block (bx, by, bz)'s: row tiles 8 bx .. of its member mb, tokens bn by .., split bz of
+ * sps stages. */
+__device__ __forceinline__ gemm_src block_src(const set_member &mb, int bn, const __half *xh, const __half *xl,
+                                              const float *xsum, int n, int n_pad, int kx, int kind, int k_tiles,
+                                              int sps) {
+    gemm_src g;
+    g.codes = mb.codes, g.sb = mb.sb, g.xh = xh, g.xl = xl, g.xsum = xsum;
+    g.kind = kind, g.rt0 = (blockIdx.x - mb.block0) * 8, g.row_tiles = mb.row_tiles, g.k_tiles = k_tiles;
+    g.group_blocks = mb.group_blocks, g.tok0 = blockIdx.y * bn, g.n = n, g.n_pad = n_pad, g.kx = kx;
+    g.s_lo = blockIdx.z * sps, g.s_hi = min(kx / GM_BK, g.s_lo + sps);
+    return g;
+}
+
 /* Stage ks (codes, x, sb blocks and sums of x of the block's row tiles and tokens) into
  * ring slot st. */
 template <int BITS, int GROUP, int BN, bool FEW>
-__device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__restrict__ codes,
-                                           const __half *__restrict__ xh, const __half *__restrict__ xl,
-                                           const float *__restrict__ xsum, const uint32_t *__restrict__ sb, int kind,
-                                           int rt0, int row_tiles, int k_tiles, int group_blocks, int tok0, int n,
-                                           int n_pad, int kx) {
+__device__ __forceinline__ void load_stage(uint4 *st, int ks, const gemm_src &g) {
     using S = gshape<BITS, GROUP, BN>;
+    const uint4 *const codes = g.codes;
+    const uint32_t *const sb = g.sb;
+    const int kind = g.kind, rt0 = g.rt0, row_tiles = g.row_tiles, k_tiles = g.k_tiles, group_blocks = g.group_blocks;
+    const int tok0 = g.tok0, n = g.n, n_pad = g.n_pad, kx = g.kx;
     for (int i = threadIdx.x; i < 8 * S::TPS * 32; i += GM_WARPS * 32) {
         const int rtl = i / (S::TPS * 32), u = (i / 32) % S::TPS, l = i % 32;
         const int rt = rt0 + rtl, kt = ks * S::TPS + u;
@@ -169,8 +192,8 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
         const int r = i >> 3, c = i & 7;
         const bool ok = tok0 + r < n;
         const size_t o = (size_t)(ok ? tok0 + r : 0) * kx + ks * GM_BK + c * 8;
-        cp_async16_or_zero(st + S::XH + r * 8 + (c ^ (r & 7)), xh + o, ok);
-        cp_async16_or_zero(st + S::XL + r * 8 + (c ^ (r & 7)), xl + o, ok);
+        cp_async16_or_zero(st + S::XH + r * 8 + (c ^ (r & 7)), g.xh + o, ok);
+        cp_async16_or_zero(st + S::XL + r * 8 + (c ^ (r & 7)), g.xl + o, ok);
     }
     /* the sb blocks of the stage's tiles, row tile by row tile */
     const int block_units = 16 * S::GPB * pair_words(kind) * 4 / 16, gb0 = (ks * S::TPS) >> S::SH;
@@ -184,8 +207,8 @@ __device__ __forceinline__ void load_stage(uint4 *st, int ks, const uint4 *__res
     /* sums of x: the groups that end in this stage (or span it) */
     const int g0 = ks * GM_BK / GROUP;
     for (int i = threadIdx.x; i < S::GPS * BN / 4; i += GM_WARPS * 32) {
-        const int g = g0 + i / (BN / 4), c = i % (BN / 4);
-        cp_async16_or_zero(st + S::XSUM + i, xsum + (size_t)g * n_pad + tok0 + 4 * c, true);
+        const int gi = g0 + i / (BN / 4), c = i % (BN / 4);
+        cp_async16_or_zero(st + S::XSUM + i, g.xsum + (size_t)gi * n_pad + tok0 + 4 * c, true);
     }
 }
 
@@ -202,20 +225,16 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
     extern __shared__ unsigned char smem[];
     uint4 *const ring = ring_start(smem);
     const set_member mb = member_of(set, blockIdx.x);
-    const uint4 *__restrict__ codes = mb.codes;
-    const uint32_t *__restrict__ sb = mb.sb;
+    const gemm_src blk = block_src(mb, GM_BN, xh, xl, xsum, n, n_pad, kx, kind, k_tiles, sps);
     float *__restrict__ y = mb.y;
-    const int rows = mb.rows, row_tiles = mb.row_tiles, group_blocks = mb.group_blocks;
+    const int rows = mb.rows, rt0 = blk.rt0, tok0 = blk.tok0, s_lo = blk.s_lo, s_hi = blk.s_hi;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
-    const int rt0 = (blockIdx.x - mb.block0) * 8, tok0 = blockIdx.y * GM_BN;
-    const int s_lo = blockIdx.z * sps, s_hi = min(kx / GM_BK, s_lo + sps); /* this split's stages */
 
 #pragma unroll
     for (int s = 0; s < GM_STAGES - 1; s++) {
         if (s_lo + s < s_hi)
-            load_stage<BITS, GROUP, GM_BN, FEW>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
-                                    k_tiles, group_blocks, tok0, n, n_pad, kx);
+            load_stage<BITS, GROUP, GM_BN, FEW>(ring + s * S::UNITS, s_lo + s, blk);
         cp_async_commit();
     }
 
@@ -232,8 +251,7 @@ k_affine_gemm(const affine_set set, const __half *__restrict__ xh, const __half 
         cp_async_wait<GM_STAGES - 2>();
         __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
         if (ks + GM_STAGES - 1 < s_hi)
-            load_stage<BITS, GROUP, GM_BN, FEW>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, codes,
-                                    xh, xl, xsum, sb, kind, rt0, row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
+            load_stage<BITS, GROUP, GM_BN, FEW>(ring + ((kr + GM_STAGES - 1) % GM_STAGES) * S::UNITS, ks + GM_STAGES - 1, blk);
         cp_async_commit();
 
         const uint4 *st = ring + (kr % GM_STAGES) * S::UNITS;
@@ -415,19 +433,15 @@ k_affine_wgmma(const affine_set set, const __half *__restrict__ xh, const __half
     extern __shared__ unsigned char smem[];
     uint4 *const ring = ring_start(smem);
     const set_member mb = member_of(set, blockIdx.x);
-    const uint4 *__restrict__ codes = mb.codes;
-    const uint32_t *__restrict__ sb = mb.sb;
+    const gemm_src blk = block_src(mb, WG_BN, xh, xl, xsum, n, n_pad, kx, kind, k_tiles, sps);
     float *__restrict__ y = mb.y;
-    const int rows = mb.rows, row_tiles = mb.row_tiles, group_blocks = mb.group_blocks;
+    const int rows = mb.rows, rt0 = blk.rt0, tok0 = blk.tok0, s_lo = blk.s_lo, s_hi = blk.s_hi;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane >> 2, t = lane & 3;
-    const int rt0 = (blockIdx.x - mb.block0) * 8, tok0 = blockIdx.y * WG_BN;
-    const int s_lo = blockIdx.z * sps, s_hi = min(kx / GM_BK, s_lo + sps);
 
 #pragma unroll
     for (int s = 0; s < WG_STAGES - 1; s++) {
         if (s_lo + s < s_hi)
-            load_stage<BITS, GROUP, WG_BN, false>(ring + s * S::UNITS, s_lo + s, codes, xh, xl, xsum, sb, kind, rt0,
-                                                  row_tiles, k_tiles, group_blocks, tok0, n, n_pad, kx);
+            load_stage<BITS, GROUP, WG_BN, false>(ring + s * S::UNITS, s_lo + s, blk);
         cp_async_commit();
     }
 
@@ -443,9 +457,7 @@ k_affine_wgmma(const affine_set set, const __half *__restrict__ xh, const __half
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads(); /* stage ks landed for every thread; slot ks - 1 is free again */
         if (ks + WG_STAGES - 1 < s_hi)
-            load_stage<BITS, GROUP, WG_BN, false>(ring + ((kr + WG_STAGES - 1) % WG_STAGES) * S::UNITS,
-                                                  ks + WG_STAGES - 1, codes, xh, xl, xsum, sb, kind, rt0, row_tiles,
-                                                  k_tiles, group_blocks, tok0, n, n_pad, kx);
+            load_stage<BITS, GROUP, WG_BN, false>(ring + ((kr + WG_STAGES - 1) % WG_STAGES) * S::UNITS, ks + WG_STAGES - 1, blk);
         cp_async_commit();
 
         const uint4 *st = ring + (kr % WG_STAGES) * S::UNITS;
