@@ -308,9 +308,12 @@ static void work_reserve(cuda_backend *cb) {
     const int64_t halves = cuda_dense_elems(cb);
     if (halves > cb->wh_elems) {
         CELER_ASSERT(cb->mode == STEP_EAGER);
-        CUDA_CHECK(cudaFree(cb->wh));
-        cb->wh = NULL;
-        CUDA_CHECK(cudaMalloc((void **)&cb->wh, sizeof(__half) * (size_t)halves));
+        CUDA_CHECK(cudaStreamSynchronize(cb->side)); /* no dequantization into the old ones */
+        for (int b = 0; b < 2; b++) {
+            CUDA_CHECK(cudaFree(cb->wh[b])); /* waits for the products reading it */
+            cb->wh[b] = NULL, cb->wh_mat[b] = NULL;
+            CUDA_CHECK(cudaMalloc((void **)&cb->wh[b], sizeof(__half) * (size_t)halves));
+        }
         cb->wh_elems = halves;
     }
 }
@@ -524,19 +527,26 @@ static int64_t cuda_work_bytes(const backend *be) {
     const size_t gemv = w && w->gemv_work > cb->gemv_work_size ? w->gemv_work : cb->gemv_work_size;
     const int64_t dense = cuda_dense_elems(cb), halves = dense > cb->wh_elems ? dense : cb->wh_elems;
     return (int64_t)(cb->gemm_work_size + 4 * (size_t)(cb->p.max_rows * cb->p.max_cols) + gemv +
-                     sizeof(__half) * (size_t)halves + BLAS_WORKSPACE + sizeof(float) * (size_t)cb->att_part_floats);
+                     2 * sizeof(__half) * (size_t)halves + BLAS_WORKSPACE +
+                     sizeof(float) * (size_t)cb->att_part_floats);
 }
 
 static void cuda_destroy(backend *be) {
     cuda_backend *cb = cb_of(be);
     cudaSetDevice(cb->device);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
+    if (cb->side) cudaStreamSynchronize(cb->side);
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     cudaFree(cb->gemm_work);
     cudaFree(cb->xs);
     cudaFree(cb->gemv_work);
-    cudaFree(cb->wh);
+    for (int b = 0; b < 2; b++) {
+        cudaFree(cb->wh[b]);
+        if (cb->wh_ready[b]) cudaEventDestroy(cb->wh_ready[b]);
+        if (cb->wh_free[b]) cudaEventDestroy(cb->wh_free[b]);
+    }
+    if (cb->side) cudaStreamDestroy(cb->side);
     cudaFree(cb->att_part);
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
@@ -599,6 +609,11 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->att_part_floats = (int64_t)(att_bytes / sizeof(float));
     cb->gemm_work_size = gemm_work_bytes(p);
     if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&cb->side, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&cb->wh_ready[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&cb->wh_ready[1], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&cb->wh_free[0], cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&cb->wh_free[1], cudaEventDisableTiming) != cudaSuccess ||
         cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc(&cb->gemm_work, cb->gemm_work_size) != cudaSuccess ||
         cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||

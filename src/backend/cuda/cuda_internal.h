@@ -122,8 +122,16 @@ typedef struct cuda_backend {
     void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
     void *gemv_work;         /* the affine GEMV's work, zero between products */
     size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */
-    __half *wh;              /* rows of an affine matrix in fp16 for the dense prefill product */
-    int64_t wh_elems;        /* halves of wh (cuda_dense_elems once reserved) */
+    /* The dense prefill product's two fp16 buffers of W's rows (matmul.cu): a chunk is
+     * dequantized into one on the side stream while cuBLAS reads the other. */
+    __half *wh[2];
+    int64_t wh_elems;               /* halves of each (cuda_dense_elems once reserved) */
+    cudaStream_t side;              /* the dequantization's stream */
+    cudaEvent_t wh_ready[2];        /* recorded on side when a buffer's chunk is in */
+    cudaEvent_t wh_free[2];         /* recorded on stream when a product has read it */
+    const struct cuda_mat *wh_mat[2]; /* the matrix whose chunk a buffer holds (or is getting) */
+    int64_t wh_row[2], wh_rows[2];  /* and which rows */
+    int wh_next;                    /* the buffer the next chunk not already held goes to */
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */

@@ -8,7 +8,12 @@
  * DENSE_FROM_ROWS rows (prefill), W is rounded to fp16 a chunk of rows at a time and x
  * once, and cuBLAS multiplies them with fp32 sums: the fast path of DESIGN.md's numerics,
  * like the CPU's int8 activations (its error is bounded by the tests), and the way to
- * the tensor cores' dense rate, which the exact products reach a fifth of.
+ * the tensor cores' dense rate, which the exact products reach a fifth of. The chunks go
+ * through two buffers: while cuBLAS reads one, the side stream dequantizes the next chunk
+ * into the other (the product is bound by the tensor cores, the dequantization by
+ * memory), and after a matrix's last chunk, the first of the matrix after it in the
+ * model's order (q, k, v, o, gate, up, down: the order the model calls them), which the
+ * next product finds ready when the guess was right.
  * Dense weights go through cuBLAS with fp32 accumulation at every n: bf16 / fp16 as stored
  * (exact) against x split in hi and lo parts of the same type, two products; fp32 by
  * SGEMM. (One fp16 rounding of weights and activations moved the fixtures' logits by about
@@ -53,8 +58,8 @@ static bool gemv_aligned(const float *x, int64_t cols) { return ((uintptr_t)x & 
 
 /* Rows of x from which affine products take the dense fp16 path (bench_affine --gemm, one
  * 8B layer on the H200: 0.44 ms against the warpgroup product's 0.55 at 128 rows, 0.42
- * against 0.34 at 64), and the most halves its weight buffer holds (128 MiB: one 8B MLP
- * matrix whole, an LM head in 8 chunks). */
+ * against 0.34 at 64), and the most halves each of its two weight buffers holds (128 MiB:
+ * one 8B MLP matrix whole, an LM head in 8 chunks). */
 #define DENSE_FROM_ROWS 128
 #define DENSE_MAX_ELEMS ((int64_t)64 << 20)
 
@@ -83,13 +88,53 @@ static const __half *x_half(cuda_backend *cb, const float *x, int64_t m) {
     return h;
 }
 
-/* y[n, rows] = xh @ W^T: W's rows in fp16 through wh, as many a product as it holds. */
+/* Rows r .. r + k - 1 of m into buffer b, on the side stream once the product that read
+ * the buffer last is done; wh_ready[b] says when they are in. */
+static void chunk_into(cuda_backend *cb, int b, const cuda_mat *m, int64_t r, int64_t k) {
+    CUDA_CHECK(cudaStreamWaitEvent(cb->side, cb->wh_free[b], 0));
+    CUDA_CHECK(cuda_affine_dequant(cb->wh[b], &m->aff, r, k, cb->side));
+    CUDA_CHECK(cudaEventRecord(cb->wh_ready[b], cb->side));
+    cb->wh_mat[b] = m, cb->wh_row[b] = r, cb->wh_rows[b] = k;
+}
+
+/* The buffer holding (or getting) rows r .. r + k - 1 of m, or -1. */
+static int held(const cuda_backend *cb, const cuda_mat *m, int64_t r, int64_t k) {
+    for (int b = 0; b < 2; b++)
+        if (cb->wh_mat[b] == m && cb->wh_row[b] == r && cb->wh_rows[b] == k) return b;
+    return -1;
+}
+
+/* The matrix the model multiplies after m, as far as the weights' order tells (NULL at the
+ * end, for dense matrices and for ones of more than two buffers, as an LM head, whose
+ * first chunk would often go unused). */
+static const cuda_mat *next_mat(const cuda_backend *cb, const cuda_mat *m) {
+    const cuda_weights *w = (const cuda_weights *)cb->base.weights;
+    if (m < w->mats || m + 1 >= w->mats + w->n) return NULL;
+    const cuda_mat *nx = m + 1;
+    return nx->bits && dense_chunk(cb, nx) > 0 && nx->rows * nx->cols <= 2 * cb->wh_elems ? nx : NULL;
+}
+
+/* y[n, rows] = xh @ W^T: W's rows in fp16, a buffer's worth a product, each chunk
+ * dequantized while the one before it is multiplied. */
 static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __half *xh, int64_t n) {
     const int64_t chunk = dense_chunk(cb, m);
     for (int64_t r = 0; r < m->rows; r += chunk) {
         const int64_t k = m->rows - r < chunk ? m->rows - r : chunk;
-        CUDA_CHECK(cuda_affine_dequant(cb->wh, &m->aff, r, k, cb->stream));
-        gemm(cb, y + r, m->rows, cb->wh, CUDA_R_16F, xh, CUDA_R_16F, k, m->cols, n, 0.0f);
+        int b = held(cb, m, r, k);
+        if (b < 0) chunk_into(cb, b = cb->wh_next, m, r, k);
+        /* the other buffer gets what comes next while this chunk is multiplied */
+        if (r + k < m->rows) {
+            const int64_t k2 = m->rows - r - k < chunk ? m->rows - r - k : chunk;
+            if (held(cb, m, r + k, k2) < 0) chunk_into(cb, 1 - b, m, r + k, k2);
+        } else if (const cuda_mat *nx = next_mat(cb, m)) {
+            const int64_t k2 = dense_chunk(cb, nx);
+            if (held(cb, nx, 0, k2) < 0) chunk_into(cb, 1 - b, nx, 0, k2);
+        }
+        CUDA_CHECK(cudaStreamWaitEvent(cb->stream, cb->wh_ready[b], 0));
+        gemm(cb, y + r, m->rows, cb->wh[b], CUDA_R_16F, xh, CUDA_R_16F, k, m->cols, n, 0.0f);
+        CUDA_CHECK(cudaEventRecord(cb->wh_free[b], cb->stream));
+        cb->wh_mat[b] = NULL; /* read: the buffer is free once the product is done */
+        cb->wh_next = 1 - b;
     }
 }
 
