@@ -38,6 +38,15 @@ template <typename T> __global__ static void k_split(T *hi, T *lo, const float *
     }
 }
 
+/* y[m4] = x rounded to fp16, four values a thread (one 16-byte load, one 8-byte store). */
+__global__ static void k_half4(uint2 *y, const float4 *x, int64_t m4) {
+    GRID_STRIDE(i, m4) {
+        const float4 v = x[i];
+        const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+        y[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+    }
+}
+
 /* ==== Products ==== */
 
 /* y[n, rows] (rows ldy apart) = x[n, cols] @ W^T in cuBLAS's column-major terms:
@@ -84,7 +93,10 @@ static bool dense_takes(const cuda_backend *cb, const cuda_mat *m, int64_t n) {
 /* x[n, cols] in fp16 for the dense path, in xs's first half. */
 static const __half *x_half(cuda_backend *cb, const float *x, int64_t m) {
     __half *h = (__half *)cb->xs;
-    k_split<__half><<<blocks_for(m), THREADS, 0, cb->stream>>>(h, (__half *)nullptr, x, m);
+    if (m % 4 == 0 && ((uintptr_t)x & 15) == 0)
+        k_half4<<<blocks_for(m / 4), THREADS, 0, cb->stream>>>((uint2 *)h, (const float4 *)x, m / 4);
+    else
+        k_split<__half><<<blocks_for(m), THREADS, 0, cb->stream>>>(h, (__half *)nullptr, x, m);
     return h;
 }
 
