@@ -14,7 +14,7 @@
  * thread's chain of dependent loads and adds short. */
 #define NORM_THREADS 1024
 #define NORM_ROW 8192     /* values of a row the threads hold in registers */
-#define NORM_FEW_ROWS 32  /* rows up to which a norm takes the wide blocks */
+#define NORM_FEW_ROWS 0   /* rows up to which a norm takes the wide blocks */
 
 template <int V> struct vec_of;
 template <> struct vec_of<1> { typedef float type; };
@@ -120,8 +120,8 @@ __global__ static void __launch_bounds__(NT) k_rmsnorm(float *y, float *x, const
     }
 }
 
-/* Decode's few rows take wide blocks (short chains per thread); more rows take blocks of a
- * quarter the width with float4 loads where every row and weight is 16-byte aligned. */
+/* Rows take blocks of 256 threads with float4 loads where every row and weight is 16-byte
+ * aligned (decode's single rows too: fewer warps to reduce over); others the wide blocks. */
 static void rmsnorm_launch(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
                            float eps) {
     if (n <= 0) return;
