@@ -135,9 +135,13 @@ static void check_chunks_and_threads(const char *name) {
 
 /* A prompt long enough for a device's prefill products (LONG_N rows: the CUDA device
  * multiplies 128 rows and more in fp16, its fast path) against the reference kernels on
- * the CPU over the same ids: every row's logits within the fast bound (2e-3 of the
- * largest reference logit) and the last row's argmax equal. The fixtures' goldens are
- * prompts of a few tokens, which run the exact products. */
+ * the CPU over the same ids: every row's logits within the path's bound and the last
+ * row's argmax equal (DESIGN.md: a fast path keeps the greedy token and states its
+ * error). The bounds, of the largest reference logit: the CPU's int8 activations 2e-3
+ * (measured at most 1.4e-3 with an fp16 cache); the CUDA fp16 products (W and x rounded
+ * to fp16 once, cuBLAS's tensor-core sums) 4e-3 (measured 1.2e-3 .. 2.5e-3 over these
+ * fixtures; SmolLM2's mean KL against the CPU reference is 6e-6, test_real_kl). The
+ * fixtures' goldens are prompts of a few tokens, which run the exact products. */
 #define LONG_N 200
 
 static void check_long_prompt(const char *name) {
@@ -160,8 +164,9 @@ static void check_long_prompt(const char *name) {
         const float *gl = got + (LONG_N - 1) * v, *wl = want + (LONG_N - 1) * v;
         printf("  %-22s %-5s %s KV  %d-token prompt against ref: max |logit diff| %.3g (rel %.2g)\n", name, label(),
                kv_type, LONG_N, diff, diff / mx);
-        CHECK(diff <= 2e-3 * mx, "%s: %s %d-token logits (%s KV) differ from ref by %g (> 2e-3 x %g)", name, label(),
-              LONG_N, kv_type, diff, mx);
+        const double bound = !strcmp(device, "cpu") ? 2e-3 : 4e-3;
+        CHECK(diff <= bound * mx, "%s: %s %d-token logits (%s KV) differ from ref by %g (> %g x %g)", name, label(),
+              LONG_N, kv_type, diff, bound, mx);
         CHECK(sampling_argmax(gl, v) == sampling_argmax(wl, v), "%s: %s %d-token last-row argmax differs from ref",
               name, label(), LONG_N);
     }
