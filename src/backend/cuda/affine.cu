@@ -674,26 +674,36 @@ extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine 
 
 /* ==== Rows of W: embeddings ==== */
 
-/* v[e] = W[row, c + e], e < 4, c a multiple of 4 (one code word, one group): s * q + b in
- * fp32, the product and the sum rounded apart, as the CPU reference does. */
+/* The (scale, bias) of row r16 of row tile rt, group g, in the sb layout of affine.h. */
+__device__ __forceinline__ void group_sb(const cuda_affine &w, int64_t rt, int r16, int64_t g, float &s, float &b) {
+    const int gpb = groups_per_block(w.bits, w.group);
+    sb_pair(w.sb, w.sb_kind, ((rt * w.group_blocks + g / gpb) * 8 + (r16 & 7)) * 2 * gpb + 2 * (g % gpb) + (r16 >> 3),
+            s, b);
+}
+
+/* v[e] = s * q + b for the 4 adjacent columns 16m + 4t + e (e < 4) that a lane's code word
+ * of mma step m holds (k_pack_codes' order), in fp32, the product and the sum rounded
+ * apart, as the CPU reference does. */
+__device__ __forceinline__ void word_values(float v[4], uint32_t word, int bits, int m, float s, float b) {
+    const uint32_t mask = (1u << bits) - 1u;
+#pragma unroll
+    for (int e4 = 0; e4 < 4; e4++) {
+        const int kp = e4 >> 1, e = e4 & 1;
+        const int pos = bits == 4 ? 4 * e + 2 * (m & 1) + kp : 2 * e + kp;
+        v[e4] = __fadd_rn(__fmul_rn(s, (float)((word >> (bits * pos)) & mask)), b);
+    }
+}
+
+/* v[e] = W[row, c + e], e < 4, c a multiple of 4 (one code word, one group). */
 __device__ static void affine_quad(float v[4], const cuda_affine &w, int64_t row, int64_t c) {
-    const int tc = tile_cols(w.bits), gpb = groups_per_block(w.bits, w.group);
+    const int tc = tile_cols(w.bits);
     const int64_t rt = row >> 4, kt = c / tc;
     const int r16 = (int)(row & 15), cc = (int)(c % tc), m = cc >> 4, t = (cc >> 2) & 3;
     const int j = (w.bits == 4 ? m >> 1 : m) + (r16 >= 8 ? 2 : 0);
     const uint32_t word = w.codes[((rt * w.k_tiles + kt) * 32 + 4 * (r16 & 7) + t) * 4 + j];
-    const int64_t g = c / w.group;
     float s, b;
-    sb_pair(w.sb, w.sb_kind, ((rt * w.group_blocks + g / gpb) * 8 + (r16 & 7)) * 2 * gpb + 2 * (g % gpb) + (r16 >> 3),
-            s, b);
-    const uint32_t mask = (1u << w.bits) - 1u;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const int kp = e >> 1, ee = e & 1;
-        const int pos = w.bits == 4 ? 4 * ee + 2 * (m & 1) + kp : 2 * ee + kp;
-        const uint32_t q = (word >> (w.bits * pos)) & mask;
-        v[e] = __fadd_rn(__fmul_rn(s, (float)q), b);
-    }
+    group_sb(w, rt, r16, c / w.group, s, b);
+    word_values(v, word, w.bits, m, s, b);
 }
 
 __global__ static void k_rows(float *y, const cuda_affine w, const int32_t *ids, int64_t m) {
@@ -730,8 +740,7 @@ __device__ __forceinline__ void dequant_tile(__half *y, const cuda_affine &w, in
     const int r = lane >> 2, t = lane & 3;
     const int64_t rt = (row0 >> 4) + tile / w.k_tiles, kt = tile % w.k_tiles;
     const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
-    const int tc = BITS == 4 ? 64 : 32, gpb = groups_per_block(BITS, w.group);
-    constexpr uint32_t mask = (1u << BITS) - 1u;
+    const int tc = BITS == 4 ? 64 : 32;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int r16 = r + (j >= 2 ? 8 : 0);
@@ -742,17 +751,9 @@ __device__ __forceinline__ void dequant_tile(__half *y, const cuda_affine &w, in
             const int m = BITS == 4 ? 2 * (j & 1) + mm : (j & 1);
             const int64_t c = kt * tc + 16 * m + 4 * t;
             if (c >= w.cols) continue;
-            const int64_t g = c >> (31 - __clz((int)w.group)); /* groups are powers of 2 */
-            float s, b;
-            sb_pair(w.sb, w.sb_kind, ((rt * w.group_blocks + g / gpb) * 8 + (r16 & 7)) * 2 * gpb + 2 * (g % gpb) + (r16 >> 3),
-                    s, b);
-            float v[4];
-#pragma unroll
-            for (int e4 = 0; e4 < 4; e4++) {
-                const int kp = e4 >> 1, e = e4 & 1;
-                const int pos = BITS == 4 ? 4 * e + 2 * mm + kp : 2 * e + kp;
-                v[e4] = __fadd_rn(__fmul_rn(s, (float)((words[j] >> (BITS * pos)) & mask)), b);
-            }
+            float s, b, v[4];
+            group_sb(w, rt, r16, c >> (31 - __clz((int)w.group)), s, b); /* groups are powers of 2 */
+            word_values(v, words[j], BITS, m, s, b);
             const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
             *(uint2 *)(y + out * w.cols + c) = make_uint2(h2_bits(lo), h2_bits(hi));
         }
