@@ -166,6 +166,20 @@ static void check_json(void) {
         check_result_seq(json_array_get(a, 5), 0, 4, 6, 3, 1, 2, false);
     }
     json_decref(a);
+    /* -b: the context's rows per step; a prompt longer than that runs in chunks */
+    a = bench_json("llama3-q4g64", "-p 8 -n 2 -b 3 -r 1 -t 1 -o json", 2);
+    if (a) {
+        check_result(json_array_get(a, 0), 8, 0, 1, 1, false);
+        check_result(json_array_get(a, 1), 0, 2, 1, 1, false);
+        CHECK(json_integer_value(json_object_get(json_array_get(a, 0), "n_batch")) == 3 &&
+                  json_integer_value(json_object_get(json_array_get(a, 1), "n_batch")) == 3,
+              "-b 3 sets n_batch");
+    }
+    json_decref(a);
+    a = bench_json("llama3-q4g64", "-p 0 -n 2 -r 1 -t 1 -o json", 1);
+    if (a)
+        CHECK(json_integer_value(json_object_get(json_array_get(a, 0), "n_batch")) == 512, "n_batch defaults to 512");
+    json_decref(a);
     /* A cache of exactly depth + the longest test is enough. */
     a = bench_json("llama3-q4g64", "-p 8 -n 0 -d 16 -c 24 -r 1 -t 1 -o json", 1);
     if (a) check_result_at(json_array_get(a, 0), 8, 0, 16, 1, 1, false);
@@ -244,7 +258,7 @@ static void check_md(void) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "'%s' bench --help", bin());
     rc = run_capture(cmd, out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "n_batch 512") && strstr(out, "--full-logits"),
+    CHECK(rc == 0 && strstr(out, "-b N") && strstr(out, "(512 by default)") && strstr(out, "--full-logits"),
           "--help on stdout, exit 0");
 }
 
@@ -281,6 +295,9 @@ static void check_bad_flags(void) {
         {"-d x", "-d x", "-d"},
         {"-np 0", "-np 0", "-np"},
         {"-np x", "-np x", "-np"},
+        {"-b 0", "-b 0", "-b"},
+        {"-b x", "-b x", "-b"},
+        {"-b too large", "-b 65537", "-b"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "%s %s", m, bad[i].args);

@@ -38,8 +38,8 @@
 
 static const char usage_text[] =
     "usage: celer bench -m MODEL [-p 512[,2048..]] [-n 128[,..]] [-np 1[,16..]] [-d 0[,2048..]]\n"
-    "                   [-r 5] [-t N[,N..]] [-c CTX] [--full-logits] [-o md|json] [--memory]\n"
-    "                   [--image FILE]\n"
+    "                   [-r 5] [-t N[,N..]] [-c CTX] [-b 512] [--full-logits] [-o md|json]\n"
+    "                   [--memory] [--image FILE]\n"
     "  -p LIST        prompt lengths: ppN prefills N synthetic ids in one call (default 512)\n"
     "  -n LIST        generation lengths: tgN runs N one-token decode steps (default 128)\n"
     "                 0 turns a kind off (-p 0 -n 128 runs tg128 only)\n"
@@ -51,6 +51,8 @@ static const char usage_text[] =
     "  -r R           timed repetitions per test, after one warm-up run (default 5)\n"
     "  -t LIST        threads (default: the physical cores, %d here)\n"
     "  -c CTX         KV cache positions (default: max(-d) + max(-p) + max(-n))\n"
+    "  -b N           rows per step inside the library (the context's n_batch, default 512):\n"
+    "                 a longer prompt runs in chunks of N rows, each through the whole model\n"
     "  --full-logits  prefill computes logits for every prompt row (celer_forward), to A/B\n"
     "                 the last-row LM head\n"
     "  -o md|json     a markdown table (default) or a JSON array with llama-bench's field names\n"
@@ -58,10 +60,16 @@ static const char usage_text[] =
     "                 of it one decode step's weight reads use\n"
     "  --image FILE   vision-language models: time to encode the image, and ppN+img (the\n"
     "                 image's rows then N ids in one prefill), in rows per second\n"
-    "Contexts hold max(-np) sequences with n_batch 512: a longer prompt runs in 512-row chunks\n"
-    "inside the library. The kernel set comes from CELER_CPU (default auto).\n";
+    "Contexts hold max(-np) sequences and n_batch -b rows (512 by default). The kernel set\n"
+    "comes from CELER_CPU (default auto).\n";
 
-enum { BENCH_N_BATCH = 512, BENCH_MAX_LEN = 1 << 20, BENCH_MAX_REPS = 100000, BENCH_MAX_SEQ = 256 };
+enum {
+    BENCH_N_BATCH = 512,
+    BENCH_MAX_BATCH = 65536,
+    BENCH_MAX_LEN = 1 << 20,
+    BENCH_MAX_REPS = 100000,
+    BENCH_MAX_SEQ = 256
+};
 
 /* ==== Options ==== */
 
@@ -76,6 +84,7 @@ typedef struct bench_opts {
     int64_t *threads;
     int64_t n_threads;
     int64_t reps;
+    int64_t n_batch; /* rows per step (-b) */
     bool full_logits, json, memory;
     const char *image;
 } bench_opts;
@@ -112,6 +121,7 @@ static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t 
 static void parse_opts(bench_opts *o, int argc, char **argv) {
     const char *pp = "512", *tg = "128", *depth = "0", *np = "1", *threads = NULL, *out = "md";
     o->reps = 5;
+    o->n_batch = BENCH_N_BATCH;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -133,7 +143,7 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
         const bool thr = !strcmp(a, "-t") || !strcmp(a, "--threads");
         if (!thr && cli_model_flag(&o->mo, argc, argv, &i)) continue;
         const bool takes_value = thr || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-d") ||
-                                 !strcmp(a, "-r") || !strcmp(a, "-o") || !strcmp(a, "-np");
+                                 !strcmp(a, "-r") || !strcmp(a, "-o") || !strcmp(a, "-np") || !strcmp(a, "-b");
         if (!takes_value) cli_die("bench: unknown option %s (see celer bench --help)", a);
         if (i + 1 >= argc) cli_die("%s: expected a value", a);
         const char *v = argv[++i];
@@ -149,7 +159,11 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
             out = v;
         else if (!strcmp(a, "-np"))
             np = v;
-        else {
+        else if (!strcmp(a, "-b")) {
+            o->n_batch = cli_parse_int(a, v);
+            if (o->n_batch < 1 || o->n_batch > BENCH_MAX_BATCH)
+                cli_die("-b: expected 1 to %d rows per step, found %s", BENCH_MAX_BATCH, v);
+        } else {
             o->reps = cli_parse_int(a, v);
             if (o->reps < 1 || o->reps > BENCH_MAX_REPS)
                 cli_die("-r: expected 1 to %d repetitions, found %s", BENCH_MAX_REPS, v);
@@ -213,7 +227,7 @@ typedef struct bench_result {
     int64_t n_seq; /* sequences of a tgN (1 for ppN) */
     int32_t n_threads;
     const char *kernels; /* static, from the library */
-    int64_t n_ctx;
+    int64_t n_ctx, n_batch;
     double load_ms; /* model open + context create */
     celer_context_memory mem; /* what the context held on its device */
     char device[32];
@@ -518,7 +532,7 @@ static json_t *json_result(const bench_model *bm, const bench_result *r, const b
     json_object_set_new(j, "model_n_params", json_integer(bm->info.n_params));
     json_object_set_new(j, "kernels", json_string(r->kernels));
     json_object_set_new(j, "n_threads", json_integer(r->n_threads));
-    json_object_set_new(j, "n_batch", json_integer(BENCH_N_BATCH));
+    json_object_set_new(j, "n_batch", json_integer(r->n_batch));
     json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "n_prompt", json_integer(r->n_prompt));
     json_object_set_new(j, "n_gen", json_integer(r->n_gen));
@@ -639,13 +653,14 @@ int cmd_bench(int argc, char **argv) {
         res[i].n_gen = k < o.n_pp ? 0 : o.tg[(k - o.n_pp) / o.n_np];
         res[i].n_seq = k < o.n_pp ? 1 : o.np[(k - o.n_pp) % o.n_np];
         res[i].n_depth = o.depth[i % per_t / per_d];
+        res[i].n_batch = o.n_batch;
     }
 
     for (int64_t ti = 0; ti < o.n_threads && (n_res || o.image); ti++) {
         celer_context_params cp = celer_context_default_params();
         cp.n_ctx = ctx_len;
         cp.n_seq = (int32_t)max_np;
-        cp.n_batch = BENCH_N_BATCH;
+        cp.n_batch = o.n_batch;
         cp.n_threads = (int32_t)o.threads[ti];
         cp.device = o.mo.device;
         celer_context *ctx;
@@ -698,7 +713,7 @@ int cmd_bench(int argc, char **argv) {
             printf("load: %.1f ms (model open + context create; %lld thread%s, n_ctx %lld, n_batch "
                    "%d)\n",
                    res[ti * per_t].load_ms, (long long)o.threads[ti], o.threads[ti] > 1 ? "s" : "",
-                   (long long)ctx_len, BENCH_N_BATCH);
+                   (long long)ctx_len, (int)o.n_batch);
         if (n_res) {
             const celer_context_memory *mm = &res[0].mem;
             const double mib = 1024.0 * 1024;
