@@ -7,7 +7,8 @@
  * continuation. The reference runs with an fp32 KV cache, as transformers does. Each fast
  * set also runs a 200-token prompt on five quantized fixtures against the reference
  * kernels (the goldens' prompts are too short for a device's prefill products), within
- * the same 2e-3 and with the same last argmax. Also runs one fixture in
+ * its path's stated bound (check_long_prompt) and with the same last argmax. Also runs
+ * one fixture in
  * chunks of 5 rows and with 1 and 3 threads, which must give the same logits. A fixture
  * directory without golden.json or golden_logits.npy is a failure, never a quiet pass.
  */

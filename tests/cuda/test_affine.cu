@@ -12,11 +12,11 @@
  * rows of the case, see test_matrix), every output was written (y is poisoned with NaN
  * before each product) and nothing past it (a poisoned guard after y). Rows
  * (cuda_affine_rows) must equal the CPU reference's s * q + b bit for bit and leave rows
- * of negative ids alone; cuda_affine_dequant's fp16 rows must be that value rounded once. The prefill product (cuda_affine_gemm) on the same configurations
- * at n = 1 .. 300, and both products over sets of three matrices of one input in one
- * launch (cuda_affine_gemv_set, cuda_affine_gemm_set), each output against its own
- * reference. The last line is "N passed, N failed"; the exit code
- * is non-zero on any failure.
+ * of negative ids alone; cuda_affine_dequant's fp16 rows must be that value rounded
+ * once. The prefill product (cuda_affine_gemm) on the same configurations at n = 1 ..
+ * 300, and both products over sets of three matrices of one input in one launch
+ * (cuda_affine_gemv_set, cuda_affine_gemm_set), each output against its own reference.
+ * The last line is "N passed, N failed"; the exit code is non-zero on any failure.
  */
 #include "backend/cuda/affine.h"
 #include "check.h"

@@ -589,14 +589,13 @@ extern "C" bool cuda_affine_compatible(const cuda_affine *a, const cuda_affine *
  * its block's rows unwritten). */
 #define GEMV_COUNTERS 16384 /* blocks of 128 rows: products of up to 2 Mi rows */
 
-static size_t work_bytes(int64_t blocks, int64_t tiles, int64_t split, int64_t n) {
-    (void)blocks;
+static size_t work_bytes(int64_t tiles, int64_t split, int64_t n) {
     if (split <= 1) return 0;
     return (size_t)GEMV_COUNTERS * 4 + (size_t)split * (size_t)n * (size_t)tiles * 16 * 4;
 }
 
 extern "C" size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p) {
-    return work_bytes(row_blocks(w), w->row_tiles, cuda_affine_plan_split(w, p), n);
+    return work_bytes(w->row_tiles, cuda_affine_plan_split(w, p), n);
 }
 
 extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
@@ -659,7 +658,7 @@ extern "C" size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, in
     float *ys[CUDA_AFFINE_SET] = {NULL, NULL, NULL, NULL};
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return 0;
     const int slice = set_slice(&set, w[0], n);
-    return work_bytes(affine_set_blocks(&set), affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n);
+    return work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n);
 }
 
 extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x,
@@ -667,7 +666,7 @@ extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine 
     affine_set set;
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return cudaErrorInvalidValue;
     const int slice = set_slice(&set, w[0], n);
-    if (work_bytes(affine_set_blocks(&set), affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n) > work_size)
+    if (work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n) > work_size)
         return cudaErrorInvalidValue;
     return gemv_launch(&set, w[0], x, n, work, s, flags, slice);
 }

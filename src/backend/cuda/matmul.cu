@@ -84,6 +84,11 @@ static int64_t dense_chunk(const cuda_backend *cb, const cuda_mat *m) {
     return rows < m->rows ? rows : m->rows;
 }
 
+/* Rows of m from row r on that one chunk of `chunk` rows takes. */
+static int64_t chunk_rows(const cuda_mat *m, int64_t r, int64_t chunk) {
+    return m->rows - r < chunk ? m->rows - r : chunk;
+}
+
 /* Whether the dense path takes m's product at n rows: affine, enough rows, and W's rows
  * fit the buffer 16 at a time. */
 static bool dense_takes(const cuda_backend *cb, const cuda_mat *m, int64_t n) {
@@ -131,12 +136,12 @@ static const cuda_mat *next_mat(const cuda_backend *cb, const cuda_mat *m) {
 static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __half *xh, int64_t n) {
     const int64_t chunk = dense_chunk(cb, m);
     for (int64_t r = 0; r < m->rows; r += chunk) {
-        const int64_t k = m->rows - r < chunk ? m->rows - r : chunk;
+        const int64_t k = chunk_rows(m, r, chunk);
         int b = held(cb, m, r, k);
         if (b < 0) chunk_into(cb, b = cb->wh_next, m, r, k);
         /* the other buffer gets what comes next while this chunk is multiplied */
         if (r + k < m->rows) {
-            const int64_t k2 = m->rows - r - k < chunk ? m->rows - r - k : chunk;
+            const int64_t k2 = chunk_rows(m, r + k, chunk);
             if (held(cb, m, r + k, k2) < 0) chunk_into(cb, 1 - b, m, r + k, k2);
         } else if (const cuda_mat *nx = next_mat(cb, m)) {
             const int64_t k2 = dense_chunk(cb, nx);
