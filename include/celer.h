@@ -106,7 +106,8 @@ typedef struct celer_context_params {
     int32_t n_seq;     /* sequences the context can hold at once; ids 0 .. n_seq-1 */
     int64_t kv_positions; /* the KV pool all sequences share, in positions; 0 = n_seq * n_ctx */
     const char *kv_type;  /* cached K/V values: "f16" (NULL: the default) or "f32" */
-    int64_t n_batch;   /* rows per internal step; longer inputs run in chunks */
+    int64_t n_batch;   /* rows per internal step; longer inputs run in chunks. 0 = the
+                          device's: 512 on the CPU, 2048 on CUDA */
     int32_t n_threads; /* threads for every op; 0 = number of physical cores */
     /* Kernel set: NULL = the CELER_CPU environment variable if set, else "auto" (the
      * fastest the CPU supports). Names: "auto", "ref" (scalar reference kernels, the
@@ -148,6 +149,8 @@ celer_context_memory celer_context_get_memory(const celer_context *ctx);
 bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size);
 /* Threads ctx runs each op on. */
 int32_t celer_context_n_threads(const celer_context *ctx);
+/* Rows ctx runs in one internal step (params.n_batch, or the device's where that was 0). */
+int64_t celer_context_n_batch(const celer_context *ctx);
 
 /* Whether this CPU (and OS) can run the named kernel set; false for unknown names. */
 bool celer_kernels_supported(const char *name);

@@ -315,11 +315,34 @@ static void check_memory(void) {
           (long long)mb.kv, (long long)(2 * 80 * info.kv_bytes_per_token));
     CHECK(ma.weights > 0 && ma.weights == mb.weights, "weights %lld and %lld: one copy for both contexts",
           (long long)ma.weights, (long long)mb.weights);
-    const int64_t hidden = 4 * celer_context_default_params().n_batch * D;
+    const int64_t hidden = 4 * celer_context_n_batch(a) * D;
     CHECK(ma.buffers >= hidden, "buffers %lld below a batch's hidden states (%lld)", (long long)ma.buffers,
           (long long)hidden);
-    celer_context_destroy(a);
     celer_context_destroy(b);
+
+    /* A backend with memory of its own holds the logits rows a call asked for, grown to
+     * the most so far: one row for a last-row call, 9 for a 9-row forward, and no more
+     * for a later last-row call. A host backend writes the caller's memory (none). */
+    const char *staged = getenv("CELER_CPU_STAGED");
+    const bool own = strcmp(celer_context_device(a), "cpu") != 0 || (staged && !strcmp(staged, "1"));
+    const int64_t row = own ? 4 * V : 0;
+    int32_t ids[9];
+    for (int i = 0; i < 9; i++) ids[i] = 1 + 7 * i % (int)(V - 1);
+    float *all = malloc(sizeof(float) * 9 * (size_t)V);
+    if (!CHECK(all != NULL, "out of memory")) goto out;
+    const int64_t grown[3] = {row, 9 * row, 9 * row};
+    for (int k = 0; k < 3; k++) {
+        celer_seq_reset(a, 0);
+        const celer_batch bt = celer_batch_tokens(ids, k == 1 ? 9 : 5);
+        const celer_status st = k == 1 ? celer_forward(a, &bt, all) : celer_forward_last_logits(a, &bt, 4, all);
+        const int64_t buffers = celer_context_get_memory(a).buffers;
+        CHECK(st == CELER_OK && buffers - ma.buffers == grown[k],
+              "call %d: buffers grew by %lld bytes, expected %lld (%s backend)", k, (long long)(buffers - ma.buffers),
+              (long long)grown[k], own ? "device" : "host");
+    }
+out:
+    free(all);
+    celer_context_destroy(a);
 }
 
 static void run_all(void) {

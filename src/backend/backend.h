@@ -196,6 +196,8 @@ typedef struct backend_params {
 /* A kind of backend: cpu, cuda. */
 struct backend_class {
     const char *name;
+    /* rows per step where the caller leaves n_batch 0: as many as pay for their buffers */
+    int64_t rows_per_step;
     /* devices this machine has (0 with the reason in e when none) */
     int (*device_count)(celer_error *e);
     /* a line naming device i: "NVIDIA H200, 139 GiB", "AMD EPYC 9454 (avx512)" */

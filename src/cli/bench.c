@@ -51,8 +51,9 @@ static const char usage_text[] =
     "  -r R           timed repetitions per test, after one warm-up run (default 5)\n"
     "  -t LIST        threads (default: the physical cores, %d here)\n"
     "  -c CTX         KV cache positions (default: max(-d) + max(-p) + max(-n))\n"
-    "  -b N           rows per step inside the library (the context's n_batch, default 512):\n"
-    "                 a longer prompt runs in chunks of N rows, each through the whole model\n"
+    "  -b N           rows per step inside the library (the context's n_batch; default the\n"
+    "                 device's: 512 on the CPU, 2048 on CUDA): a longer prompt runs in chunks\n"
+    "                 of N rows, each through the whole model\n"
     "  --full-logits  prefill computes logits for every prompt row (celer_forward), to A/B\n"
     "                 the last-row LM head\n"
     "  -o md|json     a markdown table (default) or a JSON array with llama-bench's field names\n"
@@ -60,11 +61,10 @@ static const char usage_text[] =
     "                 of it one decode step's weight reads use\n"
     "  --image FILE   vision-language models: time to encode the image, and ppN+img (the\n"
     "                 image's rows then N ids in one prefill), in rows per second\n"
-    "Contexts hold max(-np) sequences and n_batch -b rows (512 by default). The kernel set\n"
+    "Contexts hold max(-np) sequences and n_batch -b rows. The kernel set\n"
     "comes from CELER_CPU (default auto).\n";
 
 enum {
-    BENCH_N_BATCH = 512,
     BENCH_MAX_BATCH = 65536,
     BENCH_MAX_LEN = 1 << 20,
     BENCH_MAX_REPS = 100000,
@@ -121,7 +121,7 @@ static int64_t *parse_list(const char *flag, const char *s, int64_t lo, int64_t 
 static void parse_opts(bench_opts *o, int argc, char **argv) {
     const char *pp = "512", *tg = "128", *depth = "0", *np = "1", *threads = NULL, *out = "md";
     o->reps = 5;
-    o->n_batch = BENCH_N_BATCH;
+    o->n_batch = 0; /* the device's */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -653,7 +653,6 @@ int cmd_bench(int argc, char **argv) {
         res[i].n_gen = k < o.n_pp ? 0 : o.tg[(k - o.n_pp) / o.n_np];
         res[i].n_seq = k < o.n_pp ? 1 : o.np[(k - o.n_pp) % o.n_np];
         res[i].n_depth = o.depth[i % per_t / per_d];
-        res[i].n_batch = o.n_batch;
     }
 
     for (int64_t ti = 0; ti < o.n_threads && (n_res || o.image); ti++) {
@@ -673,10 +672,11 @@ int cmd_bench(int argc, char **argv) {
             r->n_threads = celer_context_n_threads(ctx);
             r->kernels = celer_context_kernels(ctx);
             r->n_ctx = ctx_len;
+            r->n_batch = celer_context_n_batch(ctx);
             r->load_ms = load_ms;
-            r->mem = celer_context_get_memory(ctx);
             snprintf(r->device, sizeof r->device, "%s", celer_context_device(ctx));
             bench_run(ctx, r, &bb, o.reps, o.full_logits);
+            r->mem = celer_context_get_memory(ctx); /* with the logits rows the runs asked for */
             if (!o.json) md_row(&bm, r, o.reps, o.full_logits);
         }
         if (o.image) {
@@ -713,9 +713,9 @@ int cmd_bench(int argc, char **argv) {
             printf("load: %.1f ms (model open + context create; %lld thread%s, n_ctx %lld, n_batch "
                    "%d)\n",
                    res[ti * per_t].load_ms, (long long)o.threads[ti], o.threads[ti] > 1 ? "s" : "",
-                   (long long)ctx_len, (int)o.n_batch);
+                   (long long)ctx_len, (int)res[ti * per_t].n_batch);
         if (n_res) {
-            const celer_context_memory *mm = &res[0].mem;
+            const celer_context_memory *mm = &res[per_t - 1].mem; /* after every test of a context */
             const double mib = 1024.0 * 1024;
             printf("memory on %s: weights %.1f + KV cache %.1f + buffers %.1f = %.1f MiB\n", res[0].device,
                    (double)mm->weights / mib, (double)mm->kv / mib, (double)mm->buffers / mib,

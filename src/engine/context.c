@@ -4,7 +4,9 @@
  * block tables) before handing it to the model contract in src/models/.
  *
  * Inputs longer than n_batch run in chunks through the whole model; every buffer is
- * sized at creation, so no forward allocates.
+ * sized at creation, so no forward allocates, but for one: a backend with memory of its
+ * own gets its logits buffer at the first call that asks for more rows than it holds
+ * (before the call changes anything), so sampling one row a step holds one row.
  */
 #include "celer.h"
 
@@ -39,7 +41,8 @@ struct celer_context {
     /* memory of be */
     float *scratch;    /* model activations for n_batch rows */
     float *hidden;     /* [n_batch, d] */
-    float *out;        /* [n_batch, v] logits a backend of its own memory writes (else NULL) */
+    float *out;        /* [out_rows, v] logits a backend of its own memory writes (else NULL) */
+    int64_t out_rows;  /* the most logits rows a step has asked for so far */
     int32_t *out_ids;  /* [n_batch] their argmax where the backend takes it (else NULL) */
     int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables; /* step inputs (else NULL) */
     float *in_embd;    /* [n_batch, d] (else NULL) */
@@ -98,7 +101,7 @@ celer_model_info celer_model_get_info(const celer_model *m) {
 /* ==== Context ==== */
 
 celer_context_params celer_context_default_params(void) {
-    return (celer_context_params){.n_ctx = 4096, .n_seq = 1, .n_batch = 512, .n_threads = 0};
+    return (celer_context_params){.n_ctx = 4096, .n_seq = 1, .n_batch = 0, .n_threads = 0};
 }
 
 /* bytes of be's memory for ctx, counted in ctx->buffer_bytes */
@@ -161,7 +164,7 @@ static celer_status vision_backend(celer_context *ctx, const backend_params *tp,
 }
 
 /* Backend buffers of a context: activations, and where the backend has memory of its own,
- * the step's inputs and the logits it writes. */
+ * the step's inputs (the logits it writes come with the first step that asks for them). */
 static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     backend *be = ctx->be;
     const model_dims *dm = &ctx->model->dims;
@@ -171,7 +174,6 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     if (!ctx->scratch || !ctx->hidden) return false;
     if (be->host) return true;
     const size_t tables = nb * (size_t)ctx->kv.max_blocks;
-    ctx->out = ctx_alloc(ctx, be, sizeof(float) * nb * (size_t)dm->v);
     ctx->in_token = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_pos = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_slot = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
@@ -180,7 +182,7 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     ctx->in_tables = ctx_alloc(ctx, be, sizeof(int32_t) * tables);
     ctx->in_embd = ctx_alloc(ctx, be, sizeof(float) * nb * d);
     ctx->tables = malloc(sizeof(int32_t) * tables);
-    return ctx->out && ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
+    return ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
            ctx->in_embd && ctx->tables && (ctx->out_ids || !be->ops->argmax_rows);
 }
 
@@ -190,9 +192,9 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     celer_status s = CELER_OK;
     celer_context_params p = params ? *params : celer_context_default_params();
     *out = NULL;
-    if (p.n_ctx <= 0 || p.n_seq <= 0 || p.n_batch <= 0 || p.n_threads < 0 || p.kv_positions < 0) {
+    if (p.n_ctx <= 0 || p.n_seq <= 0 || p.n_batch < 0 || p.n_threads < 0 || p.kv_positions < 0) {
         s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
-                      "context: n_ctx, n_seq and n_batch must be positive, n_threads and "
+                      "context: n_ctx and n_seq must be positive, n_batch, n_threads and "
                       "kv_positions >= 0");
         error_copy(&e, err, err_size);
         return s;
@@ -211,10 +213,11 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     const model_dims *dm = &model->dims;
     ctx->model = model;
     ctx->n_threads = p.n_threads;
-    ctx->n_batch = p.n_batch;
     int device;
     if ((s = backend_find(p.device ? p.device : getenv("CELER_DEVICE"), &ctx->cls, &device, &e)) != CELER_OK)
         goto fail;
+    if (p.n_batch == 0) p.n_batch = ctx->cls->rows_per_step;
+    ctx->n_batch = p.n_batch;
     if (!strcmp(ctx->cls->name, "cpu")) snprintf(ctx->device, sizeof ctx->device, "cpu");
     else snprintf(ctx->device, sizeof ctx->device, "%s:%d", ctx->cls->name, device);
     int64_t max_cols = dm->d;
@@ -298,6 +301,7 @@ bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t des
     return false;
 }
 int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
+int64_t celer_context_n_batch(const celer_context *ctx) { return ctx->n_batch; }
 
 bool celer_kernels_supported(const char *name) {
     cpu_isa isa;
@@ -442,12 +446,42 @@ static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, cons
     if (count) be->ops->download(be, out + first * v, dst + first * v, row_bytes * (size_t)count);
 }
 
+/* The most logits rows one step of a call makes. */
+static int64_t step_logits_rows(const celer_context *ctx, const celer_batch *b, run_output kind, int64_t last_pos) {
+    int64_t most = 0;
+    for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
+        const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
+        int64_t rows = kind == RUN_ALL ? n : kind == RUN_ROW ? (last_pos >= off && last_pos < off + n) : 0;
+        if (kind == RUN_WANTED)
+            for (int64_t r = off; r < off + n; r++) rows += b->logits[r] != 0;
+        if (rows > most) most = rows;
+    }
+    return most;
+}
+
+/* Room in ctx->out for rows logits rows, where the backend has memory of its own. The
+ * buffer grows to the most rows a step has asked for: a context that samples a row a step
+ * holds that row, not n_batch of them (a Llama 3 row is 501 KiB). */
+static celer_status out_reserve(celer_context *ctx, int64_t rows) {
+    if (ctx->be->host || rows <= ctx->out_rows) return CELER_OK;
+    const size_t row_bytes = sizeof(float) * (size_t)ctx->model->dims.v;
+    release(ctx->be, ctx->out);
+    ctx->buffer_bytes -= (int64_t)row_bytes * ctx->out_rows;
+    ctx->out_rows = 0;
+    if (!(ctx->out = ctx_alloc(ctx, ctx->be, row_bytes * (size_t)rows)))
+        return error_set(&ctx->err, CELER_STATUS_OUT_OF_MEMORY, "context: out of %s memory for %lld rows of logits",
+                         ctx->device, (long long)rows);
+    ctx->out_rows = rows;
+    return CELER_OK;
+}
+
 static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_seq,
                         run_output kind, int64_t last_pos, float *out, int32_t *ids) {
     const celer_model *m = ctx->model;
     backend *be = ctx->be;
     const int64_t d = m->dims.d, v = m->dims.v;
     celer_status s = check_batch(ctx, b, force_seq, kind, last_pos);
+    if (s == CELER_OK) s = out_reserve(ctx, step_logits_rows(ctx, b, kind, last_pos));
     if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
     if (s != CELER_OK) return s;
     memcpy(ctx->next, ctx->kv.len, sizeof(int64_t) * (size_t)ctx->kv.n_seq);

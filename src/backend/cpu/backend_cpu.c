@@ -679,6 +679,7 @@ static backend *cpu_class_create(const backend_params *p, const backend_weights 
 
 const backend_class backend_cpu_class = {
     .name = "cpu",
+    .rows_per_step = 512,
     .device_count = cpu_device_count,
     .device_name = cpu_device_name,
     .prepare = cpu_prepare,

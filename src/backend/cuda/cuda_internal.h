@@ -153,6 +153,8 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 /* Halves of the fp16 weight buffer the products need at most (0 when no step of the
  * backend's rows takes the dense prefill product). */
 int64_t cuda_dense_elems(const cuda_backend *cb);
+/* Rows of x the affine prefill product (gemm_work) needs room for. */
+int64_t cuda_gemm_rows(const cuda_backend *cb);
 
 /* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);

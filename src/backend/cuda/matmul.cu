@@ -78,6 +78,19 @@ int64_t cuda_dense_elems(const cuda_backend *cb) {
     return w->affine_elems < DENSE_MAX_ELEMS ? w->affine_elems : DENSE_MAX_ELEMS;
 }
 
+/* Rows of x the prefill product needs room for in gemm_work: fewer than DENSE_FROM_ROWS
+ * where every affine matrix takes the dense path from there (its wh chunks hold 16 rows
+ * of it), else a whole step's (0 without affine weights). */
+int64_t cuda_gemm_rows(const cuda_backend *cb) {
+    const cuda_weights *w = (const cuda_weights *)cb->base.weights;
+    if (!w || !w->affine_elems) return 0;
+    const int64_t halves = cuda_dense_elems(cb);
+    if (!halves) return cb->p.max_rows;
+    for (int64_t i = 0; i < w->n; i++)
+        if (w->mats[i].bits && halves / w->mats[i].cols < 16) return cb->p.max_rows;
+    return DENSE_FROM_ROWS - 1;
+}
+
 /* Rows of W a dense product takes at once: what wh holds, in whole 16s (aligned outputs). */
 static int64_t dense_chunk(const cuda_backend *cb, const cuda_mat *m) {
     const int64_t rows = cb->wh_elems / m->cols / 16 * 16;
