@@ -12,7 +12,8 @@
  * of up to 300 rows, rows of several sequences mixed or at random positions, decode rows
  * with spans past 2048, windows, GQA ratios 1 to 8, head dims 40 to 256, blocks of 7 and
  * 16 positions; also against a double-precision oracle), full attention over segments,
- * SwiGLU, the GELU family,
+ * SwiGLU, the GELU family, SwiGLU fused into a product (swiglu_matmul; also bit for bit
+ * against the device's own swiglu then matmul),
  * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
  * image patches), and the fused ops (add_rmsnorm; rope_store, its pools read back by
  * attention) against the reference's ops they stand for. Matrices and weight vectors reach the device as a model's do: prepared
@@ -300,6 +301,33 @@ static void multi_case(backend *be, backend *ref, const matview *const *mw, int 
     }
 }
 
+/* swiglu_matmul of n random gate and up rows through w (x, dx: room for 2 n w->cols):
+ * against the reference's swiglu then product (into *diff, *mx), and bit for bit against
+ * the device's own swiglu then matmul (the largest difference into *self). */
+static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx, float *yr,
+                        float *yd, double *diff, double *mx, double *self) {
+    const int64_t m = n * w->rows, k = n * w->cols;
+    fill_rand(x, 2 * k, 2.0f, 0.0f);
+    float *dgate = dx, *dup = dx + k, *dy = put_nan(be, m);
+    be->ops->upload(be, dx, x, sizeof(float) * (size_t)(2 * k));
+    backend_swiglu_matmul(be, dy, w, dgate, dup, n);
+    ref->ops->swiglu(ref, x, x, x + k, k);
+    ref->ops->matmul(ref, yr, w, x, n);
+    get(be, yd, dy, sizeof(float) * (size_t)m);
+    *diff = fmax(*diff, max_abs_diff(yd, yr, m));
+    *mx = fmax(*mx, max_abs(yr, m));
+    fill_rand(x, 2 * k, 2.0f, 0.0f);
+    be->ops->upload(be, dx, x, sizeof(float) * (size_t)(2 * k));
+    backend_swiglu_matmul(be, dy, w, dgate, dup, n);
+    get(be, yd, dy, sizeof(float) * (size_t)m);
+    be->ops->upload(be, dx, x, sizeof(float) * (size_t)(2 * k));
+    be->ops->swiglu(be, dgate, dgate, dup, k);
+    be->ops->matmul(be, dy, w, dgate, n);
+    get(be, yr, dy, sizeof(float) * (size_t)m);
+    *self = fmax(*self, max_abs_diff(yd, yr, m));
+    drop(be, dy);
+}
+
 static void test_matmul(void) {
     static test_mat mats[MAX_MATS];
     matview *list[MAX_MATS];
@@ -346,6 +374,8 @@ static void test_matmul(void) {
               *yd = malloc(sizeof(float) * MM_MAX_N * HEAD_ROWS);
         float *dx = put(be, NULL, sizeof(float) * MM_MAX_N * MM_MAX_COLS);
         const int64_t ns[] = {1, 3, 8, 37};
+        float *x2 = malloc(sizeof(float) * 2 * MM_MAX_N * MM_MAX_COLS);
+        float *dx2 = put(be, NULL, sizeof(float) * 2 * MM_MAX_N * MM_MAX_COLS);
         for (int i = 0; i < nm; i++) {
             const matview *w = &mats[i].w;
             double diff = 0, mx = 0;
@@ -353,6 +383,14 @@ static void test_matmul(void) {
             char what[128];
             snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc, i == head ? " (a head)" : "");
             report(what, diff, 1e-5 * mx);
+            /* an MLP's down projection: SwiGLU where the product reads x */
+            double self = 0;
+            diff = mx = 0;
+            for (int k = 0; k < 4; k++) swiglu_case(be, ref, w, ns[k], x2, dx2, yr, yd, &diff, &mx, &self);
+            snprintf(what, sizeof what, "swiglu_matmul %s n=1,3,8,37", mats[i].desc);
+            report(what, diff, 1e-5 * mx);
+            CHECK(self == 0, "swiglu_matmul %s: %g from the device's swiglu then matmul (must be 0)", mats[i].desc,
+                  self);
         }
         /* matmul_multi: each output against the reference's own product */
         const int set_first[3] = {sets, sets + 3, sets + 6}, set_k[3] = {3, 3, 2};
@@ -393,7 +431,8 @@ static void test_matmul(void) {
         report_wrong(what, max_abs_diff(yd, yr, m), tol);
         drop(be, dy);
         drop(be, dx);
-        free(codes), free(x), free(yr), free(yd);
+        drop(be, dx2);
+        free(codes), free(x), free(x2), free(yr), free(yd);
         device_close(&d);
     }
     backend_destroy(ref);

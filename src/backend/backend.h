@@ -151,6 +151,9 @@ typedef struct backend_ops {
     void (*rope_store)(backend *be, float *q, float *k, const float *v, void *kpool, void *vpool,
                        const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk,
                        int64_t hd, const rope_params *rp);
+    /* y[n, w.rows] = (silu(gate) * up)[n, w.cols] @ W^T (an MLP's down projection); gate
+     * may be overwritten */
+    void (*swiglu_matmul)(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n);
 
     /* ---- optional, for backends whose memory is not the host's (NULL: the caller takes
      * the rows down and works on the host) ---- */
@@ -286,6 +289,16 @@ static inline void backend_rope_store(backend *be, float *q, float *k, const flo
     be->ops->rope(be, q, pos, n, h, hd, rp);
     be->ops->rope(be, k, pos, n, hk, hd, rp);
     be->ops->kv_store(be, kpool, vpool, k, v, slot, n, hk * hd);
+}
+
+static inline void backend_swiglu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up,
+                                         int64_t n) {
+    if (be->ops->swiglu_matmul) {
+        be->ops->swiglu_matmul(be, y, w, gate, up, n);
+        return;
+    }
+    be->ops->swiglu(be, gate, gate, up, n * w->cols);
+    be->ops->matmul(be, y, w, gate, n);
 }
 
 static inline void backend_destroy(backend *be) {

@@ -369,8 +369,8 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
     const matview *const ws[2] = {&p->gate, &p->up};
     const float *const bs[2] = {p->b_gate, p->b_up};
     model_linear_multi(be, ys, ws, bs, 2, xb, n);
-    be->ops->swiglu(be, gate, gate, up, n * f);
-    model_linear(be, out, &p->down, p->b_down, gate, n);
+    backend_swiglu_matmul(be, out, &p->down, gate, up, n);
+    if (p->b_down) be->ops->add_bias(be, out, p->b_down, n, p->down.rows);
 }
 
 const char *model_quant_desc(const matview *w, char *out, size_t size) {

@@ -257,12 +257,12 @@ __host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int k
  * Columns of tokens >= n are not written: the mma keeps columns apart, and their sums are
  * never stored. */
 template <int BITS, int GROUP, int NB>
-__device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__restrict__ x, int n, int cols,
-                                        int kb, int slice) {
+__device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__restrict__ x,
+                                        const float *__restrict__ up, int n, int cols, int kb, int slice) {
     using K = kshape<BITS, GROUP>;
     constexpr int UPT = K::TC / 4, UPE = K::EU / 4, TOKS = 4 * NB; /* float4 units per tile / scaling */
     const int upt = slice * UPT;
-    const float *xb = x + (size_t)kb * K::TC;
+    const float *xb = x + (size_t)kb * K::TC, *ub = up + (size_t)kb * K::TC;
     const int lim = cols - kb * K::TC;
     /* upt is a multiple of 32: whole warps take part in the shuffles, and a scaling
      * unit's UPE units sit in aligned lanes of one warp */
@@ -273,6 +273,14 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
             v[tok] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (tok < n && 4 * c4 < lim) v[tok] = __ldcg((const float4 *)(xb + (size_t)tok * cols + 4 * c4));
         }
+        if (up) /* x = silu(gate) * up */
+#pragma unroll
+            for (int tok = 0; tok < TOKS; tok++) {
+                if (tok >= n || 4 * c4 >= lim) continue;
+                const float4 u = __ldcg((const float4 *)(ub + (size_t)tok * cols + 4 * c4));
+                float4 &g = v[tok];
+                g = make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z), swiglu_of(g.w, u.w));
+            }
         const int kk = c4 / UPT, cc = c4 % UPT, m = cc >> 2, tt = cc & 3;
         uint2 *d = (uint2 *)(xs + (kk * K::MP + (m >> 1)) * NB * 32 + tt) + (m & 1);
         float *xe = xsum + (kk * K::GPB + cc / UPE) * xsum_cols(NB);
@@ -378,8 +386,8 @@ __device__ __forceinline__ void tile_product(float acc[][4], uint4 cw, const uin
  * bx * NW + warp, column tiles by * slice .. + slice - 1. */
 template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : NB == 2 ? 3 : 2)
-k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind, int cols, int k_tiles, int slice,
-              int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
+k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind, int cols,
+              int k_tiles, int slice, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
     using K = kshape<BITS, GROUP>;
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int last;
@@ -415,7 +423,7 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     }
 
     pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
-    stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, n, cols, kb, slice);
+    stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, up, n, cols, kb, slice);
     __syncthreads();
 
     constexpr int NO = octets<NB>::N;
@@ -493,7 +501,8 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, int n, int kind
     if (threadIdx.x == 0) count[blockIdx.x] = 0;
 }
 
-typedef void (*gemv_kernel)(const affine_set, const float *, int, int, int, int, int, int, float *, unsigned *);
+typedef void (*gemv_kernel)(const affine_set, const float *, const float *, int, int, int, int, int, int, float *,
+                            unsigned *);
 
 template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb) {
     return nb == 4 ? k_affine_gemv<BITS, GROUP, 4> : nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
@@ -603,11 +612,11 @@ extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
 }
 
 /* One launch over a set with a given slice. */
-static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, const float *x, int64_t n, void *work,
-                               cudaStream_t s, unsigned flags, int slice) {
+static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, const float *x, const float *up, int64_t n,
+                               void *work, cudaStream_t s, unsigned flags, int slice) {
     const int64_t split = (w0->k_tiles + slice - 1) / slice;
     if (n < 1 || n > MAX_N || slice < 4 || slice > MAX_SLICE || slice % 4 || split > 65535 || (split > 1 && !work) ||
-        ((uintptr_t)x & 15))
+        ((uintptr_t)x & 15) || ((uintptr_t)up & 15))
         return cudaErrorInvalidValue;
     const int nb = nb_of(n), blocks = affine_set_blocks(set);
     const int smem = gemv_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, slice).total;
@@ -627,7 +636,7 @@ static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, con
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb), *set, x, (int)n, w0->sb_kind, (int)w0->cols,
+    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb), *set, x, up, (int)n, w0->sb_kind, (int)w0->cols,
                               (int)w0->k_tiles, slice, affine_set_tiles(set), part, count);
 }
 
@@ -640,12 +649,19 @@ extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n
                                              void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
     affine_set set;
     affine_set_of(&set, &y, &w, 1);
-    return gemv_launch(&set, w, x, n, work, s, flags, p.slice);
+    return gemv_launch(&set, w, x, NULL, n, work, s, flags, p.slice);
 }
 
 extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
                                         cudaStream_t s, unsigned flags) {
     return cuda_affine_gemv_plan(y, x, n, w, work, s, flags, cuda_affine_plan_for(w, n));
+}
+
+extern "C" cudaError_t cuda_affine_gemv_swiglu(float *y, const float *gate, const float *up, int64_t n,
+                                               const cuda_affine *w, void *work, cudaStream_t s, unsigned flags) {
+    affine_set set;
+    affine_set_of(&set, &y, &w, 1);
+    return gemv_launch(&set, w, gate, up, n, work, s, flags, cuda_affine_plan_for(w, n).slice);
 }
 
 /* The slice of a set's launch: the best for the set's rows as one matrix. */
@@ -668,7 +684,7 @@ extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine 
     const int slice = set_slice(&set, w[0], n);
     if (work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n) > work_size)
         return cudaErrorInvalidValue;
-    return gemv_launch(&set, w[0], x, n, work, s, flags, slice);
+    return gemv_launch(&set, w[0], x, NULL, n, work, s, flags, slice);
 }
 
 /* ==== Rows of W: embeddings ==== */

@@ -107,6 +107,12 @@ size_t cuda_affine_work_size(const cuda_affine *w, int64_t n);
 cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w,
                              void *work, cudaStream_t s, unsigned flags);
 
+/* The same with x = silu(gate) * up (gate and up [n, cols], 16-byte aligned), computed
+ * where the product stages x, bit for bit as cuda_swiglu's: an MLP's down projection
+ * without the SwiGLU launch before it. */
+cudaError_t cuda_affine_gemv_swiglu(float *y, const float *gate, const float *up, int64_t n, const cuda_affine *w,
+                                    void *work, cudaStream_t s, unsigned flags);
+
 /* Whether a and b can go through one launch of the _set products: the same input width,
  * bits, group and scale type. */
 bool cuda_affine_compatible(const cuda_affine *a, const cuda_affine *b);

@@ -60,7 +60,7 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
     OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
-    OP_ROPE_STORE, OP_MATMUL_MULTI,
+    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_SWIGLU_MATMUL,
 };
 
 /* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
@@ -406,6 +406,15 @@ static void cuda_matmul(backend *be, float *y, const matview *w, const float *x,
     cuda_product(cb, y, m, x, n);
 }
 
+static void cuda_op_swiglu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n) {
+    cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_SWIGLU_MATMUL, y, w, gate, up, n)) return;
+    const cuda_mat *m = cuda_mat_of(cb, w);
+    CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
+    if (cb->mode == STEP_EAGER) work_reserve(cb);
+    cuda_product_swiglu(cb, y, m, gate, up, n);
+}
+
 static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *const *ws, int k, const float *x,
                                  int64_t n) {
     cuda_backend *cb = cb_of(be);
@@ -592,6 +601,7 @@ static const backend_ops cuda_ops = {
     .matmul_multi = cuda_op_matmul_multi,
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
+    .swiglu_matmul = cuda_op_swiglu_matmul,
     .argmax_rows = cuda_op_argmax_rows,
 };
 

@@ -51,6 +51,9 @@ __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.w
         pdl_wait_prev();                                                                             \
     } while (0)
 
+/* SwiGLU of one element: cuda_swiglu's and the fused decode product's (the same bits). */
+__device__ __forceinline__ float swiglu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 template <typename... P, typename... A>
 static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... a) {
     cudaLaunchConfig_t cfg = {};
@@ -158,6 +161,8 @@ int64_t cuda_gemm_rows(const cuda_backend *cb);
 
 /* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
+/* The same of x = silu(gate) * up; gate may be overwritten. */
+void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *gate, const float *up, int64_t n);
 /* ys[i] = x @ W_i^T for k <= CUDA_AFFINE_SET matrices of one input: one launch where they
  * are compatible affine matrices (and, for the GEMV, the work buffer holds the set), else
  * cuda_product for each. */

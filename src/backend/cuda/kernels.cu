@@ -271,10 +271,7 @@ void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, con
 
 __global__ static void k_swiglu(float *y, const float *gate, const float *up, int64_t m) {
     PDL_ENTRY();
-    GRID_STRIDE(i, m) {
-        const float g = gate[i];
-        y[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    GRID_STRIDE(i, m) y[i] = swiglu_of(gate[i], up[i]);
 }
 
 void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m) {

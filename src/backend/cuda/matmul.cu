@@ -201,6 +201,19 @@ void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
     CUDA_CHECK(cuda_affine_gemm(y, x, n, &m->aff, cb->gemm_work, cb->gemm_work_size, s));
 }
 
+void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *gate, const float *up, int64_t n) {
+    if (m->bits && n <= GEMV_CHUNKED_ROWS && gemv_aligned(gate, m->cols) && gemv_aligned(up, m->cols)) {
+        /* silu(gate) * up computed where the decode product stages x: no launch for it */
+        for (int64_t c = 0; c < n; c += GEMV_ROWS)
+            CUDA_CHECK(cuda_affine_gemv_swiglu(y + c * m->rows, gate + c * m->cols, up + c * m->cols,
+                                               n - c < GEMV_ROWS ? n - c : GEMV_ROWS, &m->aff, cb->gemv_work,
+                                               cb->stream, CUDA_AFFINE_PDL));
+        return;
+    }
+    cuda_swiglu(cb->stream, gate, gate, up, n * m->cols);
+    cuda_product(cb, y, m, gate, n);
+}
+
 void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n) {
     bool one = k > 1 && k <= CUDA_AFFINE_SET;
     const cuda_affine *ws[CUDA_AFFINE_SET];
