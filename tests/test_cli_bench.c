@@ -258,7 +258,7 @@ static void check_md(void) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "'%s' bench --help", bin());
     rc = run_capture(cmd, out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "-b N") && strstr(out, "(512 by default)") && strstr(out, "--full-logits"),
+    CHECK(rc == 0 && strstr(out, "-b N") && strstr(out, "512 on the CPU, 2048 on CUDA") && strstr(out, "--full-logits"),
           "--help on stdout, exit 0");
 }
 
