@@ -39,7 +39,9 @@
  * numerics). Attention:
  * 2e-5 absolute on unit-scale values; with fp16 pools both backends read the same
  * rounded values, so the bound is that of fp32 pools. The kernel cases: 4e-6 of the
- * largest value against the reference backend and 2e-6 against the double oracle.
+ * largest value against the reference backend and 2e-6 against the double oracle; with
+ * FAST_ROWS rows or more (a device's fp16 fast path: one fp16 query and probabilities)
+ * 1e-3 of the largest value against both.
  */
 #include "harness.h"
 
@@ -55,6 +57,7 @@
 #include <string.h>
 
 #define N_THREADS 4
+#define FAST_ROWS 128 /* steps of this many rows may take a device's fp16 fast paths */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static const backend_class *cls; /* the device under test */
@@ -1249,6 +1252,9 @@ static void test_attention_paths(void) {
         {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true},
         {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true},
         {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true}, /* peaked scores */
+        {"tiles", 160, 8, 2, 128, 16, 0, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true},
+        {"tiles", 130, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true},
+        {"tiles", 128, 4, 2, 256, 16, 9, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
         {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
@@ -1268,8 +1274,10 @@ static void test_attention_paths(void) {
         {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false},
         {"simple", 3, 8, 2, 128, 16, 0, 3, {2000, 100, 200}, ROWS_DECODE, 2.0f, false},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        attention_case(&cases[i], 4e-6, 2e-6);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bool fast = cases[i].n >= FAST_ROWS; /* prefill rows: a device's fp16 fast path */
+        attention_case(&cases[i], fast ? 1e-3 : 4e-6, fast ? 1e-3 : 2e-6);
+    }
 }
 
 /* ==== attention_full ==== */
@@ -1363,6 +1371,16 @@ static void test_matmul_prefill(void) {
         matmul_case(be, ref, w, 128, x, dx, yr, yd, &diff, &mx);
         report_wrong("  ... 4-bit g64 F16 [300 x 192] n=128 against its reference one row on",
                      max_abs_diff(yd, yr + 1, 128 * w->rows - 1), 1e-3 * mx);
+    }
+    /* SwiGLU fused where x goes to fp16 (inputs of 2 n cols fit x and dx) */
+    for (int i = 0; i < 3; i++) {
+        double diff = 0, mx = 0, self = 0;
+        for (int k = 0; k < 3; k++) swiglu_case(be, ref, &mats[i].w, ns[k], x, dx, yr, yd, &diff, &mx, &self);
+        char what[128];
+        snprintf(what, sizeof what, "swiglu_matmul %s n=128,129,300", mats[i].desc);
+        report(what, diff, 1e-3 * mx);
+        CHECK(self == 0, "swiglu_matmul %s at prefill rows: %g from the device's swiglu then matmul (must be 0)",
+              mats[i].desc, self);
     }
     /* the set: each output against its own product */
     {

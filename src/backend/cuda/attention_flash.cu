@@ -26,6 +26,11 @@
  * added to the running scores and outputs in ordinary fp32. Exponentials are expf of the
  * scaled score minus the running max, as the reference computes them.
  *
+ * The fast kernels (FAST, steps of FAST_FROM_ROWS rows and more: prefill, DESIGN.md's fp16
+ * fast path as for the dense products) take the query and the probabilities as one fp16
+ * each, scaled the same way, and chain the tensor cores' sums over a tile: a third of the
+ * instructions, on tiles of twice the keys.
+ *
  * Not here: fp32 pools, head dims outside FLASH_HDS, and few-row steps (attention.cu).
  */
 #include "backend/cuda/cuda_internal.h"
@@ -43,12 +48,16 @@
 /* The head dims with a kernel (multiples of 16). */
 #define FLASH_HDS(X) X(64) X(80) X(96) X(112) X(128) X(160) X(192) X(256)
 
-template <int HD> struct flash_shape {
-    static constexpr int BN = HD <= 96 ? 64 : HD <= 128 ? 32 : 16; /* keys per tile (registers: acc is HD / 2
-                                                                       floats a thread, the scores BN / 2) */
+template <int HD, bool FAST> struct flash_shape {
+    /* keys per tile (registers: acc is HD / 2 floats a thread, the scores BN / 2; the
+     * exact kernels also hold a step's partial products) */
+    static constexpr int BN = FAST ? (HD <= 128 ? 64 : 32) : HD <= 96 ? 64 : HD <= 128 ? 32 : 16;
     static constexpr int LD = HD + 8;              /* halves per shared row: 16 bytes of pad keep
                                                       ldmatrix's 8 rows on distinct banks */
-    static constexpr size_t SMEM = sizeof(__half) * (size_t)LD * (FLASH_WARPS * 2 * 16 + 4 * BN);
+    /* exact: each warp's query rows (hi, lo) and two stages of K and V tiles; fast: the
+     * stages only (the query rows pass through the first K stage into registers) */
+    static constexpr size_t SMEM = sizeof(__half) * (size_t)LD * (FAST ? 4 * BN : FLASH_WARPS * 2 * 16 + 4 * BN);
+    static_assert(!FAST || 2 * BN >= FLASH_WARPS * 16, "the query rows fit the K stages");
 };
 
 /* ==== Tensor-core and copy primitives ==== */
@@ -119,10 +128,10 @@ struct flash_rows {
 
 /* The warp's 16 query rows of its head, scaled per row by a power of two and split into
  * fp16 hi [16][LD] and lo [16][LD]; fac[i] = scale / that power. */
-template <int HD>
+template <int HD, bool FAST>
 __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const float *q, const attn_rows &ar,
                                     int64_t r0, int64_t head, int lane) {
-    constexpr int LD = flash_shape<HD>::LD, PER = (HD + 31) / 32;
+    constexpr int LD = flash_shape<HD, FAST>::LD, PER = (HD + 31) / 32;
     const int64_t qd = ar.h * HD;
     for (int i = 0; i < 16; i++) {
         const int64_t r = r0 + i;
@@ -144,7 +153,7 @@ __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const fl
                 const float x = ldexpf(v[k], up);
                 const __half h = __float2half_rn(x);
                 qh[i * LD + c] = h;
-                ql[i * LD + c] = __float2half_rn(x - __half2float(h));
+                if (!FAST) ql[i * LD + c] = __float2half_rn(x - __half2float(h));
             }
         }
         if (lane == 0) fac[i] = ldexpf(ar.scale, -up);
@@ -153,11 +162,11 @@ __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const fl
 
 /* Keys k0 .. k0+BN-1 of a sequence (those past khi zero-filled) into K and V stage
  * tiles [BN][LD]. */
-template <int HD>
+template <int HD, bool FAST>
 __device__ static void flash_load_kv(__half *kt, __half *vt, const __half *kpool, const __half *vpool,
                                      const int32_t *table, int bs, int64_t kvd, int64_t koff, int k0, int khi,
                                      int tid) {
-    constexpr int BN = flash_shape<HD>::BN, LD = flash_shape<HD>::LD, CH = HD / 8;
+    constexpr int BN = flash_shape<HD, FAST>::BN, LD = flash_shape<HD, FAST>::LD, CH = HD / 8;
     for (int i = tid; i < BN * CH; i += FLASH_THREADS) {
         const int key = i / CH, ch = i % CH, j = k0 + key;
         const bool ok = j <= khi;
@@ -176,17 +185,29 @@ struct row_pair {
 
 /* One tile: scores s = Q K^T (masked, scaled), the online softmax update of m, l, acc,
  * and acc += P V. */
-template <int HD>
-__device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], const __half *qh, const __half *ql,
-                                  const __half *kt, const __half *vt, const row_pair &rp, int k0, int lane) {
-    constexpr int BN = flash_shape<HD>::BN, LD = flash_shape<HD>::LD, NC = BN / 8, ND = HD / 8;
+template <int HD, bool FAST>
+__device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], const uint32_t qf[][4],
+                                  const __half *qh, const __half *ql, const __half *kt, const __half *vt,
+                                  const row_pair &rp, int k0, int lane) {
+    constexpr int BN = flash_shape<HD, FAST>::BN, LD = flash_shape<HD, FAST>::LD, NC = BN / 8, ND = HD / 8;
     const int t = lane % 4;
     float s[NC][4];
 #pragma unroll
     for (int c = 0; c < NC; c++) s[c][0] = s[c][1] = s[c][2] = s[c][3] = 0.0f;
-    /* s += Q K^T: steps u of (16 dims, 16 keys); a step's operands are loaded a step ahead
-     * and its products added a step behind, so neither waits on the one before */
-    {
+    if (FAST) { /* s = Q K^T (Q's fragments in registers), the tensor cores' sums chained */
+        const __half *ka = kt + ((lane / 16) * 8 + lane % 8) * LD + ((lane / 8) % 2) * 8;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int c = 0; c < NC; c += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, ka + c * 8 * LD + kk * 16);
+                mma16816(s[c], qf[kk], b[0], b[1]);
+                mma16816(s[c + 1], qf[kk], b[2], b[3]);
+            }
+    } else {
+        /* s += Q K^T: steps u of (16 dims, 16 keys); a step's operands are loaded a step
+         * ahead and its products added a step behind, so neither waits on the one before */
         constexpr int PAIRS = NC / 2, STEPS = HD / 16 * PAIRS;
         const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8, *qb = ql + (lane % 16) * LD + (lane / 16) * 8;
         const __half *ka = kt + ((lane / 16) * 8 + lane % 8) * LD + ((lane / 8) % 2) * 8;
@@ -251,7 +272,25 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
         }
     /* acc += P V, steps of (16 keys, 16 dims) as above; P's fragment is the scores'
      * accumulator layout */
-    {
+    if (FAST) {
+        const __half *va = vt + (lane % 16) * LD + (lane / 16) * 8;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t p[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const __half2 h = __floats2half2_rn(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
+                p[i] = *(const uint32_t *)&h;
+            }
+#pragma unroll
+            for (int d = 0; d < ND; d += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, va + kk * 16 * LD + d * 8);
+                mma16816(acc[d], p, b[0], b[1]);
+                mma16816(acc[d + 1], p, b[2], b[3]);
+            }
+        }
+    } else {
         constexpr int PAIRS = ND / 2, STEPS = BN / 16 * PAIRS;
         const __half *va = vt + (lane % 16) * LD + (lane / 16) * 8;
         uint32_t ph[4], pl[4], b[4];
@@ -286,15 +325,15 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
  * x / (group / hq), block y the row tile counted from the end (longer spans start first),
  * block z the tile's sequences z, z + FLASH_SEQ_BLOCKS, ... in order of their first row
  * (their rows' outputs; blocks past the tile's sequences leave at once). */
-template <int HD>
-__global__ static void __launch_bounds__(FLASH_THREADS)
+template <int HD, bool FAST>
+__global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 1) /* fast: 2 blocks an SM */
     k_flash(float *out, const float *q, const __half *kpool, const __half *vpool, attn_rows ar, int hq) {
-    using shape = flash_shape<HD>;
+    using shape = flash_shape<HD, FAST>;
     constexpr int BN = shape::BN, LD = shape::LD, ND = HD / 8;
     extern __shared__ __align__(16) unsigned char flash_smem[];
     __shared__ flash_rows rows;
-    __half *qs = (__half *)flash_smem;           /* [warps][hi, lo][16][LD] */
-    __half *ks = qs + FLASH_WARPS * 2 * 16 * LD; /* [2 stages][BN][LD] */
+    __half *qs = (__half *)flash_smem;                      /* [warps][hi, lo][16][LD]; fast: [warps][16][LD] */
+    __half *ks = FAST ? qs : qs + FLASH_WARPS * 2 * 16 * LD; /* [2 stages][BN][LD] */
     __half *vs = ks + 2 * BN * LD;               /* [2 stages][BN][LD] */
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
@@ -320,8 +359,15 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         for (int i = 0; first && i < tid; i++) first = rows.seq[i] != rows.seq[tid];
         if ((int)blockIdx.z >= __syncthreads_count(first)) return;
     }
-    __half *qh = qs + warp * 2 * 16 * LD, *ql = qh + 16 * LD;
-    flash_load_q<HD>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
+    __half *qh = qs + warp * (FAST ? 1 : 2) * 16 * LD, *ql = qh + 16 * LD;
+    flash_load_q<HD, FAST>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
+    uint32_t qf[FAST ? HD / 16 : 1][4]; /* fast: the query's A fragments, before the K stages are loaded */
+    if (FAST) {
+        __syncwarp();
+        const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8;
+#pragma unroll
+        for (int kk = 0; kk < (FAST ? HD / 16 : 1); kk++) ldsm_x4(qf[kk], qa + kk * 16);
+    }
 
     float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -368,12 +414,12 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
 
         const int32_t *table = ar.tables + (int64_t)sq * ar.table_cols;
         const int tiles = (khi - klo) / BN + 1;
-        flash_load_kv<HD>(ks, vs, kpool, vpool, table, bs, kvd, kvh * HD, klo, khi, tid);
+        flash_load_kv<HD, FAST>(ks, vs, kpool, vpool, table, bs, kvd, kvh * HD, klo, khi, tid);
         cp_async_commit();
         for (int it = 0; it < tiles; it++) {
             const int st = it & 1, k0 = klo + it * BN;
             if (it + 1 < tiles) {
-                flash_load_kv<HD>(ks + (st ^ 1) * BN * LD, vs + (st ^ 1) * BN * LD, kpool, vpool, table, bs, kvd,
+                flash_load_kv<HD, FAST>(ks + (st ^ 1) * BN * LD, vs + (st ^ 1) * BN * LD, kpool, vpool, table, bs, kvd,
                                   kvh * HD, k0 + BN, khi, tid);
                 cp_async_commit();
                 cp_async_wait<1>();
@@ -382,7 +428,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
             }
             __syncthreads();
             if (k0 <= whi && k0 + BN - 1 >= wlo)
-                flash_tile<HD>(acc, m, l, qh, ql, ks + st * BN * LD, vs + st * BN * LD, rp, k0, lane);
+                flash_tile<HD, FAST>(acc, m, l, qf, qh, ql, ks + st * BN * LD, vs + st * BN * LD, rp, k0, lane);
             __syncthreads(); /* the stage is loaded again two tiles on */
         }
     }
@@ -405,8 +451,10 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
 
 void cuda_attention_flash_init(void) {
 #define FLASH_ATTR(H)                                                                                     \
-    CUDA_CHECK(cudaFuncSetAttribute(k_flash<H>, cudaFuncAttributeMaxDynamicSharedMemorySize,             \
-                                    (int)flash_shape<H>::SMEM));
+    CUDA_CHECK(cudaFuncSetAttribute(k_flash<H, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                                    (int)flash_shape<H, false>::SMEM));                                  \
+    CUDA_CHECK(cudaFuncSetAttribute(k_flash<H, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
+                                    (int)flash_shape<H, true>::SMEM));
     FLASH_HDS(FLASH_ATTR)
 #undef FLASH_ATTR
 }
@@ -425,10 +473,15 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const int64_t bm = 16 * (FLASH_WARPS / hq);
     const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), FLASH_SEQ_BLOCKS);
     CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
+    const bool fast = ar->n >= FAST_FROM_ROWS;
 #define FLASH_LAUNCH(H)                                                                                   \
     if (ar->hd == H) {                                                                                    \
-        k_flash<H><<<grid, FLASH_THREADS, flash_shape<H>::SMEM, s>>>(out, q, (const __half *)kpool,      \
-                                                                      (const __half *)vpool, *ar, hq);    \
+        if (fast)                                                                                         \
+            k_flash<H, true><<<grid, FLASH_THREADS, flash_shape<H, true>::SMEM, s>>>(                     \
+                out, q, (const __half *)kpool, (const __half *)vpool, *ar, hq);                           \
+        else                                                                                              \
+            k_flash<H, false><<<grid, FLASH_THREADS, flash_shape<H, false>::SMEM, s>>>(                   \
+                out, q, (const __half *)kpool, (const __half *)vpool, *ar, hq);                           \
         return;                                                                                           \
     }
     FLASH_HDS(FLASH_LAUNCH)

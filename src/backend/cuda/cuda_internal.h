@@ -151,6 +151,11 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
 /* ==== Products (matmul.cu) ==== */
 
+/* Steps of at least this many rows (prefill) take the fp16 fast paths (DESIGN.md,
+ * numerics): affine products on cuBLAS over fp16 weights and x (matmul.cu), and flash
+ * attention's single fp16 query and probabilities (attention_flash.cu). */
+#define FAST_FROM_ROWS 128
+
 #define GEMV_ROWS CUDA_AFFINE_MAX_N /* products of at most this many rows stream affine weights */
 
 /* Halves of the fp16 weight buffer the products need at most (0 when no step of the
