@@ -29,7 +29,8 @@
  * The fast kernels (FAST, steps of FAST_FROM_ROWS rows and more: prefill, DESIGN.md's fp16
  * fast path as for the dense products) take the query and the probabilities as one fp16
  * each, scaled the same way, and chain the tensor cores' sums over a tile: a third of the
- * instructions, on tiles of twice the keys.
+ * instructions, on tiles of twice the keys. Their scores are in base 2 (the scale times
+ * log2 e) for the hardware's 2^x, whose error is far below the probabilities' fp16 rounding.
  *
  * Not here: fp32 pools, head dims outside FLASH_HDS, and few-row steps (attention.cu).
  */
@@ -116,12 +117,22 @@ __device__ static inline void split_pair(float x0, float x1, uint32_t *hi, uint3
     *lo = *(const uint32_t *)&l;
 }
 
+/* 2^x by the special function unit (about 2 ulp; 0 at -inf). */
+__device__ static inline float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* e^x as the reference computes it (exact kernels), or 2^x of a base-2 score (fast). */
+template <bool FAST> __device__ static inline float score_exp(float x) { return FAST ? exp2_approx(x) : expf(x); }
+
 /* ==== The kernel ==== */
 
 /* What a block knows of its rows (the 16 * 4/hq rows from r0). */
 struct flash_rows {
     int seq[FLASH_ROWS], pos[FLASH_ROWS], lo[FLASH_ROWS]; /* seq -1: past the call's rows */
-    float fac[FLASH_WARPS][16];                          /* scale / the query row's power of two */
+    float fac[FLASH_WARPS][16];                          /* scale / the query row's power of two (fast: x log2 e) */
     bool own[FLASH_ROWS];                                /* the row's sequence is this block's */
     int next, klo, khi;
 };
@@ -156,7 +167,7 @@ __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const fl
                 if (!FAST) ql[i * LD + c] = __float2half_rn(x - __half2float(h));
             }
         }
-        if (lane == 0) fac[i] = ldexpf(ar.scale, -up);
+        if (lane == 0) fac[i] = ldexpf(FAST ? ar.scale * 1.4426950408889634f : ar.scale, -up); /* log2 e */
     }
 }
 
@@ -256,7 +267,7 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
         mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 1));
         mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 2));
         base[w] = mx[w] == -INFINITY ? 0.0f : mx[w];
-        const float corr = expf(m[w] - base[w]); /* 0 while nothing was seen */
+        const float corr = score_exp<FAST>(m[w] - base[w]); /* 0 while nothing was seen */
         l[w] *= corr;
         m[w] = mx[w];
 #pragma unroll
@@ -266,7 +277,7 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
     for (int c = 0; c < NC; c++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const float p = expf(s[c][e] - base[e / 2]);
+            const float p = score_exp<FAST>(s[c][e] - base[e / 2]);
             l[e / 2] += p;
             s[c][e] = p * P_SCALE;
         }
