@@ -1187,7 +1187,8 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
                             .h = c->h,
                             .hk = c->hk,
                             .hd = c->hd,
-                            .scale = 1.0f / sqrtf((float)c->hd)};
+                            .scale = 1.0f / sqrtf((float)c->hd),
+                            .seqs = c->n_seq}; /* test_attention's cases leave it 0 (not counted) */
     attn_rows drows = rows;
     drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
     be->ops->attention(be, dout, dq, dkp, dvp, &drows);

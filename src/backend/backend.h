@@ -52,6 +52,7 @@ typedef struct attn_rows {
     int64_t window; /* sliding window in positions; 0 = none */
     int64_t h, hk, hd;
     float scale;
+    int64_t seqs; /* distinct sequences among the rows, or 0 where not counted */
 } attn_rows;
 
 /* Elementwise activations of the act op, each as Hugging Face names it. */

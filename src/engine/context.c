@@ -401,7 +401,8 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
                      .seq = ctx->seq,
                      .tables = kv->tables,
                      .table_cols = cols,
-                     .block_size = kv->block_size};
+                     .block_size = kv->block_size,
+                     .seqs = n_tables};
     if (be->host) return st;
     const size_t ni = sizeof(int32_t) * (size_t)n;
     if (st.token) be->ops->upload(be, ctx->in_token, st.token, ni), st.token = ctx->in_token;

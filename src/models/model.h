@@ -35,6 +35,7 @@ typedef struct model_step {
     const int32_t *tables; /* [*, table_cols] */
     int64_t table_cols;
     int64_t block_size;
+    int64_t seqs;         /* distinct sequences among the rows (0 where not counted) */
 } model_step;
 
 /* The KV cache pools, one [n_slots, hk*hd] pair per layer. */

@@ -11,12 +11,12 @@
  * into two shared-memory stages, so the next tile loads while this one is computed.
  *
  * Rows are general: the rows of a tile may belong to several sequences at any positions
- * (continuous batching). FLASH_SEQ_BLOCKS blocks share a tile: each takes every
- * FLASH_SEQ_BLOCKS-th of its distinct sequences and walks them in turn, each over the
- * union of its rows' key ranges; every score is masked by its row's sequence, causal
- * bound (pos) and window, and a warp skips key tiles none of its rows reads. One
- * sequence with consecutive positions (a prefill chunk) is one pass of one block, its
- * partners leaving at once.
+ * (continuous batching). Up to FLASH_SEQ_BLOCKS blocks (no more than the step's
+ * sequences) share a tile: each takes every gridDim.z-th of its distinct sequences and
+ * walks them in turn, each over the union of its rows' key ranges; every score is masked
+ * by its row's sequence, causal bound (pos) and window, and a warp skips key tiles none of
+ * its rows reads. One sequence with consecutive positions (a prefill chunk) is one pass of
+ * one block (a step of one sequence launches no partners).
  *
  * Exactness. K and V are fp16 in the pool, so they enter the tensor cores exactly. The
  * fp32 query is scaled per row by a power of two (its largest element to [2^14, 2^15))
@@ -332,9 +332,9 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
     }
 }
 
-/* grid (h / hq, row tiles, FLASH_SEQ_BLOCKS): block x takes query heads hq * x .. of KV head
+/* grid (h / hq, row tiles, up to FLASH_SEQ_BLOCKS): block x takes query heads hq * x .. of KV head
  * x / (group / hq), block y the row tile counted from the end (longer spans start first),
- * block z the tile's sequences z, z + FLASH_SEQ_BLOCKS, ... in order of their first row
+ * block z the tile's sequences z, z + gridDim.z, ... in order of their first row
  * (their rows' outputs; blocks past the tile's sequences leave at once). */
 template <int HD, bool FAST>
 __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 1) /* fast: 2 blocks an SM */
@@ -482,7 +482,10 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const int64_t group = ar->h / ar->hk;
     const int hq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     const int64_t bm = 16 * (FLASH_WARPS / hq);
-    const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), FLASH_SEQ_BLOCKS);
+    /* blocks sharing a row tile: one a sequence, at most FLASH_SEQ_BLOCKS (a prefill of one
+     * sequence launches no blocks that would only leave) */
+    const int64_t z = ar->seqs > 0 && ar->seqs < FLASH_SEQ_BLOCKS ? ar->seqs : FLASH_SEQ_BLOCKS;
+    const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), (unsigned)z);
     CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
     const bool fast = ar->n >= FAST_FROM_ROWS;
 #define FLASH_LAUNCH(H)                                                                                   \

@@ -470,7 +470,7 @@ static void cuda_op_attention(backend *be, float *out, const float *q, const voi
                               const attn_rows *rows) {
     const attn_rows *r = rows;
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
-              r->block_size, r->window, r->h, r->hk, r->hd, r->scale))
+              r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->seqs))
         return;
     cuda_attention(cb_of(be), out, q, kpool, vpool, rows);
 }
