@@ -460,11 +460,11 @@ static int64_t step_logits_rows(const celer_context *ctx, const celer_batch *b, 
     return most;
 }
 
-/* Room in ctx->out for rows logits rows, where the backend has memory of its own. The
- * buffer grows to the most rows a step has asked for: a context that samples a row a step
- * holds that row, not n_batch of them (a Llama 3 row is 501 KiB). */
+/* Room in ctx->out (a backend with memory of its own) for rows logits rows. The buffer
+ * grows to the most rows a step has asked for: a context that samples a row a step holds
+ * that row, not n_batch of them (a Llama 3 row is 501 KiB). */
 static celer_status out_reserve(celer_context *ctx, int64_t rows) {
-    if (ctx->be->host || rows <= ctx->out_rows) return CELER_OK;
+    if (rows <= ctx->out_rows) return CELER_OK;
     const size_t row_bytes = sizeof(float) * (size_t)ctx->model->dims.v;
     release(ctx->be, ctx->out);
     ctx->buffer_bytes -= (int64_t)row_bytes * ctx->out_rows;
@@ -482,7 +482,7 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
     backend *be = ctx->be;
     const int64_t d = m->dims.d, v = m->dims.v;
     celer_status s = check_batch(ctx, b, force_seq, kind, last_pos);
-    if (s == CELER_OK) s = out_reserve(ctx, step_logits_rows(ctx, b, kind, last_pos));
+    if (s == CELER_OK && !be->host) s = out_reserve(ctx, step_logits_rows(ctx, b, kind, last_pos));
     if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
     if (s != CELER_OK) return s;
     memcpy(ctx->next, ctx->kv.len, sizeof(int64_t) * (size_t)ctx->kv.n_seq);

@@ -277,9 +277,7 @@ __device__ __forceinline__ void stage_x(uint4 *xs, float *xsum, const float *__r
 #pragma unroll
             for (int tok = 0; tok < TOKS; tok++) {
                 if (tok >= n || 4 * c4 >= lim) continue;
-                const float4 u = __ldcg((const float4 *)(ub + (size_t)tok * cols + 4 * c4));
-                float4 &g = v[tok];
-                g = make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z), swiglu_of(g.w, u.w));
+                v[tok] = swiglu4(v[tok], __ldcg((const float4 *)(ub + (size_t)tok * cols + 4 * c4)));
             }
         const int kk = c4 / UPT, cc = c4 % UPT, m = cc >> 2, tt = cc & 3;
         uint2 *d = (uint2 *)(xs + (kk * K::MP + (m >> 1)) * NB * 32 + tt) + (m & 1);

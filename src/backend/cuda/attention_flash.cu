@@ -373,11 +373,11 @@ __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 
     __half *qh = qs + warp * (FAST ? 1 : 2) * 16 * LD, *ql = qh + 16 * LD;
     flash_load_q<HD, FAST>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
     uint32_t qf[FAST ? HD / 16 : 1][4]; /* fast: the query's A fragments, before the K stages are loaded */
-    if (FAST) {
+    if constexpr (FAST) {
         __syncwarp();
         const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8;
 #pragma unroll
-        for (int kk = 0; kk < (FAST ? HD / 16 : 1); kk++) ldsm_x4(qf[kk], qa + kk * 16);
+        for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], qa + kk * 16);
     }
 
     float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};

@@ -185,6 +185,7 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
         if (s == CELER_OK && ws->done) ws->done(ws->arg, ws->mats[i]);
         if (w->mats[i].bits && w->mats[i].rows * w->mats[i].cols > w->affine_elems)
             w->affine_elems = w->mats[i].rows * w->mats[i].cols;
+        if (w->mats[i].bits && w->mats[i].cols > w->affine_cols) w->affine_cols = w->mats[i].cols;
         for (int64_t n = 1; s == CELER_OK && w->mats[i].bits && n <= GEMV_ROWS; n++) {
             const size_t need = cuda_affine_work_size(&w->mats[i].aff, n);
             if (need > w->gemv_work) w->gemv_work = need;

@@ -51,8 +51,11 @@ __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.w
         pdl_wait_prev();                                                                             \
     } while (0)
 
-/* SwiGLU of one element: cuda_swiglu's and the fused decode product's (the same bits). */
+/* SwiGLU of one element: cuda_swiglu's and the fused products' (the same bits); of four. */
 __device__ __forceinline__ float swiglu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
+    return make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z), swiglu_of(g.w, u.w));
+}
 
 template <typename... P, typename... A>
 static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... a) {
@@ -95,6 +98,7 @@ typedef struct cuda_weights {
     int64_t n_vec;
     size_t gemv_work;   /* the largest work buffer an affine product of <= GEMV_ROWS rows needs */
     int64_t affine_elems; /* the most weights (rows x cols) of one affine matrix */
+    int64_t affine_cols;  /* the widest affine matrix's columns */
 } cuda_weights;
 
 /* How a step's ops are run (backend.h: begin/end). */

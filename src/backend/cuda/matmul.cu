@@ -42,11 +42,7 @@ template <typename T> __global__ static void k_split(T *hi, T *lo, const float *
  * loads, one 8-byte store). */
 __global__ static void k_half4(uint2 *y, const float4 *x, const float4 *up, int64_t m4) {
     GRID_STRIDE(i, m4) {
-        float4 v = x[i];
-        if (up) {
-            const float4 u = up[i];
-            v = make_float4(swiglu_of(v.x, u.x), swiglu_of(v.y, u.y), swiglu_of(v.z, u.z), swiglu_of(v.w, u.w));
-        }
+        const float4 v = up ? swiglu4(x[i], up[i]) : x[i];
         const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
         y[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
     }
@@ -90,10 +86,7 @@ int64_t cuda_gemm_rows(const cuda_backend *cb) {
     const cuda_weights *w = (const cuda_weights *)cb->base.weights;
     if (!w || !w->affine_elems) return 0;
     const int64_t halves = cuda_dense_elems(cb);
-    if (!halves) return cb->p.max_rows;
-    for (int64_t i = 0; i < w->n; i++)
-        if (w->mats[i].bits && halves / w->mats[i].cols < 16) return cb->p.max_rows;
-    return DENSE_FROM_ROWS - 1;
+    return halves && halves / w->affine_cols >= 16 ? DENSE_FROM_ROWS - 1 : cb->p.max_rows;
 }
 
 /* Rows of W a dense product takes at once: what wh holds, in whole 16s (aligned outputs). */
@@ -113,13 +106,22 @@ static bool dense_takes(const cuda_backend *cb, const cuda_mat *m, int64_t n) {
     return m->bits && n >= DENSE_FROM_ROWS && dense_chunk(cb, m) > 0;
 }
 
-/* x[n, cols] in fp16 for the dense path, in xs's first half. */
-static const __half *x_half(cuda_backend *cb, const float *x, int64_t m) {
+/* Whether k_half4 takes m values of x (and up): whole float4s, 16-byte aligned. */
+static bool half4_fits(const float *x, const float *up, int64_t m) {
+    return m % 4 == 0 && (((uintptr_t)x | (uintptr_t)up) & 15) == 0;
+}
+
+/* x[n, cols], or silu(x) * up where up is given (and half4_fits), in fp16 for the dense
+ * path, in xs's first half. */
+static const __half *x_half(cuda_backend *cb, const float *x, const float *up, int64_t m) {
     __half *h = (__half *)cb->xs;
-    if (m % 4 == 0 && ((uintptr_t)x & 15) == 0)
-        k_half4<<<blocks_for(m / 4), THREADS, 0, cb->stream>>>((uint2 *)h, (const float4 *)x, nullptr, m / 4);
-    else
+    if (half4_fits(x, up, m)) {
+        k_half4<<<blocks_for(m / 4), THREADS, 0, cb->stream>>>((uint2 *)h, (const float4 *)x, (const float4 *)up,
+                                                                m / 4);
+    } else {
+        CELER_ASSERT(!up);
         k_split<__half><<<blocks_for(m), THREADS, 0, cb->stream>>>(h, (__half *)nullptr, x, m);
+    }
     return h;
 }
 
@@ -199,7 +201,7 @@ void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
         return;
     }
     if (dense_takes(cb, m, n)) {
-        affine_dense(cb, y, m, x_half(cb, x, xm), n);
+        affine_dense(cb, y, m, x_half(cb, x, nullptr, xm), n);
         return;
     }
     /* affine: the tensor-core product on the tiled layout */
@@ -216,12 +218,8 @@ void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *g
         return;
     }
     const int64_t xm = n * m->cols;
-    if (dense_takes(cb, m, n) && xm % 4 == 0 && ((uintptr_t)gate & 15) == 0 && ((uintptr_t)up & 15) == 0) {
-        /* prefill: silu(gate) * up computed where x goes to fp16 */
-        __half *h = (__half *)cb->xs;
-        k_half4<<<blocks_for(xm / 4), THREADS, 0, cb->stream>>>((uint2 *)h, (const float4 *)gate, (const float4 *)up,
-                                                                 xm / 4);
-        affine_dense(cb, y, m, h, n);
+    if (dense_takes(cb, m, n) && half4_fits(gate, up, xm)) { /* prefill: where x goes to fp16 */
+        affine_dense(cb, y, m, x_half(cb, gate, up, xm), n);
         return;
     }
     cuda_swiglu(cb->stream, gate, gate, up, xm);
@@ -238,7 +236,7 @@ void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const 
     bool dense = k > 1;
     for (int i = 0; i < k; i++) dense = dense && dense_takes(cb, ms[i], n) && ms[i]->cols == ms[0]->cols;
     if (dense) { /* x rounded once for all */
-        const __half *xh = x_half(cb, x, n * ms[0]->cols);
+        const __half *xh = x_half(cb, x, nullptr, n * ms[0]->cols);
         for (int i = 0; i < k; i++) affine_dense(cb, ys[i], ms[i], xh, n);
         return;
     }
