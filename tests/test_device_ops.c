@@ -1122,9 +1122,10 @@ static double rel_to_double(const float *a, const double *b, int64_t m) {
  * double oracle, each relative to the largest value of what it is compared with. */
 static void attention_case(const att_case *c, double tol_ref, double tol_oracle) {
     const int64_t n = c->n, kvd = c->hk * c->hd, qd = c->h * c->hd, bs = c->bs;
-    int64_t blocks = 0, cols = 0;
+    int64_t blocks = 0, cols = 0, max_len = 0; /* max_len: a bound of every row's position + 1 */
     for (int s = 0; s < c->n_seq; s++) {
         const int64_t b = (c->len[s] + bs - 1) / bs;
+        max_len = c->len[s] > max_len ? c->len[s] : max_len;
         blocks += b;
         cols = b > cols ? b : cols;
         CELER_ASSERT(c->len[s] <= ATT_MAX_KEYS);
@@ -1188,7 +1189,8 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
                             .hk = c->hk,
                             .hd = c->hd,
                             .scale = 1.0f / sqrtf((float)c->hd),
-                            .seqs = c->n_seq}; /* test_attention's cases leave it 0 (not counted) */
+                            .seqs = c->n_seq, /* test_attention's cases leave both 0 (not counted) */
+                            .keys = max_len};
     attn_rows drows = rows;
     drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
     be->ops->attention(be, dout, dq, dkp, dvp, &drows);
@@ -1270,6 +1272,8 @@ static void test_attention_paths(void) {
         {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true},
         {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
         {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
+        {"split", 4, 8, 2, 128, 16, 0, 2, {60, 33}, ROWS_DECODE, 2.0f, true},    /* one split: no merge */
+        {"split", 3, 8, 2, 128, 16, 0, 3, {120, 64, 9}, ROWS_DECODE, 2.0f, true}, /* two at most */
         {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true},
         {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false},

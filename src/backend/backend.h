@@ -53,6 +53,7 @@ typedef struct attn_rows {
     int64_t h, hk, hd;
     float scale;
     int64_t seqs; /* distinct sequences among the rows, or 0 where not counted */
+    int64_t keys; /* the most keys a row reads (its position + 1, at most), or 0 where not counted */
 } attn_rows;
 
 /* Elementwise activations of the act op, each as Hugging Face names it. */

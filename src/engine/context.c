@@ -377,10 +377,11 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
     backend *be = ctx->be;
     const kv_cache *kv = &ctx->kv;
     const int64_t d = ctx->model->dims.d, cols = kv->max_blocks;
-    int64_t n_tables = 0;
+    int64_t n_tables = 0, keys = 0;
     for (int64_t r = 0; r < n; r++) {
         const int32_t sq = row_seq(b, force_seq, off + r);
         const int64_t p = ctx->next[sq]++;
+        if (p + 1 > keys) keys = p + 1;
         ctx->pos[r] = (int32_t)p;
         ctx->slot[r] = kv_cache_slot(kv, sq, p);
         ctx->seq[r] = sq;
@@ -402,7 +403,8 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
                      .tables = kv->tables,
                      .table_cols = cols,
                      .block_size = kv->block_size,
-                     .seqs = n_tables};
+                     .seqs = n_tables,
+                     .keys = keys};
     if (be->host) return st;
     const size_t ni = sizeof(int32_t) * (size_t)n;
     if (st.token) be->ops->upload(be, ctx->in_token, st.token, ni), st.token = ctx->in_token;

@@ -357,7 +357,7 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
     const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
                           .table_cols = st->table_cols, .block_size = st->block_size,
                           .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale,
-                          .seqs = st->seqs};
+                          .seqs = st->seqs, .keys = st->keys};
     op->attention(be, att, q, kv->k[l], kv->v[l], &ar);
     model_linear(be, out, &a->wo, a->bo, att, n);
 }

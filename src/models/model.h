@@ -36,6 +36,7 @@ typedef struct model_step {
     int64_t table_cols;
     int64_t block_size;
     int64_t seqs;         /* distinct sequences among the rows (0 where not counted) */
+    int64_t keys;         /* the largest position among the rows + 1 */
 } model_step;
 
 /* The KV cache pools, one [n_slots, hk*hd] pair per layer. */

@@ -22,7 +22,7 @@
  * a warp per head updates its softmax, then the probabilities weigh V rows read the
  * same way. A split's keys are a contiguous part of the row's span: the number of splits is
  * worked out on the device from the span (one per SPLIT_KEYS keys, at most smax, which
- * the host chooses from the context size and the scratch), each split writes its
+ * the host chooses from the step's longest span and the scratch), each split writes its
  * (max, sum, unnormalized output) to the backend's scratch, and a second kernel merges
  * them in split order, so results do not depend on timing. With smax 1 the decode
  * kernel writes the output itself.
@@ -282,6 +282,22 @@ size_t cuda_attention_scratch_bytes(int64_t hd) {
     return sizeof(float) * (size_t)(SPLIT_PARTS * ((hd > 0 ? hd : 256) + 2));
 }
 
+/* The splits a decode launch has room for (k_decode's smax): enough for the longest span of
+ * the step's rows (ar->keys; else of the context), rounded up to a power of two so that a
+ * recorded step stays valid while the spans grow (a server's streams come and go), as the
+ * scratch allows. With one split the decode kernel writes the output and no merge is
+ * launched. A row's splits are min(its span / SPLIT_KEYS, smax), so results do not depend
+ * on ar->keys. */
+int cuda_attention_splits(const cuda_backend *cb, const attn_rows *ar) {
+    const int64_t keys = ar->keys > 0 ? ar->keys : cb->p.max_keys;
+    int64_t smax = 1;
+    while (smax * SPLIT_KEYS < keys) smax *= 2;
+    const int64_t cap = cb->att_part_floats / ((ar->hd + 2) * ar->n * ar->h);
+    smax = smax > SPLIT_MAX ? SPLIT_MAX : smax;
+    smax = smax > cap ? cap : smax;
+    return smax < 1 ? 1 : (int)smax;
+}
+
 void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kpool, const void *vpool,
                     const attn_rows *ar) {
     const cudaStream_t s = cb->stream;
@@ -296,12 +312,7 @@ void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kp
     if (f16 && ar->hd % 8 == 0) {
         int gl = 1;
         while (gl * 8 < ar->hd) gl *= 2;
-        /* splits: enough for the longest span the context holds, as the scratch allows */
-        int64_t smax = (cb->p.max_keys + SPLIT_KEYS - 1) / SPLIT_KEYS;
-        const int64_t cap = cb->att_part_floats / ((ar->hd + 2) * ar->n * ar->h);
-        smax = smax > SPLIT_MAX ? SPLIT_MAX : smax;
-        smax = smax > cap ? cap : smax;
-        smax = smax < 1 ? 1 : smax;
+        const int smax = cuda_attention_splits(cb, ar);
         const int hpb = group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
         const dim3 grid((unsigned)(ar->h / hpb), (unsigned)ar->n, (unsigned)smax);
         const __half *kp = (const __half *)kpool, *vp = (const __half *)vpool;

@@ -470,8 +470,9 @@ static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float 
 static void cuda_op_attention(backend *be, float *out, const float *q, const void *kpool, const void *vpool,
                               const attn_rows *rows) {
     const attn_rows *r = rows;
+    /* the decode splits, not r->keys: a recorded step is replayed while they stay the same */
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
-              r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->seqs))
+              r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->seqs, cuda_attention_splits(cb_of(be), r)))
         return;
     cuda_attention(cb_of(be), out, q, kpool, vpool, rows);
 }

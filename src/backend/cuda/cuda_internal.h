@@ -217,6 +217,8 @@ __device__ static inline int64_t kv_slot(const int32_t *table, int bs, int j) {
 
 /* out[n, h*hd] = attention of q[n, h*hd] over cb's pools as rows ar says; picks the kernel
  * (attention.cu's header). Splits of decode rows use cb->att_part. */
+/* k_decode's splits for ar's rows: what a recorded step depends on, not ar->keys itself. */
+int cuda_attention_splits(const cuda_backend *cb, const attn_rows *ar);
 void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kpool, const void *vpool,
                     const attn_rows *ar);
 /* Bytes of the split partials' scratch for head dims up to hd. */
