@@ -30,7 +30,8 @@
  * fast path as for the dense products) take the query and the probabilities as one fp16
  * each, scaled the same way, and chain the tensor cores' sums over a tile: a third of the
  * instructions, on tiles of twice the keys. Their scores are in base 2 (the scale times
- * log2 e) for the hardware's 2^x, whose error is far below the probabilities' fp16 rounding.
+ * log2 e) for the hardware's 2^x, whose error is far below the probabilities' fp16 rounding,
+ * and the scale, the running max and the 2^12 go into one FFMA before it.
  *
  * Not here: fp32 pools, head dims outside FLASH_HDS, and few-row steps (attention.cu).
  */
@@ -44,6 +45,7 @@
 #define FLASH_THREADS (32 * FLASH_WARPS)
 #define FLASH_ROWS 64        /* rows of a block at most (16 per warp, one head) */
 #define P_SCALE 4096.0f      /* probabilities are split at p * 2^12: no fp16 subnormals */
+#define P_LOG2 12.0f         /* log2 P_SCALE */
 #define FLASH_SEQ_BLOCKS 8   /* blocks sharing a tile whose rows are of several sequences */
 
 /* The head dims with a kernel (multiples of 16). */
@@ -124,9 +126,6 @@ __device__ static inline float exp2_approx(float x) {
     return y;
 }
 
-/* e^x as the reference computes it (exact kernels), or 2^x of a base-2 score (fast). */
-template <bool FAST> __device__ static inline float score_exp(float x) { return FAST ? exp2_approx(x) : expf(x); }
-
 /* ==== The kernel ==== */
 
 /* What a block knows of its rows (the 16 * 4/hq rows from r0). */
@@ -172,18 +171,24 @@ __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const fl
 }
 
 /* Keys k0 .. k0+BN-1 of a sequence (those past khi zero-filled) into K and V stage
- * tiles [BN][LD]. */
+ * tiles [BN][LD]. A thread copies one 16-byte chunk (ch) of keys KSTEP apart, walking
+ * the block table from its first key's block: one division a tile, not one a chunk. */
 template <int HD, bool FAST>
 __device__ static void flash_load_kv(__half *kt, __half *vt, const __half *kpool, const __half *vpool,
                                      const int32_t *table, int bs, int64_t kvd, int64_t koff, int k0, int khi,
                                      int tid) {
     constexpr int BN = flash_shape<HD, FAST>::BN, LD = flash_shape<HD, FAST>::LD, CH = HD / 8;
-    for (int i = tid; i < BN * CH; i += FLASH_THREADS) {
-        const int key = i / CH, ch = i % CH, j = k0 + key;
-        const bool ok = j <= khi;
-        const int64_t at = ok ? kv_slot(table, bs, j) * kvd + koff + ch * 8 : 0;
+    constexpr int KSTEP = FLASH_THREADS / CH; /* threads past CH * KSTEP copy nothing */
+    if (tid >= CH * KSTEP) return;
+    const int ch = tid % CH, key0 = tid / CH;
+    int blk = (k0 + key0) / bs, off = (k0 + key0) % bs;
+#pragma unroll
+    for (int key = key0; key < BN; key += KSTEP) {
+        const bool ok = k0 + key <= khi;
+        const int64_t at = ok ? ((int64_t)table[blk] * bs + off) * kvd + koff + ch * 8 : 0;
         cp_async16(kt + key * LD + ch * 8, kpool + at, ok);
         cp_async16(vt + key * LD + ch * 8, vpool + at, ok);
+        for (off += KSTEP; off >= bs; off -= bs) blk++;
     }
 }
 
@@ -249,7 +254,8 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
         add4(s[NC - 2], cprev[0]);
         add4(s[NC - 1], cprev[1]);
     }
-    /* masks (where the tile is not wholly inside both rows' ranges), the running max */
+    /* masks (where the tile is not wholly inside both rows' ranges), the running max; the
+     * fast kernels keep scores and max unscaled (fac > 0) and scale in the exponent's FFMA */
     const int k1 = k0 + BN - 1;
     const bool whole = k0 >= rp.lo[0] && k1 <= rp.hi[0] && k0 >= rp.lo[1] && k1 <= rp.hi[1];
     float mx[2] = {m[0], m[1]};
@@ -258,7 +264,8 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int w = e / 2, j = k0 + c * 8 + 2 * t + (e & 1);
-            s[c][e] = whole || (j >= rp.lo[w] && j <= rp.hi[w]) ? s[c][e] * rp.fac[w] : -INFINITY;
+            const float v = FAST ? s[c][e] : s[c][e] * rp.fac[w];
+            s[c][e] = whole || (j >= rp.lo[w] && j <= rp.hi[w]) ? v : -INFINITY;
             mx[w] = fmaxf(mx[w], s[c][e]);
         }
     float base[2];
@@ -267,20 +274,32 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
         mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 1));
         mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 2));
         base[w] = mx[w] == -INFINITY ? 0.0f : mx[w];
-        const float corr = score_exp<FAST>(m[w] - base[w]); /* 0 while nothing was seen */
+        /* 0 while nothing was seen */
+        const float corr = FAST ? exp2_approx((m[w] - base[w]) * rp.fac[w]) : expf(m[w] - base[w]);
         l[w] *= corr;
         m[w] = mx[w];
 #pragma unroll
         for (int d = 0; d < ND; d++) acc[d][2 * w] *= corr, acc[d][2 * w + 1] *= corr;
     }
+    if constexpr (FAST) { /* p * 2^12 = 2^(s fac - base fac + 12); l sums them so scaled */
+        const float off[2] = {base[0] * rp.fac[0] - P_LOG2, base[1] * rp.fac[1] - P_LOG2};
 #pragma unroll
-    for (int c = 0; c < NC; c++)
+        for (int c = 0; c < NC; c++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float p = score_exp<FAST>(s[c][e] - base[e / 2]);
-            l[e / 2] += p;
-            s[c][e] = p * P_SCALE;
-        }
+            for (int e = 0; e < 4; e++) {
+                s[c][e] = exp2_approx(fmaf(s[c][e], rp.fac[e / 2], -off[e / 2]));
+                l[e / 2] += s[c][e];
+            }
+    } else {
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = expf(s[c][e] - base[e / 2]);
+                l[e / 2] += p;
+                s[c][e] = p * P_SCALE;
+            }
+    }
     /* acc += P V, steps of (16 keys, 16 dims) as above; P's fragment is the scores'
      * accumulator layout */
     if (FAST) {
@@ -450,7 +469,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 
         l[w] += __shfl_xor_sync(0xffffffffu, l[w], 2);
         const int64_t r = r0 + wrow + g + 8 * w;
         if (r >= ar.n || !rows.own[wrow + g + 8 * w]) continue;
-        const float den = l[w] * P_SCALE;
+        const float den = FAST ? l[w] : l[w] * P_SCALE; /* fast: l sums p * 2^12 */
         float *o = out + r * qd + head * HD + 2 * (lane % 4);
 #pragma unroll
         for (int d = 0; d < ND; d++)
@@ -487,7 +506,7 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const int64_t z = ar->seqs > 0 && ar->seqs < FLASH_SEQ_BLOCKS ? ar->seqs : FLASH_SEQ_BLOCKS;
     const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), (unsigned)z);
     CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
-    const bool fast = ar->n >= FAST_FROM_ROWS;
+    const bool fast = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f; /* the fast max is of unscaled scores */
 #define FLASH_LAUNCH(H)                                                                                   \
     if (ar->hd == H) {                                                                                    \
         if (fast)                                                                                         \
