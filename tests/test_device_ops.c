@@ -331,6 +331,33 @@ static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, 
     drop(be, dy);
 }
 
+/* swiglu_mlp of n random rows x through gate g, up u and down d (x: room for n (cols + 2
+ * g->rows) floats; dx: n cols): against the reference's products and swiglu (into *diff,
+ * *mx), and against the device's own matmul_multi then swiglu_matmul (into *self). */
+static void mlp_case(backend *be, backend *ref, const matview *g, const matview *u, const matview *d, int64_t n,
+                     float *x, float *dx, float *yr, float *yd, double *diff, double *mx, double *self) {
+    const int64_t f = g->rows, m = n * d->rows;
+    float *gr = x + n * g->cols, *ur = gr + n * f;
+    fill_rand(x, n * g->cols, 1.0f, 0.0f);
+    be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * g->cols));
+    float *dg = put_nan(be, n * f), *du = put_nan(be, n * f), *dy = put_nan(be, m);
+    backend_swiglu_mlp(be, dy, g, u, d, dx, dg, du, n);
+    get(be, yd, dy, sizeof(float) * (size_t)m);
+    ref->ops->matmul(ref, gr, g, x, n);
+    ref->ops->matmul(ref, ur, u, x, n);
+    ref->ops->swiglu(ref, gr, gr, ur, n * f);
+    ref->ops->matmul(ref, yr, d, gr, n);
+    *diff = fmax(*diff, max_abs_diff(yd, yr, m));
+    *mx = fmax(*mx, max_abs(yr, m));
+    float *const ys[2] = {dg, du};
+    const matview *const ws[2] = {g, u};
+    backend_matmul_multi(be, ys, ws, 2, dx, n);
+    backend_swiglu_matmul(be, dy, d, dg, du, n);
+    get(be, yr, dy, sizeof(float) * (size_t)m);
+    *self = fmax(*self, max_abs_diff(yd, yr, m));
+    drop(be, dg), drop(be, du), drop(be, dy);
+}
+
 static void test_matmul(void) {
     static test_mat mats[MAX_MATS];
     matview *list[MAX_MATS];
@@ -1337,9 +1364,9 @@ static void test_attention_full(void) {
  * DESIGN.md's numerics: the CUDA device rounds W and x to fp16 once each (so a bound of
  * 1e-3 of the largest value, where a wrong row, column or chunk is off by the whole
  * value), in chunks of 16384 rows of a 4096-wide W (the large matrix takes two). Each
- * product also by matmul_multi over a set of one input. */
+ * product also by matmul_multi over a set of one input, and an MLP by swiglu_mlp. */
 static void test_matmul_prefill(void) {
-    enum { NM = 5 };
+    enum { NM = 8 };
     static test_mat mats[NM];
     matview *list[NM];
     mat_affine(&mats[0], 4, 64, DTYPE_F16, 300, 192);
@@ -1347,6 +1374,9 @@ static void test_matmul_prefill(void) {
     mat_affine(&mats[2], 4, 128, DTYPE_F32, 37, 640);
     mat_affine(&mats[3], 4, 64, DTYPE_F16, 33, 192);      /* a set with mats[0] */
     mat_affine(&mats[4], 4, 64, DTYPE_F16, 16400, 4096); /* more than 64 Mi weights */
+    mat_affine(&mats[5], 4, 64, DTYPE_F16, 256, 192);     /* an MLP: gate, up, down */
+    mat_affine(&mats[6], 4, 64, DTYPE_F16, 256, 192);
+    mat_affine(&mats[7], 4, 64, DTYPE_BF16, 192, 256);
     const weight_set ws = mats_set(mats, list, NM, NULL, 0);
     const int64_t max_n = 300, max_cols = 4096;
     const backend_params p = params(false, max_n, max_cols, 16, 64);
@@ -1359,7 +1389,7 @@ static void test_matmul_prefill(void) {
     float *dx = put(be, NULL, sizeof(float) * (size_t)(max_n * max_cols));
     CELER_ASSERT(x && yr && yd);
     const int64_t ns[] = {128, 129, 300};
-    for (int i = 0; i < NM; i++) {
+    for (int i = 0; i < 5; i++) {
         const matview *w = &mats[i].w;
         double diff = 0, mx = 0;
         for (int k = 0; k < (i == 4 ? 1 : 3); k++) /* the large one once */
@@ -1386,6 +1416,21 @@ static void test_matmul_prefill(void) {
         report(what, diff, 1e-3 * mx);
         CHECK(self == 0, "swiglu_matmul %s at prefill rows: %g from the device's swiglu then matmul (must be 0)",
               mats[i].desc, self);
+    }
+    /* the MLP in one op: the device's own ops exactly below the prefill rows; from there
+     * gate and up may be rounded to fp16 like x */
+    {
+        const int64_t mn[] = {1, 37, 128, 300};
+        for (int k = 0; k < 4; k++) {
+            double diff = 0, mx = 0, self = 0;
+            mlp_case(be, ref, &mats[5].w, &mats[6].w, &mats[7].w, mn[k], x, dx, yr, yd, &diff, &mx, &self);
+            char what[128];
+            snprintf(what, sizeof what, "swiglu_mlp 4-bit g64 [256 x 192] x2, [192 x 256] n=%lld", (long long)mn[k]);
+            report(what, diff, 1e-3 * mx);
+            if (mn[k] < 128)
+                CHECK(self == 0, "swiglu_mlp at n=%lld: %g from the device's matmul_multi then swiglu_matmul (must be 0)",
+                      (long long)mn[k], self);
+        }
     }
     /* the set: each output against its own product */
     {

@@ -156,6 +156,11 @@ typedef struct backend_ops {
     /* y[n, w.rows] = (silu(gate) * up)[n, w.cols] @ W^T (an MLP's down projection); gate
      * may be overwritten */
     void (*swiglu_matmul)(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n);
+    /* y[n, down.rows] = (silu(x @ G^T) * (x @ U^T)) @ D^T, an MLP without biases; gate and
+     * up [n, G.rows] are scratch the backend may use in any form (their contents after
+     * the call are unspecified) */
+    void (*swiglu_mlp)(backend *be, float *y, const matview *g, const matview *u, const matview *down,
+                       const float *x, float *gate, float *up, int64_t n);
 
     /* ---- optional, for backends whose memory is not the host's (NULL: the caller takes
      * the rows down and works on the host) ---- */
@@ -301,6 +306,18 @@ static inline void backend_swiglu_matmul(backend *be, float *y, const matview *w
     }
     be->ops->swiglu(be, gate, gate, up, n * w->cols);
     be->ops->matmul(be, y, w, gate, n);
+}
+
+static inline void backend_swiglu_mlp(backend *be, float *y, const matview *g, const matview *u,
+                                      const matview *down, const float *x, float *gate, float *up, int64_t n) {
+    if (be->ops->swiglu_mlp) {
+        be->ops->swiglu_mlp(be, y, g, u, down, x, gate, up, n);
+        return;
+    }
+    float *const ys[2] = {gate, up};
+    const matview *const ws[2] = {g, u};
+    backend_matmul_multi(be, ys, ws, 2, x, n);
+    backend_swiglu_matmul(be, y, down, gate, up, n);
 }
 
 static inline void backend_destroy(backend *be) {

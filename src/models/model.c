@@ -366,11 +366,15 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
                float *scratch, float *out) {
     const int64_t f = m->dims.f;
     float *gate = scratch, *up = gate + n * f;
-    float *const ys[2] = {gate, up};
-    const matview *const ws[2] = {&p->gate, &p->up};
-    const float *const bs[2] = {p->b_gate, p->b_up};
-    model_linear_multi(be, ys, ws, bs, 2, xb, n);
-    backend_swiglu_matmul(be, out, &p->down, gate, up, n);
+    if (p->b_gate || p->b_up) { /* biases between the products */
+        float *const ys[2] = {gate, up};
+        const matview *const ws[2] = {&p->gate, &p->up};
+        const float *const bs[2] = {p->b_gate, p->b_up};
+        model_linear_multi(be, ys, ws, bs, 2, xb, n);
+        backend_swiglu_matmul(be, out, &p->down, gate, up, n);
+    } else {
+        backend_swiglu_mlp(be, out, &p->gate, &p->up, &p->down, xb, gate, up, n);
+    }
     if (p->b_down) be->ops->add_bias(be, out, p->b_down, n, p->down.rows);
 }
 

@@ -60,7 +60,7 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
     OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
-    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_SWIGLU_MATMUL,
+    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_SWIGLU_MATMUL, OP_SWIGLU_MLP,
 };
 
 /* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
@@ -416,6 +416,16 @@ static void cuda_op_swiglu_matmul(backend *be, float *y, const matview *w, float
     cuda_product_swiglu(cb, y, m, gate, up, n);
 }
 
+static void cuda_op_swiglu_mlp(backend *be, float *y, const matview *g, const matview *u, const matview *down,
+                               const float *x, float *gate, float *up, int64_t n) {
+    cuda_backend *cb = cb_of(be);
+    if (noted(cb, OP_SWIGLU_MLP, y, g, u, down, x, gate, up, n)) return;
+    const cuda_mat *mg = cuda_mat_of(cb, g), *mu = cuda_mat_of(cb, u), *md = cuda_mat_of(cb, down);
+    CELER_ASSERT(n <= cb->p.max_rows && mg->cols <= cb->p.max_cols && md->cols <= cb->p.max_cols);
+    if (cb->mode == STEP_EAGER) work_reserve(cb);
+    cuda_product_mlp(cb, y, mg, mu, md, x, gate, up, n);
+}
+
 static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *const *ws, int k, const float *x,
                                  int64_t n) {
     cuda_backend *cb = cb_of(be);
@@ -604,6 +614,7 @@ static const backend_ops cuda_ops = {
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
     .swiglu_matmul = cuda_op_swiglu_matmul,
+    .swiglu_mlp = cuda_op_swiglu_mlp,
     .argmax_rows = cuda_op_argmax_rows,
 };
 

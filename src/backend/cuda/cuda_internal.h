@@ -176,6 +176,10 @@ void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *g
  * are compatible affine matrices (and, for the GEMV, the work buffer holds the set), else
  * cuda_product for each. */
 void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n);
+/* y = (silu(x @ G^T) * (x @ U^T)) @ D^T; gate and up are scratch (at prefill rows they hold
+ * fp16 values) */
+void cuda_product_mlp(cuda_backend *cb, float *y, const cuda_mat *g, const cuda_mat *u, const cuda_mat *d,
+                      const float *x, float *gate, float *up, int64_t n);
 
 /* ==== Kernels (kernels.cu) ==== */
 

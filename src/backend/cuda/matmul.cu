@@ -13,7 +13,9 @@
  * into the other (the product is bound by the tensor cores, the dequantization by
  * memory), and after a matrix's last chunk, the first of the matrix after it in the
  * model's order (q, k, v, o, gate, up, down: the order the model calls them), which the
- * next product finds ready when the guess was right.
+ * next product finds ready when the guess was right. An MLP's gate and up (swiglu_mlp)
+ * leave cuBLAS in fp16, and SwiGLU reads them and writes the down projection's fp16 x:
+ * a quarter of the bytes of fp32 gate and up between the products.
  * Dense weights go through cuBLAS with fp32 accumulation at every n: bf16 / fp16 as stored
  * (exact) against x split in hi and lo parts of the same type, two products; fp32 by
  * SGEMM. (One fp16 rounding of weights and activations moved the fixtures' logits by about
@@ -38,6 +40,23 @@ template <typename T> __global__ static void k_split(T *hi, T *lo, const float *
     }
 }
 
+/* y[m8] = silu(gate) * up of fp16 values, rounded to fp16, eight values a thread (16-byte
+ * loads and store). */
+__global__ static void k_swiglu_h8(uint4 *y, const uint4 *gate, const uint4 *up, int64_t m8) {
+    GRID_STRIDE(i, m8) {
+        const uint4 g = gate[i], u = up[i];
+        const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 gf = __half22float2(*(const __half2 *)&gw[j]), uf = __half22float2(*(const __half2 *)&uw[j]);
+            const __half2 h = __floats2half2_rn(swiglu_of(gf.x, uf.x), swiglu_of(gf.y, uf.y));
+            o[j] = *(const uint32_t *)&h;
+        }
+        y[i] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
 /* y[m4] = x rounded to fp16, or silu(x) * up where up is given, four values a thread (16-byte
  * loads, one 8-byte store). */
 __global__ static void k_half4(uint2 *y, const float4 *x, const float4 *up, int64_t m4) {
@@ -50,13 +69,18 @@ __global__ static void k_half4(uint2 *y, const float4 *x, const float4 *up, int6
 
 /* ==== Products ==== */
 
-/* y[n, rows] (rows ldy apart) = x[n, cols] @ W^T in cuBLAS's column-major terms:
- * Y^T (rows x n) = W (cols x rows)^T X^T (cols x n). */
-static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDataType wt, const void *x,
-                 cudaDataType xt, int64_t rows, int64_t cols, int64_t n, float beta) {
+/* y[n, rows] (rows ldy apart, of type yt) = x[n, cols] @ W^T in cuBLAS's column-major
+ * terms: Y^T (rows x n) = W (cols x rows)^T X^T (cols x n). Sums in fp32. */
+static void gemm_to(cuda_backend *cb, void *y, cudaDataType yt, int64_t ldy, const void *w, cudaDataType wt,
+                    const void *x, cudaDataType xt, int64_t rows, int64_t cols, int64_t n, float beta) {
     const float one = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one, w, wt, (int)cols,
-                              x, xt, (int)cols, &beta, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                              x, xt, (int)cols, &beta, y, yt, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDataType wt, const void *x,
+                 cudaDataType xt, int64_t rows, int64_t cols, int64_t n, float beta) {
+    gemm_to(cb, y, CUDA_R_32F, ldy, w, wt, x, xt, rows, cols, n, beta);
 }
 
 /* Rows of x up to which the decode product, GEMV_ROWS rows a launch, beats the prefill
@@ -151,9 +175,11 @@ static const cuda_mat *next_mat(const cuda_backend *cb, const cuda_mat *m) {
     return nx->bits && dense_chunk(cb, nx) > 0 && nx->rows * nx->cols <= 2 * cb->wh_elems ? nx : NULL;
 }
 
-/* y[n, rows] = xh @ W^T: W's rows in fp16, a buffer's worth a product, each chunk
- * dequantized while the one before it is multiplied. */
-static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __half *xh, int64_t n) {
+/* y[n, rows] = xh @ W^T, y of type yt (fp32 or fp16): W's rows in fp16, a buffer's worth
+ * a product, each chunk dequantized while the one before it is multiplied. */
+static void affine_dense_to(cuda_backend *cb, void *y, cudaDataType yt, const cuda_mat *m, const __half *xh,
+                            int64_t n) {
+    const size_t ysize = yt == CUDA_R_16F ? sizeof(__half) : sizeof(float);
     const int64_t chunk = dense_chunk(cb, m);
     for (int64_t r = 0; r < m->rows; r += chunk) {
         const int64_t k = chunk_rows(m, r, chunk);
@@ -168,11 +194,15 @@ static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __
             if (held(cb, nx, 0, k2) < 0) chunk_into(cb, 1 - b, nx, 0, k2);
         }
         CUDA_CHECK(cudaStreamWaitEvent(cb->stream, cb->wh_ready[b], 0));
-        gemm(cb, y + r, m->rows, cb->wh[b], CUDA_R_16F, xh, CUDA_R_16F, k, m->cols, n, 0.0f);
+        gemm_to(cb, (char *)y + r * ysize, yt, m->rows, cb->wh[b], CUDA_R_16F, xh, CUDA_R_16F, k, m->cols, n, 0.0f);
         CUDA_CHECK(cudaEventRecord(cb->wh_free[b], cb->stream));
         cb->wh_mat[b] = NULL; /* read: the buffer is free once the product is done */
         cb->wh_next = 1 - b;
     }
+}
+
+static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __half *xh, int64_t n) {
+    affine_dense_to(cb, y, CUDA_R_32F, m, xh, n);
 }
 
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
@@ -255,4 +285,28 @@ void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const 
         return;
     }
     for (int i = 0; i < k; i++) cuda_product(cb, ys[i], ms[i], x, n);
+}
+
+void cuda_product_mlp(cuda_backend *cb, float *y, const cuda_mat *g, const cuda_mat *u, const cuda_mat *d,
+                      const float *x, float *gate, float *up, int64_t n) {
+    const int64_t f = g->rows;
+    const bool fp16 = dense_takes(cb, g, n) && dense_takes(cb, u, n) && dense_takes(cb, d, n) && u->rows == f &&
+                      u->cols == g->cols && d->cols == f && f % 8 == 0 && half4_fits(x, nullptr, n * g->cols) &&
+                      (((uintptr_t)gate | (uintptr_t)up) & 15) == 0;
+    if (!fp16) {
+        float *const ys[2] = {gate, up};
+        const cuda_mat *const ms[2] = {g, u};
+        cuda_product_set(cb, ys, ms, 2, x, n);
+        cuda_product_swiglu(cb, y, d, gate, up, n);
+        return;
+    }
+    /* prefill: gate and up leave cuBLAS in fp16 (in the first half of their buffers), and
+     * silu(gate) * up goes to fp16 in xs, which held x */
+    const __half *xh = x_half(cb, x, nullptr, n * g->cols);
+    affine_dense_to(cb, gate, CUDA_R_16F, g, xh, n);
+    affine_dense_to(cb, up, CUDA_R_16F, u, xh, n);
+    __half *h = (__half *)cb->xs;
+    k_swiglu_h8<<<blocks_for(n * f / 8), THREADS, 0, cb->stream>>>((uint4 *)h, (const uint4 *)gate,
+                                                                   (const uint4 *)up, n * f / 8);
+    affine_dense(cb, y, d, h, n);
 }
