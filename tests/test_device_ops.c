@@ -1176,7 +1176,7 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
             slot[k] = tables[s * cols + p / bs] * (int32_t)bs + p % (int32_t)bs;
 
     const weight_set ws = {0};
-    const backend_params bp = params(c->f16, 512, 1024, ATT_MAX_KEYS, c->hd);
+    const backend_params bp = params(c->f16, n > 512 ? n : 512, qd > 1024 ? qd : 1024, ATT_MAX_KEYS, c->hd);
     device d;
     backend *ref = open_pair(&d, &ws, &bp);
     if (!ref) {
@@ -1290,6 +1290,9 @@ static void test_attention_paths(void) {
         {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
+        /* grids of more than 4 blocks an SM (608 on up to 152 SMs): CUDA's narrow kernels */
+        {"tiles", 600, 64, 32, 64, 16, 0, 1, {600}, ROWS_RUN, 2.0f, true},
+        {"tiles", 600, 64, 32, 64, 7, 90, 3, {900, 700, 1000}, ROWS_MIXED, 2.0f, true},
         {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true},
         {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true},
         {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true},

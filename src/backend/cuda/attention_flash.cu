@@ -51,16 +51,29 @@
 /* The head dims with a kernel (multiples of 16). */
 #define FLASH_HDS(X) X(64) X(80) X(96) X(112) X(128) X(160) X(192) X(256)
 
-template <int HD, bool FAST> struct flash_shape {
+/* The kernels: exact; fast (fp16 query and probabilities, the query's fragments in
+ * registers, 2 blocks an SM at head dims to 128); narrow (fast, with the query read from
+ * shared memory each tile and tiles of 32 keys: 128 registers, 4 blocks an SM at head
+ * dims to 128, for grids of many blocks an SM). */
+enum { FLASH_EXACT, FLASH_FAST, FLASH_NARROW };
+
+template <int HD, int KIND> struct flash_shape {
+    static constexpr bool FAST = KIND != FLASH_EXACT, QREG = KIND == FLASH_FAST;
     /* keys per tile (registers: acc is HD / 2 floats a thread, the scores BN / 2; the
      * exact kernels also hold a step's partial products) */
-    static constexpr int BN = FAST ? (HD <= 128 ? 64 : 32) : HD <= 96 ? 64 : HD <= 128 ? 32 : 16;
-    static constexpr int LD = HD + 8;              /* halves per shared row: 16 bytes of pad keep
-                                                      ldmatrix's 8 rows on distinct banks */
-    /* exact: each warp's query rows (hi, lo) and two stages of K and V tiles; fast: the
-     * stages only (the query rows pass through the first K stage into registers) */
-    static constexpr size_t SMEM = sizeof(__half) * (size_t)LD * (FAST ? 4 * BN : FLASH_WARPS * 2 * 16 + 4 * BN);
-    static_assert(!FAST || 2 * BN >= FLASH_WARPS * 16, "the query rows fit the K stages");
+    static constexpr int BN = KIND == FLASH_FAST     ? (HD <= 128 ? 64 : 32)
+                              : KIND == FLASH_NARROW ? 32
+                              : HD <= 96             ? 64
+                              : HD <= 128            ? 32
+                                                     : 16;
+    static constexpr int LD = HD + 8; /* halves per shared row: 16 bytes of pad keep
+                                         ldmatrix's 8 rows on distinct banks */
+    /* each warp's query rows (exact: hi and lo; narrow: one fp16; fast: none, they pass
+     * through the first K stage into registers), then two stages of K and V tiles */
+    static constexpr int QROWS = KIND == FLASH_EXACT ? FLASH_WARPS * 2 * 16 : KIND == FLASH_NARROW ? FLASH_WARPS * 16 : 0;
+    static constexpr size_t SMEM = sizeof(__half) * (size_t)LD * (QROWS + 4 * BN);
+    static constexpr int MIN_BLOCKS = HD > 128 ? 1 : KIND == FLASH_FAST ? 2 : KIND == FLASH_NARROW ? 4 : 1;
+    static_assert(!QREG || 2 * BN >= FLASH_WARPS * 16, "the query rows fit the K stages");
 };
 
 /* ==== Tensor-core and copy primitives ==== */
@@ -138,10 +151,11 @@ struct flash_rows {
 
 /* The warp's 16 query rows of its head, scaled per row by a power of two and split into
  * fp16 hi [16][LD] and lo [16][LD]; fac[i] = scale / that power. */
-template <int HD, bool FAST>
+template <int HD, int KIND>
 __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const float *q, const attn_rows &ar,
                                     int64_t r0, int64_t head, int lane) {
-    constexpr int LD = flash_shape<HD, FAST>::LD, PER = (HD + 31) / 32;
+    constexpr int LD = flash_shape<HD, KIND>::LD, PER = (HD + 31) / 32;
+    constexpr bool FAST = flash_shape<HD, KIND>::FAST;
     const int64_t qd = ar.h * HD;
     for (int i = 0; i < 16; i++) {
         const int64_t r = r0 + i;
@@ -173,11 +187,11 @@ __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const fl
 /* Keys k0 .. k0+BN-1 of a sequence (those past khi zero-filled) into K and V stage
  * tiles [BN][LD]. A thread copies one 16-byte chunk (ch) of keys KSTEP apart, walking
  * the block table from its first key's block: one division a tile, not one a chunk. */
-template <int HD, bool FAST>
+template <int HD, int KIND>
 __device__ static void flash_load_kv(__half *kt, __half *vt, const __half *kpool, const __half *vpool,
                                      const int32_t *table, int bs, int64_t kvd, int64_t koff, int k0, int khi,
                                      int tid) {
-    constexpr int BN = flash_shape<HD, FAST>::BN, LD = flash_shape<HD, FAST>::LD, CH = HD / 8;
+    constexpr int BN = flash_shape<HD, KIND>::BN, LD = flash_shape<HD, KIND>::LD, CH = HD / 8;
     constexpr int KSTEP = FLASH_THREADS / CH; /* threads past CH * KSTEP copy nothing */
     if (tid >= CH * KSTEP) return;
     const int ch = tid % CH, key0 = tid / CH;
@@ -201,26 +215,34 @@ struct row_pair {
 
 /* One tile: scores s = Q K^T (masked, scaled), the online softmax update of m, l, acc,
  * and acc += P V. */
-template <int HD, bool FAST>
+template <int HD, int KIND>
 __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], const uint32_t qf[][4],
                                   const __half *qh, const __half *ql, const __half *kt, const __half *vt,
                                   const row_pair &rp, int k0, int lane) {
-    constexpr int BN = flash_shape<HD, FAST>::BN, LD = flash_shape<HD, FAST>::LD, NC = BN / 8, ND = HD / 8;
+    using shape = flash_shape<HD, KIND>;
+    constexpr int BN = shape::BN, LD = shape::LD, NC = BN / 8, ND = HD / 8;
+    constexpr bool FAST = shape::FAST;
     const int t = lane % 4;
     float s[NC][4];
 #pragma unroll
     for (int c = 0; c < NC; c++) s[c][0] = s[c][1] = s[c][2] = s[c][3] = 0.0f;
-    if (FAST) { /* s = Q K^T (Q's fragments in registers), the tensor cores' sums chained */
+    if constexpr (FAST) { /* s = Q K^T, the tensor cores' sums chained */
+        const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8;
         const __half *ka = kt + ((lane / 16) * 8 + lane % 8) * LD + ((lane / 8) % 2) * 8;
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[4]; /* the query's fragment: held (fast) or read (narrow) */
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = qf[shape::QREG ? kk : 0][i];
+            if constexpr (!shape::QREG) ldsm_x4(a, qa + kk * 16);
 #pragma unroll
             for (int c = 0; c < NC; c += 2) {
                 uint32_t b[4];
                 ldsm_x4(b, ka + c * 8 * LD + kk * 16);
-                mma16816(s[c], qf[kk], b[0], b[1]);
-                mma16816(s[c + 1], qf[kk], b[2], b[3]);
+                mma16816(s[c], a, b[0], b[1]);
+                mma16816(s[c + 1], a, b[2], b[3]);
             }
+        }
     } else {
         /* s += Q K^T: steps u of (16 dims, 16 keys); a step's operands are loaded a step
          * ahead and its products added a step behind, so neither waits on the one before */
@@ -355,16 +377,17 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
  * x / (group / hq), block y the row tile counted from the end (longer spans start first),
  * block z the tile's sequences z, z + gridDim.z, ... in order of their first row
  * (their rows' outputs; blocks past the tile's sequences leave at once). */
-template <int HD, bool FAST>
-__global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 1) /* fast: 2 blocks an SM */
+template <int HD, int KIND>
+__global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::MIN_BLOCKS)
     k_flash(float *out, const float *q, const __half *kpool, const __half *vpool, attn_rows ar, int hq) {
-    using shape = flash_shape<HD, FAST>;
+    using shape = flash_shape<HD, KIND>;
     constexpr int BN = shape::BN, LD = shape::LD, ND = HD / 8;
+    constexpr bool FAST = shape::FAST;
     extern __shared__ __align__(16) unsigned char flash_smem[];
     __shared__ flash_rows rows;
-    __half *qs = (__half *)flash_smem;                      /* [warps][hi, lo][16][LD]; fast: [warps][16][LD] */
-    __half *ks = FAST ? qs : qs + FLASH_WARPS * 2 * 16 * LD; /* [2 stages][BN][LD] */
-    __half *vs = ks + 2 * BN * LD;               /* [2 stages][BN][LD] */
+    __half *qs = (__half *)flash_smem;         /* [warps][hi, lo][16][LD]; fast, narrow: [warps][16][LD] */
+    __half *ks = qs + shape::QROWS * LD;       /* [2 stages][BN][LD] (fast: from qs) */
+    __half *vs = ks + 2 * BN * LD;             /* [2 stages][BN][LD] */
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
     const int bm = 16 * (FLASH_WARPS / hq), wrow = (warp / hq) * 16;
@@ -390,9 +413,9 @@ __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 
         if ((int)blockIdx.z >= __syncthreads_count(first)) return;
     }
     __half *qh = qs + warp * (FAST ? 1 : 2) * 16 * LD, *ql = qh + 16 * LD;
-    flash_load_q<HD, FAST>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
-    uint32_t qf[FAST ? HD / 16 : 1][4]; /* fast: the query's A fragments, before the K stages are loaded */
-    if constexpr (FAST) {
+    flash_load_q<HD, KIND>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
+    uint32_t qf[shape::QREG ? HD / 16 : 1][4] = {}; /* fast: the query's A fragments, before the K stages are loaded */
+    if constexpr (shape::QREG) {
         __syncwarp();
         const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8;
 #pragma unroll
@@ -444,12 +467,12 @@ __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 
 
         const int32_t *table = ar.tables + (int64_t)sq * ar.table_cols;
         const int tiles = (khi - klo) / BN + 1;
-        flash_load_kv<HD, FAST>(ks, vs, kpool, vpool, table, bs, kvd, kvh * HD, klo, khi, tid);
+        flash_load_kv<HD, KIND>(ks, vs, kpool, vpool, table, bs, kvd, kvh * HD, klo, khi, tid);
         cp_async_commit();
         for (int it = 0; it < tiles; it++) {
             const int st = it & 1, k0 = klo + it * BN;
             if (it + 1 < tiles) {
-                flash_load_kv<HD, FAST>(ks + (st ^ 1) * BN * LD, vs + (st ^ 1) * BN * LD, kpool, vpool, table, bs, kvd,
+                flash_load_kv<HD, KIND>(ks + (st ^ 1) * BN * LD, vs + (st ^ 1) * BN * LD, kpool, vpool, table, bs, kvd,
                                   kvh * HD, k0 + BN, khi, tid);
                 cp_async_commit();
                 cp_async_wait<1>();
@@ -458,7 +481,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 
             }
             __syncthreads();
             if (k0 <= whi && k0 + BN - 1 >= wlo)
-                flash_tile<HD, FAST>(acc, m, l, qf, qh, ql, ks + st * BN * LD, vs + st * BN * LD, rp, k0, lane);
+                flash_tile<HD, KIND>(acc, m, l, qf, qh, ql, ks + st * BN * LD, vs + st * BN * LD, rp, k0, lane);
             __syncthreads(); /* the stage is loaded again two tiles on */
         }
     }
@@ -479,14 +502,26 @@ __global__ static void __launch_bounds__(FLASH_THREADS, FAST && HD <= 128 ? 2 : 
 
 /* ==== Launch ==== */
 
+/* Grids of at least this many blocks an SM take the narrow kernels (the fast ones hold 2
+ * an SM, the narrow 4): a 2048-row prefill of one sequence of an 8B model is 1,024
+ * blocks on 132 SMs, a 512-row one 256. */
+#define NARROW_FROM_BLOCKS_PER_SM 4
+
+template <int HD, int KIND> static void flash_attr() {
+    CUDA_CHECK(cudaFuncSetAttribute(k_flash<HD, KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)flash_shape<HD, KIND>::SMEM));
+}
+
+template <int HD> static void flash_attrs() {
+    flash_attr<HD, FLASH_EXACT>();
+    flash_attr<HD, FLASH_FAST>();
+    if constexpr (HD <= 128) flash_attr<HD, FLASH_NARROW>();
+}
+
 void cuda_attention_flash_init(void) {
-#define FLASH_ATTR(H)                                                                                     \
-    CUDA_CHECK(cudaFuncSetAttribute(k_flash<H, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                                    (int)flash_shape<H, false>::SMEM));                                  \
-    CUDA_CHECK(cudaFuncSetAttribute(k_flash<H, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
-                                    (int)flash_shape<H, true>::SMEM));
-    FLASH_HDS(FLASH_ATTR)
-#undef FLASH_ATTR
+#define FLASH_ATTRS(H) flash_attrs<H>();
+    FLASH_HDS(FLASH_ATTRS)
+#undef FLASH_ATTRS
 }
 
 bool cuda_attention_flash_fits(int64_t hd) {
@@ -494,6 +529,22 @@ bool cuda_attention_flash_fits(int64_t hd) {
     FLASH_HDS(FLASH_FITS)
 #undef FLASH_FITS
     return false;
+}
+
+template <int HD, int KIND>
+static void flash_launch(cudaStream_t s, dim3 grid, float *out, const float *q, const void *kpool, const void *vpool,
+                         const attn_rows *ar, int hq) {
+    k_flash<HD, KIND><<<grid, FLASH_THREADS, flash_shape<HD, KIND>::SMEM, s>>>(
+        out, q, (const __half *)kpool, (const __half *)vpool, *ar, hq);
+}
+
+template <int HD>
+static void flash_run(cudaStream_t s, dim3 grid, bool fast, bool narrow, float *out, const float *q,
+                      const void *kpool, const void *vpool, const attn_rows *ar, int hq) {
+    if constexpr (HD <= 128)
+        if (fast && narrow) return flash_launch<HD, FLASH_NARROW>(s, grid, out, q, kpool, vpool, ar, hq);
+    if (fast) return flash_launch<HD, FLASH_FAST>(s, grid, out, q, kpool, vpool, ar, hq);
+    flash_launch<HD, FLASH_EXACT>(s, grid, out, q, kpool, vpool, ar, hq);
 }
 
 void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void *kpool, const void *vpool,
@@ -507,17 +558,13 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), (unsigned)z);
     CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
     const bool fast = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f; /* the fast max is of unscaled scores */
-#define FLASH_LAUNCH(H)                                                                                   \
-    if (ar->hd == H) {                                                                                    \
-        if (fast)                                                                                         \
-            k_flash<H, true><<<grid, FLASH_THREADS, flash_shape<H, true>::SMEM, s>>>(                     \
-                out, q, (const __half *)kpool, (const __half *)vpool, *ar, hq);                           \
-        else                                                                                              \
-            k_flash<H, false><<<grid, FLASH_THREADS, flash_shape<H, false>::SMEM, s>>>(                   \
-                out, q, (const __half *)kpool, (const __half *)vpool, *ar, hq);                           \
-        return;                                                                                           \
-    }
-    FLASH_HDS(FLASH_LAUNCH)
-#undef FLASH_LAUNCH
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        cudaGetLastError();
+    const bool narrow = (int64_t)grid.x * grid.y >= (int64_t)NARROW_FROM_BLOCKS_PER_SM * sms;
+#define FLASH_RUN(H)                                                                  \
+    if (ar->hd == H) return flash_run<H>(s, grid, fast, narrow, out, q, kpool, vpool, ar, hq);
+    FLASH_HDS(FLASH_RUN)
+#undef FLASH_RUN
     CELER_ASSERT(!"cuda_attention_flash: a head dim without a kernel");
 }
