@@ -1290,8 +1290,10 @@ static void test_attention_paths(void) {
         {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
         {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
-        /* grids of more than 4 blocks an SM (608 on up to 152 SMs): CUDA's narrow kernels */
+        /* grids of at least 4 fast blocks an SM (608 and 672 of them, on up to 152 SMs):
+         * CUDA's wide kernels */
         {"tiles", 600, 64, 32, 64, 16, 0, 1, {600}, ROWS_RUN, 2.0f, true},
+        {"tiles", 660, 64, 16, 128, 16, 0, 1, {700}, ROWS_RUN, 2.0f, true},
         {"tiles", 600, 64, 32, 64, 7, 90, 3, {900, 700, 1000}, ROWS_MIXED, 2.0f, true},
         {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true},
         {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true},

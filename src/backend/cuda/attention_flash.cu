@@ -31,7 +31,9 @@
  * each, scaled the same way, and chain the tensor cores' sums over a tile: a third of the
  * instructions, on tiles of twice the keys. Their scores are in base 2 (the scale times
  * log2 e) for the hardware's 2^x, whose error is far below the probabilities' fp16 rounding,
- * and the scale, the running max and the 2^12 go into one FFMA before it.
+ * and the scale, the running max and the 2^12 go into one FFMA before it. Grids of many
+ * blocks an SM (a long prefill) take the wide kernels: 32 rows a warp as two m tiles, so
+ * every K and V fragment read from shared memory feeds two products (flash_shape).
  *
  * Not here: fp32 pools, head dims outside FLASH_HDS, and few-row steps (attention.cu).
  */
@@ -43,7 +45,8 @@
 
 #define FLASH_WARPS 4
 #define FLASH_THREADS (32 * FLASH_WARPS)
-#define FLASH_ROWS 64        /* rows of a block at most (16 per warp, one head) */
+#define FLASH_MT 2           /* 16-row m tiles of a warp at most */
+#define FLASH_ROWS (FLASH_WARPS * 16 * FLASH_MT) /* rows of a block at most (one head) */
 #define P_SCALE 4096.0f      /* probabilities are split at p * 2^12: no fp16 subnormals */
 #define P_LOG2 12.0f         /* log2 P_SCALE */
 #define FLASH_SEQ_BLOCKS 8   /* blocks sharing a tile whose rows are of several sequences */
@@ -52,27 +55,29 @@
 #define FLASH_HDS(X) X(64) X(80) X(96) X(112) X(128) X(160) X(192) X(256)
 
 /* The kernels: exact; fast (fp16 query and probabilities, the query's fragments in
- * registers, 2 blocks an SM at head dims to 128); narrow (fast, with the query read from
- * shared memory each tile and tiles of 32 keys: 128 registers, 4 blocks an SM at head
- * dims to 128, for grids of many blocks an SM). */
-enum { FLASH_EXACT, FLASH_FAST, FLASH_NARROW };
+ * registers, 2 blocks an SM at head dims to 128); wide (fast, for grids of many blocks an
+ * SM at head dims to 128: two 16-row m tiles a warp, so each K and V fragment read from
+ * shared memory feeds two products, the query read from shared memory each tile, tiles of
+ * 32 keys at head dims over 64). */
+enum { FLASH_EXACT, FLASH_FAST, FLASH_WIDE };
 
 template <int HD, int KIND> struct flash_shape {
     static constexpr bool FAST = KIND != FLASH_EXACT, QREG = KIND == FLASH_FAST;
+    static constexpr int MT = KIND == FLASH_WIDE ? 2 : 1; /* 16-row m tiles of a warp */
     /* keys per tile (registers: acc is HD / 2 floats a thread, the scores BN / 2; the
      * exact kernels also hold a step's partial products) */
     static constexpr int BN = KIND == FLASH_FAST     ? (HD <= 128 ? 64 : 32)
-                              : KIND == FLASH_NARROW ? 32
+                              : KIND == FLASH_WIDE   ? (HD <= 64 ? 64 : 32)
                               : HD <= 96             ? 64
                               : HD <= 128            ? 32
                                                      : 16;
     static constexpr int LD = HD + 8; /* halves per shared row: 16 bytes of pad keep
                                          ldmatrix's 8 rows on distinct banks */
-    /* each warp's query rows (exact: hi and lo; narrow: one fp16; fast: none, they pass
+    /* each warp's query rows (exact: hi and lo; wide: one fp16; fast: none, they pass
      * through the first K stage into registers), then two stages of K and V tiles */
-    static constexpr int QROWS = KIND == FLASH_EXACT ? FLASH_WARPS * 2 * 16 : KIND == FLASH_NARROW ? FLASH_WARPS * 16 : 0;
+    static constexpr int QROWS = KIND == FLASH_EXACT ? FLASH_WARPS * 2 * 16 : QREG ? 0 : FLASH_WARPS * 16 * MT;
     static constexpr size_t SMEM = sizeof(__half) * (size_t)LD * (QROWS + 4 * BN);
-    static constexpr int MIN_BLOCKS = HD > 128 ? 1 : KIND == FLASH_FAST ? 2 : KIND == FLASH_NARROW ? 4 : 1;
+    static constexpr int MIN_BLOCKS = FAST && HD <= 128 ? 2 : 1;
     static_assert(!QREG || 2 * BN >= FLASH_WARPS * 16, "the query rows fit the K stages");
 };
 
@@ -141,23 +146,23 @@ __device__ static inline float exp2_approx(float x) {
 
 /* ==== The kernel ==== */
 
-/* What a block knows of its rows (the 16 * 4/hq rows from r0). */
+/* What a block knows of its rows (the 16 MT * 4/hq rows from r0). */
 struct flash_rows {
     int seq[FLASH_ROWS], pos[FLASH_ROWS], lo[FLASH_ROWS]; /* seq -1: past the call's rows */
-    float fac[FLASH_WARPS][16];                          /* scale / the query row's power of two (fast: x log2 e) */
+    float fac[FLASH_WARPS][16 * FLASH_MT];               /* scale / the query row's power of two (fast: x log2 e) */
     bool own[FLASH_ROWS];                                /* the row's sequence is this block's */
     int next, klo, khi;
 };
 
-/* The warp's 16 query rows of its head, scaled per row by a power of two and split into
- * fp16 hi [16][LD] and lo [16][LD]; fac[i] = scale / that power. */
+/* The warp's 16 MT query rows of its head, scaled per row by a power of two and split into
+ * fp16 hi [16 MT][LD] and lo [16][LD] (exact); fac[i] = scale / that power. */
 template <int HD, int KIND>
 __device__ static void flash_load_q(__half *qh, __half *ql, float *fac, const float *q, const attn_rows &ar,
                                     int64_t r0, int64_t head, int lane) {
     constexpr int LD = flash_shape<HD, KIND>::LD, PER = (HD + 31) / 32;
     constexpr bool FAST = flash_shape<HD, KIND>::FAST;
     const int64_t qd = ar.h * HD;
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 16 * flash_shape<HD, KIND>::MT; i++) {
         const int64_t r = r0 + i;
         float v[PER], mx = 0.0f;
 #pragma unroll
@@ -206,41 +211,51 @@ __device__ static void flash_load_kv(__half *kt, __half *vt, const __half *kpool
     }
 }
 
-/* The keys a thread's two rows (g and g + 8 of its warp's 16) read of one sequence:
- * lo[w] .. hi[w] (empty when the row is of another sequence), and their score factors. */
+/* The keys a thread's rows (g + 8 w + 16 mt of its warp's, row index 2 mt + w) read of one
+ * sequence: lo[i] .. hi[i] (empty when the row is of another sequence), and their score
+ * factors. */
 struct row_pair {
-    int lo[2], hi[2];
-    float fac[2];
+    int lo[2 * FLASH_MT], hi[2 * FLASH_MT];
+    float fac[2 * FLASH_MT];
 };
 
 /* One tile: scores s = Q K^T (masked, scaled), the online softmax update of m, l, acc,
- * and acc += P V. */
+ * and acc += P V; for each of the warp's MT m tiles (row index 2 mt + w of m, l, rp). */
 template <int HD, int KIND>
-__device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], const uint32_t qf[][4],
+__device__ static void flash_tile(float acc[][HD / 8][4], float m[], float l[], const uint32_t qf[][4],
                                   const __half *qh, const __half *ql, const __half *kt, const __half *vt,
                                   const row_pair &rp, int k0, int lane) {
     using shape = flash_shape<HD, KIND>;
-    constexpr int BN = shape::BN, LD = shape::LD, NC = BN / 8, ND = HD / 8;
+    constexpr int BN = shape::BN, LD = shape::LD, NC = BN / 8, ND = HD / 8, MT = shape::MT;
     constexpr bool FAST = shape::FAST;
+    static_assert(FAST || MT == 1, "the exact kernels take one m tile");
     const int t = lane % 4;
-    float s[NC][4];
+    float s[MT][NC][4];
 #pragma unroll
-    for (int c = 0; c < NC; c++) s[c][0] = s[c][1] = s[c][2] = s[c][3] = 0.0f;
-    if constexpr (FAST) { /* s = Q K^T, the tensor cores' sums chained */
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int c = 0; c < NC; c++) s[mt][c][0] = s[mt][c][1] = s[mt][c][2] = s[mt][c][3] = 0.0f;
+    if constexpr (FAST) { /* s = Q K^T, the tensor cores' sums chained; a K fragment serves every m tile */
         const __half *qa = qh + (lane % 16) * LD + (lane / 16) * 8;
         const __half *ka = kt + ((lane / 16) * 8 + lane % 8) * LD + ((lane / 8) % 2) * 8;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            uint32_t a[4]; /* the query's fragment: held (fast) or read (narrow) */
+            uint32_t a[MT][4]; /* the query's fragments: held (fast) or read (wide) */
 #pragma unroll
-            for (int i = 0; i < 4; i++) a[i] = qf[shape::QREG ? kk : 0][i];
-            if constexpr (!shape::QREG) ldsm_x4(a, qa + kk * 16);
+            for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) a[mt][i] = qf[shape::QREG ? kk : 0][i];
+                if constexpr (!shape::QREG) ldsm_x4(a[mt], qa + mt * 16 * LD + kk * 16);
+            }
 #pragma unroll
             for (int c = 0; c < NC; c += 2) {
                 uint32_t b[4];
                 ldsm_x4(b, ka + c * 8 * LD + kk * 16);
-                mma16816(s[c], a, b[0], b[1]);
-                mma16816(s[c + 1], a, b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(s[mt][c], a[mt], b[0], b[1]);
+                    mma16816(s[mt][c + 1], a[mt], b[2], b[3]);
+                }
             }
         }
     } else {
@@ -266,80 +281,97 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
             mma_hilo2(cur, ah, al, b);
             if (u > 0) {
                 const int pc = ((u - 1) % PAIRS) * 2;
-                add4(s[pc], cprev[0]);
-                add4(s[pc + 1], cprev[1]);
+                add4(s[0][pc], cprev[0]);
+                add4(s[0][pc + 1], cprev[1]);
             }
             for (int i = 0; i < 4; i++) cprev[0][i] = cur[0][i], cprev[1][i] = cur[1][i], b[i] = nb[i];
             if (u + 1 < STEPS && ((u + 1) % PAIRS) == 0)
                 for (int i = 0; i < 4; i++) ah[i] = nh[i], al[i] = nl[i];
         }
-        add4(s[NC - 2], cprev[0]);
-        add4(s[NC - 1], cprev[1]);
+        add4(s[0][NC - 2], cprev[0]);
+        add4(s[0][NC - 1], cprev[1]);
     }
-    /* masks (where the tile is not wholly inside both rows' ranges), the running max; the
+    /* masks (where the tile is not wholly inside every row's range), the running max; the
      * fast kernels keep scores and max unscaled (fac > 0) and scale in the exponent's FFMA */
     const int k1 = k0 + BN - 1;
-    const bool whole = k0 >= rp.lo[0] && k1 <= rp.hi[0] && k0 >= rp.lo[1] && k1 <= rp.hi[1];
-    float mx[2] = {m[0], m[1]};
+    bool whole = true;
 #pragma unroll
-    for (int c = 0; c < NC; c++)
+    for (int r = 0; r < 2 * MT; r++) whole = whole && k0 >= rp.lo[r] && k1 <= rp.hi[r];
+    float mx[2 * MT];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int w = e / 2, j = k0 + c * 8 + 2 * t + (e & 1);
-            const float v = FAST ? s[c][e] : s[c][e] * rp.fac[w];
-            s[c][e] = whole || (j >= rp.lo[w] && j <= rp.hi[w]) ? v : -INFINITY;
-            mx[w] = fmaxf(mx[w], s[c][e]);
-        }
-    float base[2];
+    for (int r = 0; r < 2 * MT; r++) mx[r] = m[r];
 #pragma unroll
-    for (int w = 0; w < 2; w++) {
-        mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 1));
-        mx[w] = fmaxf(mx[w], __shfl_xor_sync(0xffffffffu, mx[w], 2));
-        base[w] = mx[w] == -INFINITY ? 0.0f : mx[w];
-        /* 0 while nothing was seen */
-        const float corr = FAST ? exp2_approx((m[w] - base[w]) * rp.fac[w]) : expf(m[w] - base[w]);
-        l[w] *= corr;
-        m[w] = mx[w];
-#pragma unroll
-        for (int d = 0; d < ND; d++) acc[d][2 * w] *= corr, acc[d][2 * w + 1] *= corr;
-    }
-    if constexpr (FAST) { /* p * 2^12 = 2^(s fac - base fac + 12); l sums them so scaled */
-        const float off[2] = {base[0] * rp.fac[0] - P_LOG2, base[1] * rp.fac[1] - P_LOG2};
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int c = 0; c < NC; c++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                s[c][e] = exp2_approx(fmaf(s[c][e], rp.fac[e / 2], -off[e / 2]));
-                l[e / 2] += s[c][e];
+                const int r = 2 * mt + e / 2, j = k0 + c * 8 + 2 * t + (e & 1);
+                const float v = FAST ? s[mt][c][e] : s[mt][c][e] * rp.fac[r];
+                s[mt][c][e] = whole || (j >= rp.lo[r] && j <= rp.hi[r]) ? v : -INFINITY;
+                mx[r] = fmaxf(mx[r], s[mt][c][e]);
             }
+    float base[2 * MT];
+#pragma unroll
+    for (int r = 0; r < 2 * MT; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        base[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+        /* 0 while nothing was seen */
+        const float corr = FAST ? exp2_approx((m[r] - base[r]) * rp.fac[r]) : expf(m[r] - base[r]);
+        l[r] *= corr;
+        m[r] = mx[r];
+        const int mt = r / 2, w = r % 2;
+#pragma unroll
+        for (int d = 0; d < ND; d++) acc[mt][d][2 * w] *= corr, acc[mt][d][2 * w + 1] *= corr;
+    }
+    if constexpr (FAST) { /* p * 2^12 = 2^(s fac - base fac + 12); l sums them so scaled */
+        float off[2 * MT];
+#pragma unroll
+        for (int r = 0; r < 2 * MT; r++) off[r] = base[r] * rp.fac[r] - P_LOG2;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = 2 * mt + e / 2;
+                    s[mt][c][e] = exp2_approx(fmaf(s[mt][c][e], rp.fac[r], -off[r]));
+                    l[r] += s[mt][c][e];
+                }
     } else {
 #pragma unroll
         for (int c = 0; c < NC; c++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float p = expf(s[c][e] - base[e / 2]);
+                const float p = expf(s[0][c][e] - base[e / 2]);
                 l[e / 2] += p;
-                s[c][e] = p * P_SCALE;
+                s[0][c][e] = p * P_SCALE;
             }
     }
     /* acc += P V, steps of (16 keys, 16 dims) as above; P's fragment is the scores'
-     * accumulator layout */
-    if (FAST) {
+     * accumulator layout, and a V fragment serves every m tile */
+    if constexpr (FAST) {
         const __half *va = vt + (lane % 16) * LD + (lane / 16) * 8;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t p[4];
+            uint32_t p[MT][4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const __half2 h = __floats2half2_rn(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
-                p[i] = *(const uint32_t *)&h;
-            }
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const __half2 h = __floats2half2_rn(s[mt][2 * kk + i / 2][2 * (i % 2)], s[mt][2 * kk + i / 2][2 * (i % 2) + 1]);
+                    p[mt][i] = *(const uint32_t *)&h;
+                }
 #pragma unroll
             for (int d = 0; d < ND; d += 2) {
                 uint32_t b[4];
                 ldsm_x4_t(b, va + kk * 16 * LD + d * 8);
-                mma16816(acc[d], p, b[0], b[1]);
-                mma16816(acc[d + 1], p, b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma16816(acc[mt][d], p[mt], b[0], b[1]);
+                    mma16816(acc[mt][d + 1], p[mt], b[2], b[3]);
+                }
             }
         }
     } else {
@@ -354,22 +386,22 @@ __device__ static void flash_tile(float acc[HD / 8][4], float m[2], float l[2], 
             uint32_t nb[4];
             if (u + 1 < STEPS) ldsm_x4_t(nb, va + ((u + 1) / PAIRS) * 16 * LD + ((u + 1) % PAIRS) * 16);
             if (d == 0) {
-                split_pair(s[2 * kk][0], s[2 * kk][1], &ph[0], &pl[0]);
-                split_pair(s[2 * kk][2], s[2 * kk][3], &ph[1], &pl[1]);
-                split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], &ph[2], &pl[2]);
-                split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], &ph[3], &pl[3]);
+                split_pair(s[0][2 * kk][0], s[0][2 * kk][1], &ph[0], &pl[0]);
+                split_pair(s[0][2 * kk][2], s[0][2 * kk][3], &ph[1], &pl[1]);
+                split_pair(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], &ph[2], &pl[2]);
+                split_pair(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], &ph[3], &pl[3]);
             }
             float cur[2][4];
             mma_hilo2(cur, ph, pl, b);
             if (u > 0) {
                 const int pd = ((u - 1) % PAIRS) * 2;
-                add4(acc[pd], cprev[0]);
-                add4(acc[pd + 1], cprev[1]);
+                add4(acc[0][pd], cprev[0]);
+                add4(acc[0][pd + 1], cprev[1]);
             }
             for (int i = 0; i < 4; i++) cprev[0][i] = cur[0][i], cprev[1][i] = cur[1][i], b[i] = nb[i];
         }
-        add4(acc[ND - 2], cprev[0]);
-        add4(acc[ND - 1], cprev[1]);
+        add4(acc[0][ND - 2], cprev[0]);
+        add4(acc[0][ND - 1], cprev[1]);
     }
 }
 
@@ -381,16 +413,16 @@ template <int HD, int KIND>
 __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::MIN_BLOCKS)
     k_flash(float *out, const float *q, const __half *kpool, const __half *vpool, attn_rows ar, int hq) {
     using shape = flash_shape<HD, KIND>;
-    constexpr int BN = shape::BN, LD = shape::LD, ND = HD / 8;
+    constexpr int BN = shape::BN, LD = shape::LD, ND = HD / 8, MT = shape::MT;
     constexpr bool FAST = shape::FAST;
     extern __shared__ __align__(16) unsigned char flash_smem[];
     __shared__ flash_rows rows;
-    __half *qs = (__half *)flash_smem;         /* [warps][hi, lo][16][LD]; fast, narrow: [warps][16][LD] */
+    __half *qs = (__half *)flash_smem;         /* [warps][hi, lo][16][LD]; fast: [warps][16 MT][LD] */
     __half *ks = qs + shape::QROWS * LD;       /* [2 stages][BN][LD] (fast: from qs) */
     __half *vs = ks + 2 * BN * LD;             /* [2 stages][BN][LD] */
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
-    const int bm = 16 * (FLASH_WARPS / hq), wrow = (warp / hq) * 16;
+    const int bm = 16 * MT * (FLASH_WARPS / hq), wrow = (warp / hq) * 16 * MT;
     const int64_t group = ar.h / ar.hk, per_kv = group / hq, kvh = blockIdx.x / per_kv;
     const int64_t head = kvh * group + (blockIdx.x % per_kv) * hq + warp % hq;
     const int64_t r0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * bm, kvd = ar.hk * HD, qd = ar.h * HD;
@@ -412,7 +444,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::M
         for (int i = 0; first && i < tid; i++) first = rows.seq[i] != rows.seq[tid];
         if ((int)blockIdx.z >= __syncthreads_count(first)) return;
     }
-    __half *qh = qs + warp * (FAST ? 1 : 2) * 16 * LD, *ql = qh + 16 * LD;
+    __half *qh = qs + warp * (FAST ? MT : 2) * 16 * LD, *ql = qh + 16 * LD;
     flash_load_q<HD, KIND>(qh, ql, rows.fac[warp], q, ar, r0 + wrow, head, lane);
     uint32_t qf[shape::QREG ? HD / 16 : 1][4] = {}; /* fast: the query's A fragments, before the K stages are loaded */
     if constexpr (shape::QREG) {
@@ -422,9 +454,13 @@ __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::M
         for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], qa + kk * 16);
     }
 
-    float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float acc[MT][ND][4], m[2 * MT], l[2 * MT];
 #pragma unroll
-    for (int d = 0; d < ND; d++) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+    for (int r = 0; r < 2 * MT; r++) m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int d = 0; d < ND; d++) acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0.0f;
 
     bool done = true; /* thread tid < bm: its row's sequence has been seen */
     if (tid < bm) done = rows.seq[tid] < 0;
@@ -449,8 +485,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::M
         if (!ours) continue;
         const int klo = rows.klo, khi = rows.khi;
 
-        /* this warp's rows of the sequence: their key range, and this thread's two rows */
-        const int mine = wrow + lane % 16;
+        /* this warp's rows of the sequence: their key range, and this thread's 2 MT rows */
+        const int mine = wrow + lane % (16 * MT);
         const bool in = rows.seq[mine] == sq;
         int wlo = in ? rows.lo[mine] : INT_MAX, whi = in ? rows.pos[mine] : -1;
         for (int o = 16; o > 0; o >>= 1) {
@@ -458,11 +494,12 @@ __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::M
             whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, o));
         }
         row_pair rp;
-        for (int w = 0; w < 2; w++) {
-            const int i = wrow + g + 8 * w;
+#pragma unroll
+        for (int r = 0; r < 2 * MT; r++) {
+            const int i = wrow + g + 8 * r; /* row index r = 2 mt + w: rows g + 8 w + 16 mt */
             const bool own = rows.seq[i] == sq;
-            rp.lo[w] = own ? rows.lo[i] : INT_MAX, rp.hi[w] = own ? rows.pos[i] : -1;
-            rp.fac[w] = rows.fac[warp][g + 8 * w];
+            rp.lo[r] = own ? rows.lo[i] : INT_MAX, rp.hi[r] = own ? rows.pos[i] : -1;
+            rp.fac[r] = rows.fac[warp][g + 8 * r];
         }
 
         const int32_t *table = ar.tables + (int64_t)sq * ar.table_cols;
@@ -487,25 +524,28 @@ __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::M
     }
 
     /* out = acc / (l * 2^12), l summed over the row's four threads */
-    for (int w = 0; w < 2; w++) {
-        l[w] += __shfl_xor_sync(0xffffffffu, l[w], 1);
-        l[w] += __shfl_xor_sync(0xffffffffu, l[w], 2);
-        const int64_t r = r0 + wrow + g + 8 * w;
-        if (r >= ar.n || !rows.own[wrow + g + 8 * w]) continue;
-        const float den = FAST ? l[w] : l[w] * P_SCALE; /* fast: l sums p * 2^12 */
+#pragma unroll
+    for (int i = 0; i < 2 * MT; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+        const int64_t r = r0 + wrow + g + 8 * i;
+        if (r >= ar.n || !rows.own[wrow + g + 8 * i]) continue;
+        const float den = FAST ? l[i] : l[i] * P_SCALE; /* fast: l sums p * 2^12 */
         float *o = out + r * qd + head * HD + 2 * (lane % 4);
+        const int mt = i / 2, w = i % 2;
 #pragma unroll
         for (int d = 0; d < ND; d++)
-            *(float2 *)(o + d * 8) = make_float2(acc[d][2 * w] / den, acc[d][2 * w + 1] / den);
+            *(float2 *)(o + d * 8) = make_float2(acc[mt][d][2 * w] / den, acc[mt][d][2 * w + 1] / den);
     }
 }
 
 /* ==== Launch ==== */
 
-/* Grids of at least this many blocks an SM take the narrow kernels (the fast ones hold 2
- * an SM, the narrow 4): a 2048-row prefill of one sequence of an 8B model is 1,024
- * blocks on 132 SMs, a 512-row one 256. */
-#define NARROW_FROM_BLOCKS_PER_SM 4
+/* Grids of the fast kernels of at least this many blocks an SM take the wide kernels
+ * (half as many blocks, of twice the rows): a 2048-row prefill of one sequence of an 8B
+ * model is 1,024 fast blocks on 132 SMs, a 512-row one 256 (where the wide kernels' 128
+ * blocks would leave SMs idle). */
+#define WIDE_FROM_BLOCKS_PER_SM 4
 
 template <int HD, int KIND> static void flash_attr() {
     CUDA_CHECK(cudaFuncSetAttribute(k_flash<HD, KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -515,7 +555,7 @@ template <int HD, int KIND> static void flash_attr() {
 template <int HD> static void flash_attrs() {
     flash_attr<HD, FLASH_EXACT>();
     flash_attr<HD, FLASH_FAST>();
-    if constexpr (HD <= 128) flash_attr<HD, FLASH_NARROW>();
+    if constexpr (HD <= 128) flash_attr<HD, FLASH_WIDE>();
 }
 
 void cuda_attention_flash_init(void) {
@@ -539,11 +579,11 @@ static void flash_launch(cudaStream_t s, dim3 grid, float *out, const float *q, 
 }
 
 template <int HD>
-static void flash_run(cudaStream_t s, dim3 grid, bool fast, bool narrow, float *out, const float *q,
-                      const void *kpool, const void *vpool, const attn_rows *ar, int hq) {
+static void flash_run(cudaStream_t s, dim3 grid, int kind, float *out, const float *q, const void *kpool,
+                      const void *vpool, const attn_rows *ar, int hq) {
     if constexpr (HD <= 128)
-        if (fast && narrow) return flash_launch<HD, FLASH_NARROW>(s, grid, out, q, kpool, vpool, ar, hq);
-    if (fast) return flash_launch<HD, FLASH_FAST>(s, grid, out, q, kpool, vpool, ar, hq);
+        if (kind == FLASH_WIDE) return flash_launch<HD, FLASH_WIDE>(s, grid, out, q, kpool, vpool, ar, hq);
+    if (kind == FLASH_FAST) return flash_launch<HD, FLASH_FAST>(s, grid, out, q, kpool, vpool, ar, hq);
     flash_launch<HD, FLASH_EXACT>(s, grid, out, q, kpool, vpool, ar, hq);
 }
 
@@ -551,19 +591,21 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
                           const attn_rows *ar) {
     const int64_t group = ar->h / ar->hk;
     const int hq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-    const int64_t bm = 16 * (FLASH_WARPS / hq);
-    /* blocks sharing a row tile: one a sequence, at most FLASH_SEQ_BLOCKS (a prefill of one
-     * sequence launches no blocks that would only leave) */
-    const int64_t z = ar->seqs > 0 && ar->seqs < FLASH_SEQ_BLOCKS ? ar->seqs : FLASH_SEQ_BLOCKS;
-    const dim3 grid((unsigned)(ar->h / hq), (unsigned)((ar->n + bm - 1) / bm), (unsigned)z);
-    CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * bm);
-    const bool fast = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f; /* the fast max is of unscaled scores */
+    const int64_t x = ar->h / hq, bm = 16 * (FLASH_WARPS / hq); /* a fast block's rows */
+    int kind = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f ? FLASH_FAST : FLASH_EXACT; /* the fast max is of unscaled scores */
     int dev = 0, sms = 132;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         cudaGetLastError();
-    const bool narrow = (int64_t)grid.x * grid.y >= (int64_t)NARROW_FROM_BLOCKS_PER_SM * sms;
+    if (kind == FLASH_FAST && ar->hd <= 128 && x * ((ar->n + bm - 1) / bm) >= (int64_t)WIDE_FROM_BLOCKS_PER_SM * sms)
+        kind = FLASH_WIDE;
+    const int64_t rows = kind == FLASH_WIDE ? 2 * bm : bm;
+    /* blocks sharing a row tile: one a sequence, at most FLASH_SEQ_BLOCKS (a prefill of one
+     * sequence launches no blocks that would only leave) */
+    const int64_t z = ar->seqs > 0 && ar->seqs < FLASH_SEQ_BLOCKS ? ar->seqs : FLASH_SEQ_BLOCKS;
+    const dim3 grid((unsigned)x, (unsigned)((ar->n + rows - 1) / rows), (unsigned)z);
+    CELER_ASSERT(ar->n > 0 && ar->n <= (int64_t)65535 * rows);
 #define FLASH_RUN(H)                                                                  \
-    if (ar->hd == H) return flash_run<H>(s, grid, fast, narrow, out, q, kpool, vpool, ar, hq);
+    if (ar->hd == H) return flash_run<H>(s, grid, kind, out, q, kpool, vpool, ar, hq);
     FLASH_HDS(FLASH_RUN)
 #undef FLASH_RUN
     CELER_ASSERT(!"cuda_attention_flash: a head dim without a kernel");
