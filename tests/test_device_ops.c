@@ -962,13 +962,14 @@ static void test_attention(int64_t hd, bool kv_f16) {
 /* ==== rope_store ==== */
 
 /* The fused rope of q and k and store of k and v against the reference's three ops: one
- * prefill run of 37 rows at positions 3..39 in shuffled blocks of 16; q and k compared
- * directly, the pools through the reference's attention over them. A reference one
- * position off must be seen. */
-static void test_rope_store(int64_t hd, bool kv_f16) {
-    enum { H = 6, HK = 2, BS = 16, N_BLOCKS = 4, N = 37 };
+ * prefill run of N rows (37, or 100: CUDA then forms an angle once for several heads) at
+ * positions 3..N+2 in shuffled blocks of 16; q and k compared directly, the pools through
+ * the reference's attention over them. A reference one position off must be seen. */
+static void test_rope_store(int64_t hd, bool kv_f16, int N) {
+    enum { H = 6, HK = 2, BS = 16, N_BLOCKS = 8, MAX_N = 100 };
+    CELER_ASSERT(N <= MAX_N);
     const int64_t kvd = HK * hd, qd = H * hd, half = hd / 2;
-    const int32_t table[N_BLOCKS] = {2, 0, 3, 1};
+    const int32_t table[N_BLOCKS] = {2, 0, 3, 1, 7, 5, 4, 6};
     arena mem = {0};
     float *inv = arena_alloc(&mem, sizeof(float) * (size_t)half);
     CELER_ASSERT(inv != NULL);
@@ -976,7 +977,7 @@ static void test_rope_store(int64_t hd, bool kv_f16) {
     const rope_params rp = {.inv_freq = inv, .mscale = 1.0f, .traditional = false};
     const arena *const vl[1] = {&mem};
     const weight_set ws = {.vectors = vl, .n_vectors = 1};
-    const backend_params p = params(kv_f16, 64, 1024, MAX_KEYS, hd);
+    const backend_params p = params(kv_f16, MAX_N, 1024, N_BLOCKS * BS, hd);
     device d;
     backend *ref = open_pair(&d, &ws, &p);
     if (!ref) {
@@ -984,7 +985,7 @@ static void test_rope_store(int64_t hd, bool kv_f16) {
         return;
     }
     backend *be = d.be;
-    int32_t pos[N], pos1[N], slot[N], seq[N];
+    int32_t pos[MAX_N], pos1[MAX_N], slot[MAX_N], seq[MAX_N];
     for (int r = 0; r < N; r++) {
         pos[r] = 3 + r, pos1[r] = 4 + r, seq[r] = 0;
         slot[r] = table[pos[r] / BS] * BS + pos[r] % BS;
@@ -997,29 +998,29 @@ static void test_rope_store(int64_t hd, bool kv_f16) {
     void *kp = calloc(1, pool), *vp = calloc(1, pool), *dkp = put(be, NULL, pool), *dvp = put(be, NULL, pool);
     float *dq = put(be, q, sizeof(float) * N * qd), *dk = put(be, k, sizeof(float) * N * kvd),
           *dv = put(be, v, sizeof(float) * N * kvd);
-    int32_t *dpos = put(be, pos, sizeof pos), *dslot = put(be, slot, sizeof slot);
+    int32_t *dpos = put(be, pos, sizeof(int32_t) * N), *dslot = put(be, slot, sizeof(int32_t) * N);
     backend_rope_store(be, dq, dk, dv, dkp, dvp, dpos, dslot, N, H, HK, hd, &rp);
     backend_rope_store(ref, q, k, v, kp, vp, pos, slot, N, H, HK, hd, &rp);
     get(be, qd_, dq, sizeof(float) * N * qd);
     get(be, kd, dk, sizeof(float) * N * kvd);
     char what[128];
-    snprintf(what, sizeof what, "rope_store hd=%lld %s KV: q", (long long)hd, kv_f16 ? "fp16" : "fp32");
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: q", (long long)hd, kv_f16 ? "fp16" : "fp32", N);
     report(what, max_abs_diff(qd_, q, N * qd), 1e-6 * max_abs(q, N * qd));
-    snprintf(what, sizeof what, "rope_store hd=%lld %s KV: k", (long long)hd, kv_f16 ? "fp16" : "fp32");
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: k", (long long)hd, kv_f16 ? "fp16" : "fp32", N);
     report(what, max_abs_diff(kd, k, N * kvd), 1e-6 * max_abs(k, N * kvd));
     /* the pools, through attention of the rotated q over them (each backend its own) */
     const attn_rows rows = {.n = N, .pos = pos, .seq = seq, .tables = table, .table_cols = N_BLOCKS,
                             .block_size = BS, .window = 0, .h = H, .hk = HK, .hd = hd,
                             .scale = 1.0f / sqrtf((float)hd)};
     attn_rows drows = rows;
-    int32_t *dseq = put(be, seq, sizeof seq), *dtab = put(be, table, sizeof table);
+    int32_t *dseq = put(be, seq, sizeof(int32_t) * N), *dtab = put(be, table, sizeof table);
     drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
     float *dout = put_nan(be, N * qd), *out = malloc(sizeof(float) * N * qd), *outd = malloc(sizeof(float) * N * qd);
     be->ops->attention(be, dout, dq, dkp, dvp, &drows);
     ref->ops->attention(ref, out, q, kp, vp, &rows);
     get(be, outd, dout, sizeof(float) * N * qd);
-    snprintf(what, sizeof what, "rope_store hd=%lld %s KV: attention over the stored pools", (long long)hd,
-             kv_f16 ? "fp16" : "fp32");
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: attention over the stored pools", (long long)hd,
+             kv_f16 ? "fp16" : "fp32", N);
     report(what, max_abs_diff(outd, out, N * qd), 2e-5);
     backend_rope_store(ref, q1, k1, v, kp, vp, pos1, slot, N, H, HK, hd, &rp);
     snprintf(what, sizeof what, "  ... q against the reference at positions moved by one");
@@ -1473,8 +1474,9 @@ int main(void) {
         test_rope(hds[i]);
         test_attention(hds[i], false);
         test_attention(hds[i], true);
-        test_rope_store(hds[i], false);
-        test_rope_store(hds[i], true);
+        test_rope_store(hds[i], false, 37);
+        test_rope_store(hds[i], true, 37);
+        test_rope_store(hds[i], true, 100);
     }
     test_attention_paths();
     test_attention_full();

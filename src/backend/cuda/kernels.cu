@@ -162,21 +162,32 @@ void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, co
 
 /* ==== RoPE and the KV cache ==== */
 
-/* Pair i of the head vector v (hd = 2 half) turned by the angle pos * inv_freq[i], formed
- * in fp32 with its cosine and sine in double, as the reference does; the turned pair is
- * also returned in y0, y1. */
-__device__ static void rope_pair(float *v, int32_t pos, int64_t i, int64_t half, const float *inv_freq, float mscale,
-                                 bool traditional, float *y0, float *y1) {
-    const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+/* The cosine and sine (times mscale) of the angle pos * inv_freq[i], formed in fp32 with
+ * its cosine and sine in double, as the reference does. */
+__device__ static void rope_cs(int32_t pos, int64_t i, const float *inv_freq, float mscale, float *c, float *sn) {
     const float ang = (float)pos * inv_freq[i];
     double sd, cd;
     sincos((double)ang, &sd, &cd);
-    const float c = (float)cd * mscale, sn = (float)sd * mscale;
+    *c = (float)cd * mscale, *sn = (float)sd * mscale;
+}
+
+/* Pair (a, b) of the head vector v turned by (c, sn); the turned pair is also returned in
+ * y0, y1. */
+__device__ static void rope_turn(float *v, int64_t a, int64_t b, float c, float sn, float *y0, float *y1) {
     const float x0 = v[a], x1 = v[b];
     *y0 = x0 * c - x1 * sn;
     *y1 = x1 * c + x0 * sn;
     v[a] = *y0;
     v[b] = *y1;
+}
+
+/* Pair i of the head vector v (hd = 2 half) turned by the angle pos * inv_freq[i]. */
+__device__ static void rope_pair(float *v, int32_t pos, int64_t i, int64_t half, const float *inv_freq, float mscale,
+                                 bool traditional, float *y0, float *y1) {
+    const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    float c, sn;
+    rope_cs(pos, i, inv_freq, mscale, &c, &sn);
+    rope_turn(v, a, b, c, sn, y0, y1);
 }
 
 /* x[n, h, hd] turned, one thread per pair: each forms its own angle, so a row needs no
@@ -202,48 +213,60 @@ template <typename T> __device__ static T kv_value(float v);
 template <> __device__ __half kv_value<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ float kv_value<float>(float v) { return v; }
 
-/* One thread per pair of a row: q's pairs (h heads) turned; k's pairs (hk heads) turned
- * and stored at slot[t] of the key pool; v's pairs stored. */
+/* Rows of h + 2 hk heads (q, k, v): q's pairs turned; k's pairs turned and stored at slot[t]
+ * of the key pool; v's pairs stored. Block (t, y) is token t, its thread (i, g) pair i of
+ * heads y hpt G + g + G r for r < hpt (G = blockDim.x / half): the angle, a double
+ * sine and cosine, is formed once for hpt heads. */
 template <typename T>
 __global__ static void k_rope_store(float *__restrict__ q, float *__restrict__ k, const float *__restrict__ v,
                                     T *__restrict__ kpool, T *__restrict__ vpool, const int32_t *__restrict__ pos,
-                                    const int32_t *__restrict__ slot, int64_t h, int64_t hk, int64_t hd,
-                                    const float *__restrict__ inv_freq, float mscale, bool traditional, int64_t m) {
+                                    const int32_t *__restrict__ slot, int h, int hk, int hd, int hpt,
+                                    const float *__restrict__ inv_freq, float mscale, bool traditional) {
     PDL_ENTRY();
-    const int64_t half = hd / 2, per_row = (h + 2 * hk) * half, kvd = hk * hd;
-    GRID_STRIDE(j, m) {
-        const int64_t t = j / per_row, u = j % per_row, head = u / half, i = u % half;
-        const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    const int half = hd / 2, G = blockDim.x / half, i = threadIdx.x % half, kvd = hk * hd;
+    const int64_t t = blockIdx.x;
+    const int a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+    float c, sn;
+    rope_cs(pos[t], i, inv_freq, mscale, &c, &sn);
+    T *kdst = kpool + (int64_t)slot[t] * kvd, *vdst = vpool + (int64_t)slot[t] * kvd;
+    for (int r = 0; r < hpt; r++) {
+        const int head = (int)blockIdx.y * hpt * G + (int)threadIdx.x / half + G * r;
+        if (head >= h + 2 * hk) break;
         if (head >= h + hk) { /* a pair of v */
-            const int64_t o = (head - h - hk) * hd;
-            const float *vr = v + t * kvd + o;
-            T *dst = vpool + (int64_t)slot[t] * kvd + o;
-            dst[a] = kv_value<T>(vr[a]);
-            dst[b] = kv_value<T>(vr[b]);
+            const int o = (head - h - hk) * hd;
+            vdst[o + a] = kv_value<T>(v[t * kvd + o + a]);
+            vdst[o + b] = kv_value<T>(v[t * kvd + o + b]);
             continue;
         }
         float y0, y1;
-        float *row = head < h ? q + (t * h + head) * hd : k + t * kvd + (head - h) * hd;
-        rope_pair(row, pos[t], i, half, inv_freq, mscale, traditional, &y0, &y1);
+        rope_turn(head < h ? q + (t * h + head) * hd : k + t * kvd + (head - h) * hd, a, b, c, sn, &y0, &y1);
         if (head >= h) {
-            T *dst = kpool + (int64_t)slot[t] * kvd + (head - h) * hd;
-            dst[a] = kv_value<T>(y0);
-            dst[b] = kv_value<T>(y1);
+            kdst[(head - h) * hd + a] = kv_value<T>(y0);
+            kdst[(head - h) * hd + b] = kv_value<T>(y1);
         }
     }
 }
 
+/* Heads a thread of k_rope_store turns: several for many rows (one angle for all), one for
+ * few (decode, where a step waits on the kernel's latency). */
+#define ROPE_HEADS_PER_THREAD 8
+#define ROPE_SHARED_FROM_ROWS 64
+
 void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *kpool, void *vpool, const int32_t *pos,
                      const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd, const float *inv_freq,
                      float mscale, bool traditional, bool f16) {
-    const int64_t m = n * (h + 2 * hk) * (hd / 2);
-    if (m <= 0) return;
+    const int64_t half = hd / 2, heads = h + 2 * hk;
+    if (n <= 0 || half <= 0) return;
+    const int64_t g = half < THREADS ? THREADS / half : 1; /* heads a block takes at once */
+    const int hpt = n >= ROPE_SHARED_FROM_ROWS ? ROPE_HEADS_PER_THREAD : 1;
+    const dim3 grid((unsigned)n, (unsigned)((heads + g * hpt - 1) / (g * hpt)));
+    CELER_ASSERT(half * g <= 1024);
     if (f16)
-        launch_pdl(k_rope_store<__half>, blocks_for(m), THREADS, 0, s, q, k, v, (__half *)kpool, (__half *)vpool, pos, slot, h,
-                                                               hk, hd, inv_freq, mscale, traditional, m);
+        launch_pdl(k_rope_store<__half>, grid, dim3((unsigned)(half * g)), 0, s, q, k, v, (__half *)kpool,
+                   (__half *)vpool, pos, slot, (int)h, (int)hk, (int)hd, hpt, inv_freq, mscale, traditional);
     else
-        launch_pdl(k_rope_store<float>, blocks_for(m), THREADS, 0, s, q, k, v, (float *)kpool, (float *)vpool, pos, slot, h, hk,
-                                                              hd, inv_freq, mscale, traditional, m);
+        launch_pdl(k_rope_store<float>, grid, dim3((unsigned)(half * g)), 0, s, q, k, v, (float *)kpool,
+                   (float *)vpool, pos, slot, (int)h, (int)hk, (int)hd, hpt, inv_freq, mscale, traditional);
 }
 
 __global__ static void k_kv_store(void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
