@@ -548,9 +548,7 @@ extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan
  * about four tiles' worth for a block's start (x staging, the first loads' latency) and
  * its partial sums. */
 static int best_slice(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        cudaGetLastError();
+    const int sms = cuda_sm_count(132);
     int best = 4;
     double best_cost = 1e300;
     for (int slice = 4; slice <= MAX_SLICE; slice += 4) {

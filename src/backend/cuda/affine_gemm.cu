@@ -625,9 +625,8 @@ extern "C" size_t cuda_affine_gemm_split_bytes(int64_t n, int64_t rows, int spli
  * that keep the device's SMs at least 85% busy over the waves, at most GM_SPLIT_MAX,
  * every split at least GM_SPLIT_MIN stages. */
 static int choose_splits(int blocks, int per_sm, int stages, size_t room, size_t per_split) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 1;
+    const int sms = cuda_sm_count(0);
+    if (sms < 1) return 1;
     int best = 1;
     for (int sp = 1; sp <= GM_SPLIT_MAX && sp * GM_SPLIT_MIN <= stages; sp++) {
         if (sp > 1 && (size_t)sp * per_split > room) break;

@@ -112,6 +112,12 @@ __device__ static inline void mma16816(float c[4], const uint32_t a[4], uint32_t
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* c0 += a b[0..1], c1 += a b[2..3]: the two 8-column B fragments of one ldmatrix x4. */
+__device__ static inline void mma16816_x2(float c0[4], float c1[4], const uint32_t a[4], const uint32_t b[4]) {
+    mma16816(c0, a, b[0], b[1]);
+    mma16816(c1, a, b[2], b[3]);
+}
+
 /* c[2][16x8] = a[16x16] (hi + lo) times two b[16x8] (b[0..1], b[2..3]), from zero. */
 __device__ static inline void mma_hilo2(float c[2][4], const uint32_t hi[4], const uint32_t lo[4],
                                         const uint32_t b[4]) {
@@ -219,6 +225,16 @@ struct row_pair {
     float fac[2 * FLASH_MT];
 };
 
+/* A fragment of P for keys 16 kk .. 16 kk + 15 from the probabilities s (two 8-key chunks
+ * of the scores' accumulator layout are the A layout of one 16-key step). */
+__device__ static inline void p_frag(uint32_t p[4], const float s[][4], int kk) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const __half2 h = __floats2half2_rn(s[2 * kk + i / 2][2 * (i % 2)], s[2 * kk + i / 2][2 * (i % 2) + 1]);
+        p[i] = *(const uint32_t *)&h;
+    }
+}
+
 /* One tile: scores s = Q K^T (masked, scaled), the online softmax update of m, l, acc,
  * and acc += P V; for each of the warp's MT m tiles (row index 2 mt + w of m, l, rp). */
 template <int HD, int KIND>
@@ -252,10 +268,7 @@ __device__ static void flash_tile(float acc[][HD / 8][4], float m[], float l[], 
                 uint32_t b[4];
                 ldsm_x4(b, ka + c * 8 * LD + kk * 16);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816(s[mt][c], a[mt], b[0], b[1]);
-                    mma16816(s[mt][c + 1], a[mt], b[2], b[3]);
-                }
+                for (int mt = 0; mt < MT; mt++) mma16816_x2(s[mt][c], s[mt][c + 1], a[mt], b);
             }
         }
     } else {
@@ -357,21 +370,13 @@ __device__ static void flash_tile(float acc[][HD / 8][4], float m[], float l[], 
         for (int kk = 0; kk < BN / 16; kk++) {
             uint32_t p[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const __half2 h = __floats2half2_rn(s[mt][2 * kk + i / 2][2 * (i % 2)], s[mt][2 * kk + i / 2][2 * (i % 2) + 1]);
-                    p[mt][i] = *(const uint32_t *)&h;
-                }
+            for (int mt = 0; mt < MT; mt++) p_frag(p[mt], s[mt], kk);
 #pragma unroll
             for (int d = 0; d < ND; d += 2) {
                 uint32_t b[4];
                 ldsm_x4_t(b, va + kk * 16 * LD + d * 8);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma16816(acc[mt][d], p[mt], b[0], b[1]);
-                    mma16816(acc[mt][d + 1], p[mt], b[2], b[3]);
-                }
+                for (int mt = 0; mt < MT; mt++) mma16816_x2(acc[mt][d], acc[mt][d + 1], p[mt], b);
             }
         }
     } else {
@@ -593,9 +598,7 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const int hq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     const int64_t x = ar->h / hq, bm = 16 * (FLASH_WARPS / hq); /* a fast block's rows */
     int kind = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f ? FLASH_FAST : FLASH_EXACT; /* the fast max is of unscaled scores */
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        cudaGetLastError();
+    const int sms = cuda_sm_count(132);
     if (kind == FLASH_FAST && ar->hd <= 128 && x * ((ar->n + bm - 1) / bm) >= (int64_t)WIDE_FROM_BLOCKS_PER_SM * sms)
         kind = FLASH_WIDE;
     const int64_t rows = kind == FLASH_WIDE ? 2 * bm : bm;

@@ -57,6 +57,16 @@ __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
     return make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z), swiglu_of(g.w, u.w));
 }
 
+/* The current device's SMs, or fallback where they cannot be read (the error cleared). */
+static inline int cuda_sm_count(int fallback) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return fallback;
+    }
+    return sms;
+}
+
 template <typename... P, typename... A>
 static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... a) {
     cudaLaunchConfig_t cfg = {};
@@ -221,10 +231,10 @@ __device__ static inline int64_t kv_slot(const int32_t *table, int bs, int j) {
 
 /* out[n, h*hd] = attention of q[n, h*hd] over cb's pools as rows ar says; picks the kernel
  * (attention.cu's header). Splits of decode rows use cb->att_part. */
-/* k_decode's splits for ar's rows: what a recorded step depends on, not ar->keys itself. */
-int cuda_attention_splits(const cuda_backend *cb, const attn_rows *ar);
 void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kpool, const void *vpool,
                     const attn_rows *ar);
+/* k_decode's splits for ar's rows: what a recorded step depends on, not ar->keys itself. */
+int cuda_attention_splits(const cuda_backend *cb, const attn_rows *ar);
 /* Bytes of the split partials' scratch for head dims up to hd. */
 size_t cuda_attention_scratch_bytes(int64_t hd);
 /* The tensor-core kernel for fp16 pools: whether it has head dim hd; the shared-memory
