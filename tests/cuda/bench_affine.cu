@@ -13,7 +13,9 @@
  *
  *     bench_affine            all of the above
  *     bench_affine --quick    4-bit g64 at n = 1, 8 and 16: launches and graph + PDL, the plans
- *     bench_affine --profile  4-bit g64, two tokens at n = 1, kernel by kernel (for ncu)
+ *     bench_affine --profile [sN|rN]  4-bit g64, two tokens at n = 1, kernel by kernel (for
+ *                             ncu), with the default plans or every product on one plan
+ *                             (s: staged, r: streamed; N column tiles)
  *     bench_affine --gemm     prefill products (cuda_affine_gemm) on one
  *                             layer's shapes at n = 512 and 2048, beside cuBLAS on dense
  *                             fp16 weights of the same shapes: ms, TFLOPS, and the layer's
@@ -254,12 +256,14 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
         {4, LAYERS, PER_LAYER, "gate 14336x4096"}, {6, LAYERS, PER_LAYER, "down 4096x14336"},
         {LAYERS * PER_LAYER, 1, 1, "head 128256x4096"},
     };
-    static const cuda_affine_plan plans[] = {{4}, {8}, {12}, {16}};
+    /* staged slices, then streamed ones (n <= 4) */
+    static const cuda_affine_plan plans[] = {{4, 0}, {8, 0}, {12, 0}, {16, 0}, {8, 1}, {12, 1}, {16, 1}, {24, 1}, {32, 1}, {64, 1}};
     const int np = (int)(sizeof plans / sizeof plans[0]);
     if (n == 1) {
-        printf("\nplans per shape (graph + PDL over all matrices of the shape; GB/s, %% of copy)\n");
+        printf("\nplans per shape (graph + PDL over all matrices of the shape; GB/s, %% of copy;"
+               " s: staged codes, r: codes through registers)\n");
         printf("%-18s %-3s", "shape", "n");
-        for (int p = 0; p < np; p++) printf("   slice %-2d   ", plans[p].slice);
+        for (int p = 0; p < np; p++) printf("   slice %c%-2d  ", plans[p].stream ? 'r' : 's', plans[p].slice);
         printf("  default\n");
     }
     for (int si = 0; si < N_SETS; si++) {
@@ -268,7 +272,11 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
         printf("%-18s %-3lld", sets[si].name, (long long)n);
         double best_ms = 1e30;
         for (int p = 0; p <= np; p++) {
-            const cuda_affine_plan pl = p < np ? plans[p] : (cuda_affine_plan){0};
+            const cuda_affine_plan pl = p < np ? plans[p] : (cuda_affine_plan){0, 0};
+            if (p < np && !cuda_affine_plan_fits(&md->m[sets[si].first], n, pl)) {
+                printf("     -        ");
+                continue;
+            }
             const double ms = time_seq(b, md, sets[si].first, sets[si].count, sets[si].step, n, 3, pl);
             const double gbs = (double)bytes / (ms * 1e-3) / 1e9;
             printf(" %5.0f %3.0f%%  ", gbs, 100.0 * gbs / copy_gbs);
@@ -278,7 +286,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
             }
         }
         const cuda_affine_plan d = cuda_affine_plan_for(&md->m[sets[si].first], n);
-        printf(" (slice %d) best slice %d\n", d.slice, best[si].slice);
+        printf(" (%c%d) best %c%d\n", d.stream ? 'r' : 's', d.slice, best[si].stream ? 'r' : 's', best[si].slice);
     }
 }
 
@@ -399,7 +407,9 @@ int main(int argc, char **argv) {
     model *md = (model *)calloc(1, sizeof *md);
     if (profile) {
         build_model(md, 4, 64, b.s);
-        for (int i = 0; i < 2; i++) CHECK(enqueue(&b, md, 0, N_MATS, 1, 1, 0, (cuda_affine_plan){0}));
+        cuda_affine_plan p = {0, 0};
+        if (argc > 2 && (argv[2][0] == 's' || argv[2][0] == 'r')) p = (cuda_affine_plan){atoi(argv[2] + 1), argv[2][0] == 'r'};
+        for (int i = 0; i < 2; i++) CHECK(enqueue(&b, md, 0, N_MATS, 1, 1, 0, p));
         CHECK(cudaStreamSynchronize(b.s));
         free_model(md);
         printf("profile run done\n");
@@ -423,7 +433,7 @@ int main(int argc, char **argv) {
             const int64_t n = quick ? ns_quick[ni] : ns_all[ni];
             for (int mode = 0; mode < 4; mode++) {
                 if (quick && (mode == 1 || mode == 2)) continue;
-                const double ms = time_seq(&b, md, 0, N_MATS, 1, n, mode, (cuda_affine_plan){0});
+                const double ms = time_seq(&b, md, 0, N_MATS, 1, n, mode, (cuda_affine_plan){0, 0});
                 const double gbs = (double)md->bytes / (ms * 1e-3) / 1e9;
                 printf("%-3lld %-10s %9.3f %8.0f %6.1f%% %9.0f\n", (long long)n, modes[mode], ms, gbs,
                        100.0 * gbs / copy_gbs, 1e3 / ms);
@@ -439,7 +449,7 @@ int main(int argc, char **argv) {
             for (int ni = 0; ni < 4; ni += ni_step) sweep_plans(&b, md, copy_gbs, (int64_t)1 << ni, best[ni]);
             for (int ni = 0; ni < 4; ni += ni_step) {
                 tuned = best[ni];
-                const double ms = time_seq(&b, md, 0, N_MATS, 1, (int64_t)1 << ni, 3, (cuda_affine_plan){0});
+                const double ms = time_seq(&b, md, 0, N_MATS, 1, (int64_t)1 << ni, 3, (cuda_affine_plan){0, 0});
                 tuned = NULL;
                 const double gbs = (double)md->bytes / (ms * 1e-3) / 1e9;
                 snprintf(summary[ns++], sizeof summary[0], "%d-bit g%-4lld n=%d  %7.3f ms  %5.0f GB/s  %5.1f%%  %6.0f tok/s  (best plan per shape)",

@@ -9,7 +9,9 @@ LOG=${OUT:-build/cuda}
 NVCC=${NVCC:-nvcc}
 FLAGS="-O3 -std=c++20 -Iinclude -Isrc -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -gencode arch=compute_90,code=sm_90"
 mkdir -p build/cuda "$LOG"
-$NVCC $FLAGS -c src/backend/cuda/affine.cu -o build/cuda/affine.o && $NVCC $FLAGS -c src/backend/cuda/affine_gemm.cu -o build/cuda/affine_gemm.o || exit 1
+# the warpgroup prefill product exists only for sm_90a (as in the Makefile)
+$NVCC $FLAGS -c src/backend/cuda/affine.cu -o build/cuda/affine.o &&
+    $NVCC ${FLAGS/arch=compute_90,code=sm_90/arch=compute_90a,code=sm_90a} -c src/backend/cuda/affine_gemm.cu -o build/cuda/affine_gemm.o || exit 1
 $NVCC $FLAGS tests/cuda/test_affine.cu build/cuda/affine.o build/cuda/affine_gemm.o -o build/cuda/test_affine &
 $NVCC $FLAGS tests/cuda/bench_affine.cu build/cuda/affine.o build/cuda/affine_gemm.o -lcublas -o build/cuda/bench_affine &
 wait

@@ -5,7 +5,8 @@
  *
  * Every bits x group x scale dtype (F16, BF16, F32) on awkward sizes (rows not a multiple
  * of 16, columns one group, three groups, or not a whole tile), n = 1..16, through the host
- * upload path, with every plan (slices of 4, 8, 12, 16 column tiles) and with
+ * upload path, with every plan (staged slices of 4, 8, 12, 16 column tiles; streamed
+ * slices of 4 .. 64 at n <= 4, refused above) and with
  * programmatic dependent launch. Data: x ~ N(0, 1), codes uniform, scales ~ U(0.005,
  * 0.02), biases ~ -8 * scale. A product passes when max|y - ref| <= 2e-6 max|ref|
  * (max|ref| over the matrix's 16 token rows; on matrices of >= 1000 rows also over the n
@@ -288,7 +289,7 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
     const double mag_all = reference(c->href, c->ref, c->x, MAXN, &d, c->s);
     if (rows < 1000) test_rows(c, &w, &h, what); /* the host side is slow on the large ones */
     double worst = 0;
-    const cuda_affine_plan plans[] = {{4}, {8}, {12}, {16}};
+    const cuda_affine_plan plans[] = {{4, 0}, {8, 0}, {12, 0}, {16, 0}, {4, 1}, {8, 1}, {20, 1}, {32, 1}, {64, 1}};
     for (int64_t n = 1; n <= MAXN; n++) {
         /* the reference rows for n tokens are the first n of the 16-token reference */
         double mag = 0;
@@ -296,7 +297,8 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
         for (int pi = -1; pi < (int)(sizeof plans / sizeof plans[0]); pi++) {
             const cuda_affine_plan p = pi < 0 ? cuda_affine_plan_for(&w, n) : plans[pi];
             if (!cuda_affine_plan_fits(&w, n, p)) {
-                snprintf(line, sizeof line, "%s n=%lld slice=%d: refused (shared memory)", what, (long long)n, p.slice);
+                snprintf(line, sizeof line, "%s n=%lld slice=%d%s: refused", what, (long long)n, p.slice,
+                         p.stream ? " streamed" : "");
                 expect(pi >= 0 && cuda_affine_gemv_plan(c->y, c->x, n, &w, c->work, c->s, 0, p) == cudaErrorInvalidValue,
                        line);
                 continue;
@@ -309,9 +311,9 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
             const unsigned flags = (pi == -1 && n % 2 == 0) ? CUDA_AFFINE_PDL : 0;
             const double e = run_plan(c, &w, n, pi >= 0, p, flags, mag_all);
             const double es = e < 0 ? e : e * mag_all / mag;
-            snprintf(line, sizeof line, "%s n=%lld plan slice=%d split=%lld%s: %.3g (of max|ref| over n rows %.3g)",
-                     what, (long long)n, p.slice, (long long)cuda_affine_plan_split(&w, p), flags ? " pdl" : "", e,
-                     es);
+            snprintf(line, sizeof line, "%s n=%lld plan slice=%d%s split=%lld%s: %.3g (of max|ref| over n rows %.3g)",
+                     what, (long long)n, p.slice, p.stream ? " streamed" : "", (long long)cuda_affine_plan_split(&w, p),
+                     flags ? " pdl" : "", e, es);
             expect(e >= 0 && e <= TOL && (rows < 1000 || es <= TOL), line);
             if (e < 0 || e > worst) worst = e < 0 ? 1e9 : e;
             if (es < 0 || es > *strict) *strict = es < 0 ? 1e9 : es;
@@ -511,7 +513,7 @@ static void test_bad_input(ctx *c) {
         expect(cuda_affine_gemv(c->y, c->x, 0, &w, c->work, c->s, 0) == cudaErrorInvalidValue, "n = 0 refused");
         expect(cuda_affine_gemv(c->y, c->x + 1, 1, &w, c->work, c->s, 0) == cudaErrorInvalidValue,
                "x not 16-byte aligned refused");
-        expect(cuda_affine_gemv_plan(c->y, c->x, 1, &w, c->work, c->s, 0, (cuda_affine_plan){6}) ==
+        expect(cuda_affine_gemv_plan(c->y, c->x, 1, &w, c->work, c->s, 0, (cuda_affine_plan){6, 0}) ==
                    cudaErrorInvalidValue,
                "slice 6 refused");
         expect(cuda_affine_gemm(c->gy, c->gx, 9, &w, c->gwork, cuda_affine_gemm_work_size(&w, 9) - 1, c->s) ==

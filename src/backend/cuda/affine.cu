@@ -19,11 +19,18 @@
  * block of a row block to finish adds them in a fixed order (no atomics on y, so results
  * do not depend on timing).
  *
- * Measured (H200, Llama-3.1-8B 4-bit g64, graph + PDL): 42% of the device-to-device copy
- * bandwidth at n = 1, 29% at n = 8; short-lived blocks are what limits it
+ * At n <= 4 a second kernel takes the large matrices: the streamed one (k_affine_gemv_stream)
+ * loads codes straight into registers, a chunk of SU tiles ahead of the one a warp
+ * multiplies, so shared memory holds only x and the scales, 4 blocks fit an SM and a block
+ * pays its fixed costs (staging x, the barrier, the partial sums) over 16 tiles a warp
+ * instead of 8; same numerics, same tile product.
+ *
+ * Measured (H200, Llama-3.1-8B 4-bit g64, graph + PDL, bench_affine --quick): 46% of the
+ * device-to-device copy bandwidth at n = 1 for the whole token (the gate, up and down
+ * projections 52-55%, the LM head 81%, q/k/v/o 11-32% on the staged kernel), 27% at n = 8
  * (tests/cuda/NOTES.md).
  *
- * Not here: dense weights, products of more than 8 rows (affine_gemm.cu).
+ * Not here: dense weights, products of more than 16 rows (affine_gemm.cu).
  */
 #include "backend/cuda/affine.h"
 #include "backend/cuda/affine_device.cuh"
@@ -40,6 +47,12 @@
 #define CH 4                      /* tiles per cp.async commit group */
 #define MAX_SLICE 16              /* column tiles per block */
 #define MAX_G (MAX_SLICE / CH)    /* commit groups per warp */
+#define SU 4                      /* tiles a chunk of the streamed kernel */
+#define STREAM_BLOCKS 4           /* its blocks an SM (registers: 64 a thread) */
+#define STREAM_FILL 3             /* the fewest of its blocks an SM its plans allow */
+#define STREAM_MIN_SLICE 8        /* the slices its plans choose from */
+#define STREAM_MAX_SLICE 16
+#define STREAM_SLICE 64           /* the longest slice it runs (tests and benchmarks) */
 #define SMEM_MAX (160 * 1024)     /* dynamic shared memory the kernels may ask for */
 #define MAX_N CUDA_AFFINE_MAX_N
 
@@ -235,11 +248,11 @@ typedef struct gemv_layout {
     int sb, sb_warp, xs, xsum, total;
 } gemv_layout;
 
-__host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int kind, int nb, int slice) {
+__host__ __device__ static gemv_layout gemv_layout_of(int bits, int group, int kind, int nb, int slice, bool stream) {
     const int tc = tile_cols(bits), gpb = groups_per_block(bits, group);
     const int blocks = slice * tc / (group * gpb); /* sb blocks of a slice (slice is a multiple of 4) */
     gemv_layout L;
-    L.sb = NW * slice * 512;
+    L.sb = stream ? 0 : NW * slice * 512; /* the streamed kernel keeps its codes in registers */
     L.sb_warp = blocks * 16 * gpb * 4 * pair_words(kind);
     L.xs = L.sb + NW * L.sb_warp;
     L.xsum = L.xs + slice * (tc / 32) * nb * 512;
@@ -380,37 +393,103 @@ __device__ __forceinline__ void tile_product(float acc[][4], uint4 cw, const uin
     }
 }
 
+/* Starts the copy of warp row tile rt's (scale, bias) blocks for column tiles kb .. kb + nt - 1
+ * into sbs (cp.async, not committed). */
+template <int BITS, int GROUP>
+__device__ __forceinline__ void stage_sb(uint32_t *sbs, const set_member &mb, int rt, int kb, int nt, int kind,
+                                         int lane) {
+    using K = kshape<BITS, GROUP>;
+    const int block_bytes = 16 * K::GPB * 4 * pair_words(kind);
+    const int gb0 = kb >> K::SH, sb_bytes = (((kb + nt - 1) >> K::SH) - gb0 + 1) * block_bytes;
+    const unsigned char *src = (const unsigned char *)mb.sb + ((size_t)rt * mb.group_blocks + gb0) * block_bytes;
+    for (int o = lane * 16; o < sb_bytes; o += 32 * 16) cp_async16((unsigned char *)sbs + o, src + o);
+}
+
+/* The block's results from each warp's accumulators (c0, c1: row r, tokens 2t, 2t + 1;
+ * c2, c3: row r + 8): y itself when K is not split; otherwise partial sums, and the last
+ * block of the row block to finish adds them in split order and leaves its counter zero
+ * for the next product using this work buffer. */
+template <int NB>
+__device__ __forceinline__ void gemv_finish(float acc[][4], const set_member &mb, int rt, bool active, int n,
+                                            int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
+    constexpr int NO = octets<NB>::N;
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    /* one operand: columns 2t + 4, 2t + 5 (lo parts) of lane t + 2 onto lanes t < 2 */
+    if (NB == 1) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[0][i] += __shfl_down_sync(0xffffffffu, acc[0][i], 2);
+    }
+    const int rows = mb.rows, row0 = rt * 16 + (lane >> 2), tok0 = 2 * t;
+    const bool holds = active && (NB > 1 || t < 2);
+    const int split = gridDim.y;
+    if (split == 1) {
+        if (holds)
+#pragma unroll
+            for (int o = 0; o < NO; o++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int tok = tok0 + 8 * o + e;
+                    if (tok >= n) continue;
+                    float *yt = mb.y + (size_t)tok * rows;
+                    if (row0 < rows) yt[row0] = acc[o][e];
+                    if (row0 + 8 < rows) yt[row0 + 8] = acc[o][2 + e];
+                }
+        return;
+    }
+
+    /* partial rows [split][n][the set's row tiles x 16]; this matrix's from tile0 on */
+    const int rows_p = tiles_total * 16, prow0 = mb.tile0 * 16 + row0;
+    if (holds)
+#pragma unroll
+        for (int o = 0; o < NO; o++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int tok = tok0 + 8 * o + e;
+                if (tok >= n) continue;
+                float *pt = part + ((size_t)blockIdx.y * n + tok) * rows_p;
+                pt[prow0] = acc[o][e];
+                pt[prow0 + 8] = acc[o][2 + e];
+            }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)split - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int rb0 = (blockIdx.x - mb.block0) * NW * 16;
+    for (int idx = threadIdx.x; idx < NW * 16 * n; idx += NW * 32) {
+        const int rl = idx % (NW * 16), tok = idx / (NW * 16), row = rb0 + rl;
+        if (row >= rows) continue;
+        float v = 0.0f;
+        for (int s = 0; s < split; s++) v += __ldcg(part + ((size_t)s * n + tok) * rows_p + mb.tile0 * 16 + row);
+        mb.y[(size_t)tok * rows + row] = v;
+    }
+    if (threadIdx.x == 0) count[blockIdx.x] = 0;
+}
+
 /* y[n, rows] = x[n, cols] @ W^T (NB = 1: n <= 4, 2: n <= 8, 4: n <= 16). Block (bx, by): row tiles
  * bx * NW + warp, column tiles by * slice .. + slice - 1. */
 template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : NB == 2 ? 3 : 2)
 k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind, int cols,
               int k_tiles, int slice, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
-    using K = kshape<BITS, GROUP>;
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ int last;
     pdl_launch_next();
     const set_member mb = member_of(set, blockIdx.x);
-    const uint4 *__restrict__ codes = mb.codes;
-    const uint32_t *__restrict__ sbp = mb.sb;
-    float *__restrict__ y = mb.y;
-    const int rows = mb.rows, row_tiles = mb.row_tiles, group_blocks = mb.group_blocks;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rt = (blockIdx.x - mb.block0) * NW + warp;
-    const bool active = rt < row_tiles;
+    const bool active = rt < mb.row_tiles;
     const int kb = blockIdx.y * slice, nt = min(slice, k_tiles - kb);
-    const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice);
+    const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice, false);
     uint4 *cs = (uint4 *)smem + warp * slice * 32;
     uint32_t *sbs = (uint32_t *)(smem + L.sb + warp * L.sb_warp);
 
     /* Every weight load of the warp in flight before anything waits: the sb blocks of the
      * slice with the first group, then CH tiles of codes per group. */
     if (active) {
-        const uint4 *src = codes + ((size_t)rt * k_tiles + kb) * 32 + lane;
-        const int block_bytes = 16 * K::GPB * 4 * pair_words(kind);
-        const int gb0 = kb >> K::SH, sb_bytes = (((kb + nt - 1) >> K::SH) - gb0 + 1) * block_bytes;
-        const unsigned char *ssrc = (const unsigned char *)sbp + ((size_t)rt * group_blocks + gb0) * block_bytes;
-        for (int o = lane * 16; o < sb_bytes; o += 32 * 16) cp_async16((unsigned char *)sbs + o, ssrc + o);
+        const uint4 *src = mb.codes + ((size_t)rt * k_tiles + kb) * 32 + lane;
+        stage_sb<BITS, GROUP>(sbs, mb, rt, kb, nt, kind, lane);
 #pragma unroll
         for (int g = 0; g < MAX_G; g++) {
 #pragma unroll
@@ -443,78 +522,93 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__
             }
         }
     }
-    /* one operand: columns 2t + 4, 2t + 5 (lo parts) of lane t + 2 onto lanes t < 2 */
-    if (NB == 1) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[0][i] += __shfl_down_sync(0xffffffffu, acc[0][i], 2);
-    }
-    /* c0, c1: row r, tokens 2t, 2t + 1; c2, c3: row r + 8 */
-    const int row0 = rt * 16 + (lane >> 2), tok0 = 2 * t;
-    const bool holds = active && (NB > 1 || t < 2);
-    const int split = gridDim.y;
-    if (split == 1) {
-        if (holds)
-#pragma unroll
-            for (int o = 0; o < NO; o++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int tok = tok0 + 8 * o + e;
-                    if (tok >= n) continue;
-                    float *yt = y + (size_t)tok * rows;
-                    if (row0 < rows) yt[row0] = acc[o][e];
-                    if (row0 + 8 < rows) yt[row0 + 8] = acc[o][2 + e];
-                }
-        return;
-    }
+    gemv_finish<NB>(acc, mb, rt, active, n, tiles_total, part, count);
+}
 
-    /* Partial sums; the last block of this row block to finish adds them in order and
-     * leaves its counter zero for the next product using this work buffer. */
-    /* partial rows [split][n][the set's row tiles x 16]; this matrix's from tile0 on */
-    const int rows_p = tiles_total * 16, prow0 = mb.tile0 * 16 + row0;
-    if (holds)
+/* 16 bytes of codes into registers, past L1 (each is read once). */
+__device__ __forceinline__ uint4 ld_codes(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* Tiles u0 .. u0 + SU - 1 (those below nt) of a warp's slice into c. */
+__device__ __forceinline__ void load_chunk(uint4 c[SU], const uint4 *src, int u0, int nt) {
 #pragma unroll
-        for (int o = 0; o < NO; o++)
+    for (int i = 0; i < SU; i++)
+        if (u0 + i < nt) c[i] = ld_codes(src + (size_t)(u0 + i) * 32);
+}
+
+template <int BITS, int GROUP>
+__device__ __forceinline__ void mul_chunk(float acc[][4], const uint4 c[SU], int u0, int nt, const uint32_t *sbs,
+                                          int kind, const uint4 *xs, const float *xsum, int lane) {
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int tok = tok0 + 8 * o + e;
-                if (tok >= n) continue;
-                float *pt = part + ((size_t)blockIdx.y * n + tok) * rows_p;
-                pt[prow0] = acc[o][e];
-                pt[prow0 + 8] = acc[o][2 + e];
-            }
-    __threadfence();
+    for (int i = 0; i < SU; i++)
+        if (u0 + i < nt) tile_product<BITS, GROUP, 1>(acc, c[i], sbs, kind, xs, xsum, u0 + i, lane);
+}
+
+/* The streamed product for n <= 4 (one operand): as k_affine_gemv, but the codes go
+ * straight into registers, SU tiles a chunk, the next chunk in flight while a warp
+ * multiplies the current one. Shared memory holds only x and the (scale, bias) blocks, so
+ * a slice can be long (up to STREAM_SLICE tiles): a block's fixed costs (x staging, the
+ * barrier, the partial sums) are paid over more tiles. */
+template <int BITS, int GROUP>
+__global__ static void __launch_bounds__(NW * 32, STREAM_BLOCKS)
+k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind,
+                     int cols, int k_tiles, int slice, int tiles_total, float *__restrict__ part,
+                     unsigned *__restrict__ count) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    pdl_launch_next();
+    const set_member mb = member_of(set, blockIdx.x);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rt = (blockIdx.x - mb.block0) * NW + warp;
+    const bool active = rt < mb.row_tiles;
+    const int kb = blockIdx.y * slice, nt = active ? min(slice, k_tiles - kb) : 0;
+    const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, 1, slice, true);
+    uint32_t *sbs = (uint32_t *)(smem + L.sb + warp * L.sb_warp);
+    const uint4 *src = mb.codes + ((size_t)rt * k_tiles + kb) * 32 + lane;
+    uint4 ca[SU], cb[SU];
+    if (active) stage_sb<BITS, GROUP>(sbs, mb, rt, kb, nt, kind, lane);
+    cp_async_commit();
+    load_chunk(ca, src, 0, nt);
+
+    pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
+    stage_x<BITS, GROUP, 1>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, up, n, cols, kb, slice);
+    cp_async_wait<0>();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)split - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int rb0 = (blockIdx.x - mb.block0) * NW * 16;
-    for (int idx = threadIdx.x; idx < NW * 16 * n; idx += NW * 32) {
-        const int rl = idx % (NW * 16), tok = idx / (NW * 16), row = rb0 + rl;
-        if (row >= rows) continue;
-        float v = 0.0f;
-        for (int s = 0; s < split; s++) v += __ldcg(part + ((size_t)s * n + tok) * rows_p + mb.tile0 * 16 + row);
-        y[(size_t)tok * rows + row] = v;
+
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    const uint4 *xs = (const uint4 *)(smem + L.xs);
+    const float *xsum = (const float *)(smem + L.xsum);
+#pragma unroll 1
+    for (int u0 = 0; u0 < nt; u0 += 2 * SU) {
+        load_chunk(cb, src, u0 + SU, nt);
+        mul_chunk<BITS, GROUP>(acc, ca, u0, nt, sbs, kind, xs, xsum, lane);
+        load_chunk(ca, src, u0 + 2 * SU, nt);
+        mul_chunk<BITS, GROUP>(acc, cb, u0 + SU, nt, sbs, kind, xs, xsum, lane);
     }
-    if (threadIdx.x == 0) count[blockIdx.x] = 0;
+    gemv_finish<1>(acc, mb, rt, active, n, tiles_total, part, count);
 }
 
 typedef void (*gemv_kernel)(const affine_set, const float *, const float *, int, int, int, int, int, int, float *,
                             unsigned *);
 
-template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb) {
+template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb, bool stream) {
+    if (stream) return k_affine_gemv_stream<BITS, GROUP>;
     return nb == 4 ? k_affine_gemv<BITS, GROUP, 4> : nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
 }
 
-static gemv_kernel pick(int bits, int64_t group, int nb) {
+static gemv_kernel pick(int bits, int64_t group, int nb, bool stream) {
     if (bits == 4) {
-        if (group == 32) return pick_nb<4, 32>(nb);
-        if (group == 64) return pick_nb<4, 64>(nb);
-        return pick_nb<4, 128>(nb);
+        if (group == 32) return pick_nb<4, 32>(nb, stream);
+        if (group == 64) return pick_nb<4, 64>(nb, stream);
+        return pick_nb<4, 128>(nb, stream);
     }
-    if (group == 32) return pick_nb<8, 32>(nb);
-    if (group == 64) return pick_nb<8, 64>(nb);
-    return pick_nb<8, 128>(nb);
+    if (group == 32) return pick_nb<8, 32>(nb, stream);
+    if (group == 64) return pick_nb<8, 64>(nb, stream);
+    return pick_nb<8, 128>(nb, stream);
 }
 
 /* Every decode kernel may take SMEM_MAX of shared memory, and prefers shared memory to L1
@@ -524,8 +618,8 @@ static cudaError_t init_kernels(void) {
     static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2; b++)
         for (int g = 0; g < 3; g++)
-            for (int nb = 1; nb <= 4; nb *= 2) {
-                const gemv_kernel k = pick(bits[b], groups[g], nb);
+            for (int nb = 1; nb <= 8; nb *= 2) {
+                const gemv_kernel k = pick(bits[b], groups[g], nb == 8 ? 1 : nb, nb == 8);
                 cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
                 if (e == cudaSuccess)
                     e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -542,21 +636,39 @@ extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan
     return p.slice > 0 ? (w->k_tiles + p.slice - 1) / p.slice : 0;
 }
 
-/* The slice with the least estimated time for blocks of nb operands over row_blocks
- * blocks of 8 row tiles and k_tiles column tiles: waves of blocks (resident blocks per SM
+static bool plan_valid(int64_t n, cuda_affine_plan p) {
+    const int most = p.stream ? STREAM_SLICE : MAX_SLICE;
+    return n >= 1 && n <= MAX_N && p.slice >= 4 && p.slice <= most && p.slice % 4 == 0 &&
+           (!p.stream || nb_of(n) == 1);
+}
+
+static int plan_smem(int bits, int64_t group, int kind, int nb, cuda_affine_plan p) {
+    return gemv_layout_of(bits, (int)group, kind, nb, p.slice, p.stream).total;
+}
+
+static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int64_t row_blocks, int64_t k_tiles);
+
+/* The plan for blocks of nb operands over row_blocks blocks of 8 row tiles and k_tiles
+ * column tiles: at n <= 4 the streamed plan where one fills the device; otherwise the
+ * staged slice with the least estimated time: waves of blocks (resident blocks per SM
  * from the kernel's registers and shared memory) times the tiles a block streams, plus
  * about four tiles' worth for a block's start (x staging, the first loads' latency) and
  * its partial sums. */
-static int best_slice(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
+static cuda_affine_plan best_plan(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
+    if (nb == 1) {
+        const cuda_affine_plan p = stream_plan(bits, group, kind, row_blocks, k_tiles);
+        if (p.slice) return p;
+    }
     const int sms = cuda_sm_count(132);
-    int best = 4;
+    cuda_affine_plan best = {4, 0};
     double best_cost = 1e300;
     for (int slice = 4; slice <= MAX_SLICE; slice += 4) {
         if (slice > 4 && slice - 4 >= k_tiles) break; /* a smaller slice holds all of K */
-        const int smem = gemv_layout_of(bits, (int)group, kind, nb, slice).total;
+        const cuda_affine_plan p = {slice, 0};
+        const int smem = plan_smem(bits, group, kind, nb, p);
         int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb), NW * 32, (size_t)smem) !=
-            cudaSuccess) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, false), NW * 32,
+                                                          (size_t)smem) != cudaSuccess) {
             cudaGetLastError();
             per_sm = 1;
         }
@@ -564,22 +676,52 @@ static int best_slice(int bits, int64_t group, int kind, int nb, int64_t row_blo
         const int64_t blocks = row_blocks * ((k_tiles + slice - 1) / slice);
         const int64_t slots = (int64_t)sms * per_sm, waves = (blocks + slots - 1) / slots;
         const double cost = (double)waves * (double)((slice < k_tiles ? slice : k_tiles) + 4);
-        if (cost <= best_cost) best = slice, best_cost = cost;
+        if (cost <= best_cost) best = p, best_cost = cost;
     }
     return best;
 }
 
+/* The streamed plan for n <= 4, or slice 0 where none fits: K cut into the fewest splits
+ * of at most STREAM_MAX_SLICE tiles (each split's slice rounded up to 4, so no split is
+ * much shorter than the others) that still give every SM STREAM_FILL blocks, since a
+ * block's warps hold only a chunk or two of loads in flight and an SM with fewer blocks
+ * leaves bandwidth unused. Measured on the 8B shapes (bench_affine): slices of 24 and 32
+ * were slower than 16 (a warp's tiles come one after another), and slices under 8 lose
+ * to the staged kernel. */
+static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int64_t row_blocks, int64_t k_tiles) {
+    const int sms = cuda_sm_count(132);
+    int last = 0;
+    for (int64_t split = (k_tiles + STREAM_MAX_SLICE - 1) / STREAM_MAX_SLICE; split <= k_tiles; split++) {
+        const int slice = (int)((k_tiles + split - 1) / split + 3) / 4 * 4;
+        if (slice < STREAM_MIN_SLICE) break;
+        if (slice == last) continue;
+        last = slice;
+        const cuda_affine_plan p = {slice, 1};
+        const int smem = plan_smem(bits, group, kind, 1, p);
+        int per_sm = 0;
+        if (smem > SMEM_MAX ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, 1, true), NW * 32,
+                                                          (size_t)smem) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        const int64_t blocks = row_blocks * ((k_tiles + slice - 1) / slice);
+        if (per_sm >= STREAM_FILL && blocks >= (int64_t)STREAM_FILL * sms) return p;
+    }
+    return (cuda_affine_plan){0, 0};
+}
+
 static void choose_plans(cuda_affine *a) {
     for (int nb = 1; nb <= 4; nb *= 2) {
-        const int best = best_slice(a->bits, a->group, a->sb_kind, nb, row_blocks(a), a->k_tiles);
+        const cuda_affine_plan best = best_plan(a->bits, a->group, a->sb_kind, nb, row_blocks(a), a->k_tiles);
         for (int n = 1; n <= MAX_N; n++)
-            if (nb_of(n) == nb) a->slice[n] = (unsigned char)best;
+            if (nb_of(n) == nb) a->plan[n] = best;
     }
 }
 
 extern "C" cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n) {
-    cuda_affine_plan p = {4};
-    if (n >= 1 && n <= MAX_N && w->slice[n]) p.slice = w->slice[n];
+    cuda_affine_plan p = {4, 0};
+    if (n >= 1 && n <= MAX_N && w->plan[n].slice) p = w->plan[n];
     return p;
 }
 
@@ -607,15 +749,14 @@ extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
     return cuda_affine_plan_work_size(w, n, cuda_affine_plan_for(w, n));
 }
 
-/* One launch over a set with a given slice. */
+/* One launch over a set with a given plan. */
 static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, const float *x, const float *up, int64_t n,
-                               void *work, cudaStream_t s, unsigned flags, int slice) {
-    const int64_t split = (w0->k_tiles + slice - 1) / slice;
-    if (n < 1 || n > MAX_N || slice < 4 || slice > MAX_SLICE || slice % 4 || split > 65535 || (split > 1 && !work) ||
-        ((uintptr_t)x & 15) || ((uintptr_t)up & 15))
+                               void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
+    const int64_t split = (w0->k_tiles + p.slice - 1) / p.slice;
+    if (!plan_valid(n, p) || split > 65535 || (split > 1 && !work) || ((uintptr_t)x & 15) || ((uintptr_t)up & 15))
         return cudaErrorInvalidValue;
     const int nb = nb_of(n), blocks = affine_set_blocks(set);
-    const int smem = gemv_layout_of(w0->bits, (int)w0->group, w0->sb_kind, nb, slice).total;
+    const int smem = plan_smem(w0->bits, w0->group, w0->sb_kind, nb, p);
     if (smem > SMEM_MAX || (split > 1 && blocks > GEMV_COUNTERS)) return cudaErrorInvalidValue;
     unsigned *count = (unsigned *)work;
     float *part = split > 1 ? (float *)((char *)work + (size_t)GEMV_COUNTERS * 4) : NULL;
@@ -632,20 +773,19 @@ static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, con
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb), *set, x, up, (int)n, w0->sb_kind, (int)w0->cols,
-                              (int)w0->k_tiles, slice, affine_set_tiles(set), part, count);
+    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb, p.stream), *set, x, up, (int)n, w0->sb_kind,
+                              (int)w0->cols, (int)w0->k_tiles, p.slice, affine_set_tiles(set), part, count);
 }
 
 extern "C" bool cuda_affine_plan_fits(const cuda_affine *w, int64_t n, cuda_affine_plan p) {
-    return n >= 1 && n <= MAX_N && p.slice >= 4 && p.slice <= MAX_SLICE && p.slice % 4 == 0 &&
-           gemv_layout_of(w->bits, (int)w->group, w->sb_kind, nb_of(n), p.slice).total <= SMEM_MAX;
+    return plan_valid(n, p) && plan_smem(w->bits, w->group, w->sb_kind, nb_of(n), p) <= SMEM_MAX;
 }
 
 extern "C" cudaError_t cuda_affine_gemv_plan(float *y, const float *x, int64_t n, const cuda_affine *w,
                                              void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
     affine_set set;
     affine_set_of(&set, &y, &w, 1);
-    return gemv_launch(&set, w, x, NULL, n, work, s, flags, p.slice);
+    return gemv_launch(&set, w, x, NULL, n, work, s, flags, p);
 }
 
 extern "C" cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_affine *w, void *work,
@@ -657,30 +797,30 @@ extern "C" cudaError_t cuda_affine_gemv_swiglu(float *y, const float *gate, cons
                                                const cuda_affine *w, void *work, cudaStream_t s, unsigned flags) {
     affine_set set;
     affine_set_of(&set, &y, &w, 1);
-    return gemv_launch(&set, w, gate, up, n, work, s, flags, cuda_affine_plan_for(w, n).slice);
+    return gemv_launch(&set, w, gate, up, n, work, s, flags, cuda_affine_plan_for(w, n));
 }
 
-/* The slice of a set's launch: the best for the set's rows as one matrix. */
-static int set_slice(const affine_set *set, const cuda_affine *w0, int64_t n) {
-    return best_slice(w0->bits, w0->group, w0->sb_kind, nb_of(n), affine_set_blocks(set), w0->k_tiles);
+/* The plan of a set's launch: the best for the set's rows as one matrix. */
+static cuda_affine_plan set_plan(const affine_set *set, const cuda_affine *w0, int64_t n) {
+    return best_plan(w0->bits, w0->group, w0->sb_kind, nb_of(n), affine_set_blocks(set), w0->k_tiles);
 }
 
 extern "C" size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, int k, int64_t n) {
     affine_set set;
     float *ys[CUDA_AFFINE_SET] = {NULL, NULL, NULL, NULL};
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return 0;
-    const int slice = set_slice(&set, w[0], n);
-    return work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n);
+    const cuda_affine_plan p = set_plan(&set, w[0], n);
+    return work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + p.slice - 1) / p.slice, n);
 }
 
 extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x,
                                             int64_t n, void *work, size_t work_size, cudaStream_t s, unsigned flags) {
     affine_set set;
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return cudaErrorInvalidValue;
-    const int slice = set_slice(&set, w[0], n);
-    if (work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + slice - 1) / slice, n) > work_size)
+    const cuda_affine_plan p = set_plan(&set, w[0], n);
+    if (work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + p.slice - 1) / p.slice, n) > work_size)
         return cudaErrorInvalidValue;
-    return gemv_launch(&set, w[0], x, NULL, n, work, s, flags, slice);
+    return gemv_launch(&set, w[0], x, NULL, n, work, s, flags, p);
 }
 
 /* ==== Rows of W: embeddings ==== */

@@ -58,6 +58,17 @@ typedef enum cuda_affine_sb {
     CUDA_AFFINE_SB_F32 = 2,  /* pairs of fp32, two words each */
 } cuda_affine_sb;
 
+/* How a decode product is cut: each block of 8 warps takes 8 row tiles (one a warp) and
+ * `slice` column tiles; ceil(k_tiles / slice) blocks split each row block's K, and the last
+ * of them to finish adds the partial sums in a fixed order. The staged kernel (stream 0)
+ * copies a warp's codes into shared memory, slices of 4, 8, 12 or 16; the streamed one
+ * (stream 1, n <= 4 only) loads them into registers a chunk ahead of the product, slices
+ * of 4 .. 64 in steps of 4. */
+typedef struct cuda_affine_plan {
+    int slice;
+    int stream;
+} cuda_affine_plan;
+
 /* One affine matrix W[rows, cols] in the device layout above. */
 typedef struct cuda_affine {
     int64_t rows, cols;
@@ -69,7 +80,7 @@ typedef struct cuda_affine {
     uint32_t *codes;            /* [row_tiles][k_tiles][32 lanes][4] */
     uint32_t *sb;               /* [row_tiles][group_blocks][8][2 * gpb] (scale, bias) pairs */
     size_t bytes;               /* device bytes held (codes + sb) */
-    unsigned char slice[CUDA_AFFINE_MAX_N + 1]; /* the plan of each n (cuda_affine_plan_for) */
+    cuda_affine_plan plan[CUDA_AFFINE_MAX_N + 1]; /* the plan of each n (cuda_affine_plan_for) */
 } cuda_affine;
 
 /* Bits in the flags of cuda_affine_gemv. */
@@ -127,13 +138,6 @@ cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, 
                                  void *work, size_t work_size, cudaStream_t s, unsigned flags);
 size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, int k, int64_t n);
 
-/* How a product is cut: each block of 8 warps takes 8 row tiles (one a warp) and `slice`
- * column tiles (4, 8, 12 or 16); ceil(k_tiles / slice) blocks split each row block's K,
- * and the last of them to finish adds the partial sums in a fixed order. */
-typedef struct cuda_affine_plan {
-    int slice;
-} cuda_affine_plan;
-
 /* The plan cuda_affine_gemv uses for n rows, and the K split a plan makes. */
 cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n);
 int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan p);
@@ -142,7 +146,7 @@ int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan p);
 size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p);
 
 /* Whether a plan can run at n rows: a valid slice whose block fits the kernels' shared
- * memory (at n > 8 the widest slices of fp32 scales do not). */
+ * memory (at n > 8 the widest slices of fp32 scales do not), streamed only at n <= 4. */
 bool cuda_affine_plan_fits(const cuda_affine *w, int64_t n, cuda_affine_plan p);
 
 /* cuda_affine_gemv with a given plan (tests and benchmarks compare plans); a plan that does
