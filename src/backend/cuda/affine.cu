@@ -19,11 +19,11 @@
  * block of a row block to finish adds them in a fixed order (no atomics on y, so results
  * do not depend on timing).
  *
- * At n <= 4 a second kernel takes the large matrices: the streamed one (k_affine_gemv_stream)
- * loads codes straight into registers, a chunk of SU tiles ahead of the one a warp
- * multiplies, so shared memory holds only x and the scales, 4 blocks fit an SM and a block
- * pays its fixed costs (staging x, the barrier, the partial sums) over 16 tiles a warp
- * instead of 8; same numerics, same tile product.
+ * A second kernel takes the large matrices: the streamed one (k_affine_gemv_stream) loads
+ * codes straight into registers, a chunk of SU tiles ahead of the one a warp multiplies,
+ * so shared memory holds only x and the scales, 4 blocks fit an SM at n <= 4 (2 above),
+ * and a block pays its fixed costs (staging x, the barrier, the partial sums) over 16
+ * tiles a warp instead of 8; same numerics, same tile product.
  *
  * Measured (H200, Llama-3.1-8B 4-bit g64, graph + PDL, bench_affine --quick): 46% of the
  * device-to-device copy bandwidth at n = 1 for the whole token (the gate, up and down
@@ -50,6 +50,7 @@
 #define SU 4                      /* tiles a chunk of the streamed kernel */
 #define STREAM_BLOCKS 4           /* its blocks an SM (registers: 64 a thread) */
 #define STREAM_FILL 3             /* the fewest of its blocks an SM its plans allow */
+#define STREAM_FILL_WIDE 2        /* the same at n > 4 (2 blocks an SM: registers) */
 #define STREAM_MIN_SLICE 8        /* the slices its plans choose from */
 #define STREAM_MAX_SLICE 16
 #define STREAM_SLICE 64           /* the longest slice it runs (tests and benchmarks) */
@@ -541,21 +542,21 @@ __device__ __forceinline__ void load_chunk(uint4 c[SU], const uint4 *src, int u0
         if (u0 + i < nt) c[i] = ld_codes(src + (size_t)(u0 + i) * 32);
 }
 
-template <int BITS, int GROUP>
+template <int BITS, int GROUP, int NB>
 __device__ __forceinline__ void mul_chunk(float acc[][4], const uint4 c[SU], int u0, int nt, const uint32_t *sbs,
                                           int kind, const uint4 *xs, const float *xsum, int lane) {
 #pragma unroll
     for (int i = 0; i < SU; i++)
-        if (u0 + i < nt) tile_product<BITS, GROUP, 1>(acc, c[i], sbs, kind, xs, xsum, u0 + i, lane);
+        if (u0 + i < nt) tile_product<BITS, GROUP, NB>(acc, c[i], sbs, kind, xs, xsum, u0 + i, lane);
 }
 
-/* The streamed product for n <= 4 (one operand): as k_affine_gemv, but the codes go
+/* The streamed product: as k_affine_gemv, but the codes go
  * straight into registers, SU tiles a chunk, the next chunk in flight while a warp
  * multiplies the current one. Shared memory holds only x and the (scale, bias) blocks, so
  * a slice can be long (up to STREAM_SLICE tiles): a block's fixed costs (x staging, the
  * barrier, the partial sums) are paid over more tiles. */
-template <int BITS, int GROUP>
-__global__ static void __launch_bounds__(NW * 32, STREAM_BLOCKS)
+template <int BITS, int GROUP, int NB>
+__global__ static void __launch_bounds__(NW * 32, NB == 1 ? STREAM_BLOCKS : 2)
 k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind,
                      int cols, int k_tiles, int slice, int tiles_total, float *__restrict__ part,
                      unsigned *__restrict__ count) {
@@ -566,7 +567,7 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
     const int rt = (blockIdx.x - mb.block0) * NW + warp;
     const bool active = rt < mb.row_tiles;
     const int kb = blockIdx.y * slice, nt = active ? min(slice, k_tiles - kb) : 0;
-    const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, 1, slice, true);
+    const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice, true);
     uint32_t *sbs = (uint32_t *)(smem + L.sb + warp * L.sb_warp);
     const uint4 *src = mb.codes + ((size_t)rt * k_tiles + kb) * 32 + lane;
     uint4 ca[SU], cb[SU];
@@ -575,28 +576,35 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
     load_chunk(ca, src, 0, nt);
 
     pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
-    stage_x<BITS, GROUP, 1>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, up, n, cols, kb, slice);
+    stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, up, n, cols, kb, slice);
     cp_async_wait<0>();
     __syncthreads();
 
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    constexpr int NO = octets<NB>::N;
+    float acc[NO][4];
+#pragma unroll
+    for (int o = 0; o < NO; o++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[o][e] = 0.0f;
     const uint4 *xs = (const uint4 *)(smem + L.xs);
     const float *xsum = (const float *)(smem + L.xsum);
 #pragma unroll 1
     for (int u0 = 0; u0 < nt; u0 += 2 * SU) {
         load_chunk(cb, src, u0 + SU, nt);
-        mul_chunk<BITS, GROUP>(acc, ca, u0, nt, sbs, kind, xs, xsum, lane);
+        mul_chunk<BITS, GROUP, NB>(acc, ca, u0, nt, sbs, kind, xs, xsum, lane);
         load_chunk(ca, src, u0 + 2 * SU, nt);
-        mul_chunk<BITS, GROUP>(acc, cb, u0 + SU, nt, sbs, kind, xs, xsum, lane);
+        mul_chunk<BITS, GROUP, NB>(acc, cb, u0 + SU, nt, sbs, kind, xs, xsum, lane);
     }
-    gemv_finish<1>(acc, mb, rt, active, n, tiles_total, part, count);
+    gemv_finish<NB>(acc, mb, rt, active, n, tiles_total, part, count);
 }
 
 typedef void (*gemv_kernel)(const affine_set, const float *, const float *, int, int, int, int, int, int, float *,
                             unsigned *);
 
 template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb, bool stream) {
-    if (stream) return k_affine_gemv_stream<BITS, GROUP>;
+    if (stream)
+        return nb == 4 ? k_affine_gemv_stream<BITS, GROUP, 4>
+             : nb == 2 ? k_affine_gemv_stream<BITS, GROUP, 2> : k_affine_gemv_stream<BITS, GROUP, 1>;
     return nb == 4 ? k_affine_gemv<BITS, GROUP, 4> : nb == 2 ? k_affine_gemv<BITS, GROUP, 2> : k_affine_gemv<BITS, GROUP, 1>;
 }
 
@@ -618,8 +626,8 @@ static cudaError_t init_kernels(void) {
     static const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
     for (int b = 0; b < 2; b++)
         for (int g = 0; g < 3; g++)
-            for (int nb = 1; nb <= 8; nb *= 2) {
-                const gemv_kernel k = pick(bits[b], groups[g], nb == 8 ? 1 : nb, nb == 8);
+            for (int ki = 0; ki < 6; ki++) { /* staged, streamed x 1, 2, 4 operands */
+                const gemv_kernel k = pick(bits[b], groups[g], 1 << (ki % 3), ki >= 3);
                 cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_MAX);
                 if (e == cudaSuccess)
                     e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -638,27 +646,24 @@ extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan
 
 static bool plan_valid(int64_t n, cuda_affine_plan p) {
     const int most = p.stream ? STREAM_SLICE : MAX_SLICE;
-    return n >= 1 && n <= MAX_N && p.slice >= 4 && p.slice <= most && p.slice % 4 == 0 &&
-           (!p.stream || nb_of(n) == 1);
+    return n >= 1 && n <= MAX_N && p.slice >= 4 && p.slice <= most && p.slice % 4 == 0;
 }
 
 static int plan_smem(int bits, int64_t group, int kind, int nb, cuda_affine_plan p) {
     return gemv_layout_of(bits, (int)group, kind, nb, p.slice, p.stream).total;
 }
 
-static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int64_t row_blocks, int64_t k_tiles);
+static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles);
 
 /* The plan for blocks of nb operands over row_blocks blocks of 8 row tiles and k_tiles
- * column tiles: at n <= 4 the streamed plan where one fills the device; otherwise the
+ * column tiles: the streamed plan where one fills the device; otherwise the
  * staged slice with the least estimated time: waves of blocks (resident blocks per SM
  * from the kernel's registers and shared memory) times the tiles a block streams, plus
  * about four tiles' worth for a block's start (x staging, the first loads' latency) and
  * its partial sums. */
 static cuda_affine_plan best_plan(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
-    if (nb == 1) {
-        const cuda_affine_plan p = stream_plan(bits, group, kind, row_blocks, k_tiles);
-        if (p.slice) return p;
-    }
+    const cuda_affine_plan sp = stream_plan(bits, group, kind, nb, row_blocks, k_tiles);
+    if (sp.slice) return sp;
     const int sms = cuda_sm_count(132);
     cuda_affine_plan best = {4, 0};
     double best_cost = 1e300;
@@ -681,14 +686,14 @@ static cuda_affine_plan best_plan(int bits, int64_t group, int kind, int nb, int
     return best;
 }
 
-/* The streamed plan for n <= 4, or slice 0 where none fits: K cut into the fewest splits
- * of at most STREAM_MAX_SLICE tiles (each split's slice rounded up to 4, so no split is
- * much shorter than the others) that still give every SM STREAM_FILL blocks, since a
- * block's warps hold only a chunk or two of loads in flight and an SM with fewer blocks
- * leaves bandwidth unused. Measured on the 8B shapes (bench_affine): slices of 24 and 32
- * were slower than 16 (a warp's tiles come one after another), and slices under 8 lose
- * to the staged kernel. */
-static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int64_t row_blocks, int64_t k_tiles) {
+/* The streamed plan for nb operands, or slice 0 where none fits: K cut into the fewest
+ * splits of at most STREAM_MAX_SLICE tiles (each split's slice rounded up to 4, so no
+ * split is much shorter than the others) that still give every SM STREAM_FILL blocks
+ * (STREAM_FILL_WIDE at n > 4), since a block's warps hold only a chunk or two of loads in
+ * flight and an SM with fewer blocks leaves bandwidth unused. Measured on the 8B shapes
+ * at n = 1 (bench_affine): slices of 24 and 32 were slower than 16 (a warp's tiles come
+ * one after another), and slices under 8 lose to the staged kernel. */
+static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles) {
     const int sms = cuda_sm_count(132);
     int last = 0;
     for (int64_t split = (k_tiles + STREAM_MAX_SLICE - 1) / STREAM_MAX_SLICE; split <= k_tiles; split++) {
@@ -697,16 +702,17 @@ static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int64_t r
         if (slice == last) continue;
         last = slice;
         const cuda_affine_plan p = {slice, 1};
-        const int smem = plan_smem(bits, group, kind, 1, p);
+        const int smem = plan_smem(bits, group, kind, nb, p);
         int per_sm = 0;
         if (smem > SMEM_MAX ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, 1, true), NW * 32,
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, true), NW * 32,
                                                           (size_t)smem) != cudaSuccess) {
             cudaGetLastError();
             continue;
         }
+        const int fill = nb == 1 ? STREAM_FILL : STREAM_FILL_WIDE;
         const int64_t blocks = row_blocks * ((k_tiles + slice - 1) / slice);
-        if (per_sm >= STREAM_FILL && blocks >= (int64_t)STREAM_FILL * sms) return p;
+        if (per_sm >= fill && blocks >= (int64_t)fill * sms) return p;
     }
     return (cuda_affine_plan){0, 0};
 }

@@ -62,8 +62,8 @@ typedef enum cuda_affine_sb {
  * `slice` column tiles; ceil(k_tiles / slice) blocks split each row block's K, and the last
  * of them to finish adds the partial sums in a fixed order. The staged kernel (stream 0)
  * copies a warp's codes into shared memory, slices of 4, 8, 12 or 16; the streamed one
- * (stream 1, n <= 4 only) loads them into registers a chunk ahead of the product, slices
- * of 4 .. 64 in steps of 4. */
+ * (stream 1) loads them into registers a chunk ahead of the product, slices of 4 .. 64 in
+ * steps of 4 (those whose x fits the kernels' shared memory). */
 typedef struct cuda_affine_plan {
     int slice;
     int stream;
@@ -146,7 +146,7 @@ int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan p);
 size_t cuda_affine_plan_work_size(const cuda_affine *w, int64_t n, cuda_affine_plan p);
 
 /* Whether a plan can run at n rows: a valid slice whose block fits the kernels' shared
- * memory (at n > 8 the widest slices of fp32 scales do not), streamed only at n <= 4. */
+ * memory (at n > 8 the widest slices of fp32 scales do not). */
 bool cuda_affine_plan_fits(const cuda_affine *w, int64_t n, cuda_affine_plan p);
 
 /* cuda_affine_gemv with a given plan (tests and benchmarks compare plans); a plan that does
