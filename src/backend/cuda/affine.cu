@@ -721,13 +721,13 @@ static void choose_plans(cuda_affine *a) {
     for (int nb = 1; nb <= 4; nb *= 2) {
         const cuda_affine_plan best = best_plan(a->bits, a->group, a->sb_kind, nb, row_blocks(a), a->k_tiles);
         for (int n = 1; n <= MAX_N; n++)
-            if (nb_of(n) == nb) a->plan[n] = best;
+            if (nb_of(n) == nb) a->plan[n] = (unsigned char)(best.slice | (best.stream ? 0x80 : 0));
     }
 }
 
 extern "C" cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n) {
     cuda_affine_plan p = {4, 0};
-    if (n >= 1 && n <= MAX_N && w->plan[n].slice) p = w->plan[n];
+    if (n >= 1 && n <= MAX_N && w->plan[n]) p = (cuda_affine_plan){w->plan[n] & 0x7f, w->plan[n] >> 7};
     return p;
 }
 

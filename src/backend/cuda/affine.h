@@ -80,7 +80,7 @@ typedef struct cuda_affine {
     uint32_t *codes;            /* [row_tiles][k_tiles][32 lanes][4] */
     uint32_t *sb;               /* [row_tiles][group_blocks][8][2 * gpb] (scale, bias) pairs */
     size_t bytes;               /* device bytes held (codes + sb) */
-    cuda_affine_plan plan[CUDA_AFFINE_MAX_N + 1]; /* the plan of each n (cuda_affine_plan_for) */
+    unsigned char plan[CUDA_AFFINE_MAX_N + 1]; /* each n's plan: slice, | 0x80 when streamed (cuda_affine_plan_for) */
 } cuda_affine;
 
 /* Bits in the flags of cuda_affine_gemv. */
