@@ -424,34 +424,29 @@ __device__ __forceinline__ void gemv_finish(float acc[][4], const set_member &mb
     const int rows = mb.rows, row0 = rt * 16 + (lane >> 2), tok0 = 2 * t;
     const bool holds = active && (NB > 1 || t < 2);
     const int split = gridDim.y;
-    if (split == 1) {
-        if (holds)
-#pragma unroll
-            for (int o = 0; o < NO; o++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int tok = tok0 + 8 * o + e;
-                    if (tok >= n) continue;
-                    float *yt = mb.y + (size_t)tok * rows;
-                    if (row0 < rows) yt[row0] = acc[o][e];
-                    if (row0 + 8 < rows) yt[row0 + 8] = acc[o][2 + e];
-                }
-        return;
-    }
-
-    /* partial rows [split][n][the set's row tiles x 16]; this matrix's from tile0 on */
-    const int rows_p = tiles_total * 16, prow0 = mb.tile0 * 16 + row0;
-    if (holds)
+    /* token tok's rows r, r + 8 go to dst + tok * ld + r (those below lim; every partial
+     * row exists: lim < 0) */
+    auto store = [&](float *dst, size_t ld, int r, int lim) {
+        if (!holds) return;
 #pragma unroll
         for (int o = 0; o < NO; o++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int tok = tok0 + 8 * o + e;
                 if (tok >= n) continue;
-                float *pt = part + ((size_t)blockIdx.y * n + tok) * rows_p;
-                pt[prow0] = acc[o][e];
-                pt[prow0 + 8] = acc[o][2 + e];
+                float *d = dst + (size_t)tok * ld;
+                if (lim < 0 || r < lim) d[r] = acc[o][e];
+                if (lim < 0 || r + 8 < lim) d[r + 8] = acc[o][2 + e];
             }
+    };
+    if (split == 1) {
+        store(mb.y, (size_t)rows, row0, rows);
+        return;
+    }
+
+    /* partial rows [split][n][the set's row tiles x 16]; this matrix's from tile0 on */
+    const int rows_p = tiles_total * 16;
+    store(part + (size_t)blockIdx.y * n * rows_p, (size_t)rows_p, mb.tile0 * 16 + row0, -1);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(&count[blockIdx.x], 1u) == (unsigned)split - 1;
