@@ -27,7 +27,7 @@
  *
  * Measured (H200, Llama-3.1-8B 4-bit g64, graph + PDL, bench_affine --quick): 46% of the
  * device-to-device copy bandwidth at n = 1 for the whole token (the gate, up and down
- * projections 52-55%, the LM head 81%, q/k/v/o 11-32% on the staged kernel), 27% at n = 8
+ * projections 53-55%, the LM head 82%, q/k/v/o 11-32% on the staged kernel), 20% at n = 16
  * (tests/cuda/NOTES.md).
  *
  * Not here: dense weights, products of more than 16 rows (affine_gemm.cu).
