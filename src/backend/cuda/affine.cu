@@ -545,11 +545,11 @@ __device__ __forceinline__ void mul_chunk(float acc[][4], const uint4 c[SU], int
         if (u0 + i < nt) tile_product<BITS, GROUP, NB>(acc, c[i], sbs, kind, xs, xsum, u0 + i, lane);
 }
 
-/* The streamed product: as k_affine_gemv, but the codes go
- * straight into registers, SU tiles a chunk, the next chunk in flight while a warp
- * multiplies the current one. Shared memory holds only x and the (scale, bias) blocks, so
- * a slice can be long (up to STREAM_SLICE tiles): a block's fixed costs (x staging, the
- * barrier, the partial sums) are paid over more tiles. */
+/* The streamed product: as k_affine_gemv, but the codes go straight into registers, SU
+ * tiles a chunk, the next chunk in flight while a warp multiplies the current one. Shared
+ * memory holds only x and the (scale, bias) blocks, so a slice can be long (up to
+ * STREAM_SLICE tiles): a block's fixed costs (x staging, the barrier, the partial sums)
+ * are paid over more tiles. */
 template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? STREAM_BLOCKS : 2)
 k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind,
