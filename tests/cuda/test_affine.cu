@@ -6,7 +6,7 @@
  * Every bits x group x scale dtype (F16, BF16, F32) on awkward sizes (rows not a multiple
  * of 16, columns one group, three groups, or not a whole tile), n = 1..16, through the host
  * upload path, with every plan (staged slices of 4, 8, 12, 16 column tiles; streamed
- * slices of 4 .. 64 at n <= 4, refused above) and with
+ * slices of 4 .. 64, those whose x does not fit shared memory refused) and with
  * programmatic dependent launch. Data: x ~ N(0, 1), codes uniform, scales ~ U(0.005,
  * 0.02), biases ~ -8 * scale. A product passes when max|y - ref| <= 2e-6 max|ref|
  * (max|ref| over the matrix's 16 token rows; on matrices of >= 1000 rows also over the n
