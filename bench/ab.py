@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from machine import gpu_info, loadavg
-from run import cell, parse_json_array, ratio_cell, run_cmd
+from run import cell, ratio_cell, results_by_test, run_cmd
 
 
 def log(msg):
@@ -74,19 +74,14 @@ def run_one(binary, args, depth, seqs, ps, ns):
     out, err, rc, _, secs = run_cmd(cmd)
     names = [test_name("pp", p, 1, depth) for p in ps] + [test_name("tg", n, seqs, depth) for n in ns]
     base = {"cmd": " ".join(shlex.quote(str(c)) for c in cmd), "seconds": secs}
-    if rc != 0:
-        e = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
-        return {t: dict(base, error=e) for t in names}
-    try:
-        objs = parse_json_array(out)
-    except ValueError as e:
-        return {t: dict(base, error=f"unreadable output: {e}") for t in names}
-    got = {}
-    for o in objs:
-        n_prompt, n_gen = int(o.get("n_prompt", 0)), int(o.get("n_gen", 0))
-        kind, n = ("pp", n_prompt) if n_prompt else ("tg", n_gen)
-        got[test_name(kind, n, int(o.get("n_seq", 1)), int(o.get("n_depth", 0)))] = dict(base, result=o)
-    return {t: got.get(t, dict(base, error=f"no {t} in the output")) for t in names}
+    return results_by_test(out, err, rc, base, names, name_of)
+
+
+def name_of(o):
+    """The test name of one object of celer bench -o json."""
+    n_prompt, n_gen = int(o.get("n_prompt", 0)), int(o.get("n_gen", 0))
+    kind, n = ("pp", n_prompt) if n_prompt else ("tg", n_gen)
+    return test_name(kind, n, int(o.get("n_seq", 1)), int(o.get("n_depth", 0)))
 
 
 def main():

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from machine import cpu_model, git_commit, gpu_info, loadavg, nvcc_version
-from run import cell, parse_json_array, ratio_cell, run_cmd
+from run import cell, ratio_cell, results_by_test, run_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tools"
@@ -278,19 +278,8 @@ def run_one(args, engine, pair, ps, ns, depth, mem):
     base = {"engine": engine, "cmd": " ".join(shlex.quote(str(c)) for c in cmd), "rc": rc, "seconds": secs,
             "peak_rss_bytes": rss, "device_peak_mib": mem.peak(t0, time.time())}
     names = [test_name(p, 0, depth) for p in ps] + [test_name(0, n, depth) for n in ns]
-    if rc != 0:
-        e = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
-        return {t: dict(base, error=e) for t in names}
-    try:
-        objs = parse_json_array(out)
-    except ValueError as e:
-        return {t: dict(base, error=f"unreadable output: {e}") for t in names}
-    res = {}
-    for o in objs:
-        t = test_name(int(o.get("n_prompt", 0)), int(o.get("n_gen", 0)), int(o.get("n_depth", 0)))
-        if t in names:
-            res[t] = dict(base, result=o)
-    return {t: res.get(t, dict(base, error=f"no {t} in the output")) for t in names}
+    return results_by_test(out, err, rc, base, names, lambda o: test_name(
+        int(o.get("n_prompt", 0)), int(o.get("n_gen", 0)), int(o.get("n_depth", 0))))
 
 
 def depth_groups(tests):

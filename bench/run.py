@@ -171,6 +171,20 @@ def run_engine(engine, model, n_prompt, n_gen, args, memory=False):
 # ==== Statistics ====
 
 
+def results_by_test(out, err, rc, base, names, name_of):
+    """{test name: run dict} for one llama-bench-style invocation (JSON array output): base
+    plus result (the object whose name_of(object) is the test) or error, for each of names."""
+    if rc != 0:
+        e = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
+        return {t: dict(base, error=e) for t in names}
+    try:
+        objs = parse_json_array(out)
+    except ValueError as e:
+        return {t: dict(base, error=f"unreadable output: {e}") for t in names}
+    got = {name_of(o): dict(base, result=o) for o in objs}
+    return {t: got.get(t, dict(base, error=f"no {t} in the output")) for t in names}
+
+
 def samples(runs):
     return [float(x) for r in runs if "result" in r for x in r["result"].get("samples_ts", [])]
 
