@@ -394,6 +394,25 @@ __device__ __forceinline__ void tile_product(float acc[][4], uint4 cw, const uin
     }
 }
 
+/* Where a decode product's warp works: its matrix of the set, its row tile rt (active
+ * when the matrix has it) and its column tiles kb .. kb + nt - 1. */
+typedef struct gemv_place {
+    set_member mb;
+    int lane, warp, rt, kb, nt;
+    bool active;
+} gemv_place;
+
+__device__ __forceinline__ gemv_place place_of(const affine_set &set, int k_tiles, int slice) {
+    gemv_place g;
+    g.mb = member_of(set, blockIdx.x);
+    g.lane = threadIdx.x & 31, g.warp = threadIdx.x >> 5;
+    g.rt = (blockIdx.x - g.mb.block0) * NW + g.warp;
+    g.active = g.rt < g.mb.row_tiles;
+    g.kb = blockIdx.y * slice;
+    g.nt = min(slice, k_tiles - g.kb);
+    return g;
+}
+
 /* Starts the copy of warp row tile rt's (scale, bias) blocks for column tiles kb .. kb + nt - 1
  * into sbs (cp.async, not committed). */
 template <int BITS, int GROUP>
@@ -472,11 +491,10 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__
               int k_tiles, int slice, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
     extern __shared__ __align__(16) unsigned char smem[];
     pdl_launch_next();
-    const set_member mb = member_of(set, blockIdx.x);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int rt = (blockIdx.x - mb.block0) * NW + warp;
-    const bool active = rt < mb.row_tiles;
-    const int kb = blockIdx.y * slice, nt = min(slice, k_tiles - kb);
+    const gemv_place g = place_of(set, k_tiles, slice);
+    const set_member &mb = g.mb;
+    const int lane = g.lane, warp = g.warp, rt = g.rt, kb = g.kb, nt = g.nt;
+    const bool active = g.active;
     const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice, false);
     uint4 *cs = (uint4 *)smem + warp * slice * 32;
     uint32_t *sbs = (uint32_t *)(smem + L.sb + warp * L.sb_warp);
@@ -557,11 +575,10 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
                      unsigned *__restrict__ count) {
     extern __shared__ __align__(16) unsigned char smem[];
     pdl_launch_next();
-    const set_member mb = member_of(set, blockIdx.x);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int rt = (blockIdx.x - mb.block0) * NW + warp;
-    const bool active = rt < mb.row_tiles;
-    const int kb = blockIdx.y * slice, nt = active ? min(slice, k_tiles - kb) : 0;
+    const gemv_place g = place_of(set, k_tiles, slice);
+    const set_member &mb = g.mb;
+    const int lane = g.lane, warp = g.warp, rt = g.rt, kb = g.kb, nt = g.active ? g.nt : 0;
+    const bool active = g.active;
     const gemv_layout L = gemv_layout_of(BITS, GROUP, kind, NB, slice, true);
     uint32_t *sbs = (uint32_t *)(smem + L.sb + warp * L.sb_warp);
     const uint4 *src = mb.codes + ((size_t)rt * k_tiles + kb) * 32 + lane;
