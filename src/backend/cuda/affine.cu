@@ -665,6 +665,19 @@ static int plan_smem(int bits, int64_t group, int kind, int nb, cuda_affine_plan
     return gemv_layout_of(bits, (int)group, kind, nb, p.slice, p.stream).total;
 }
 
+/* Blocks of plan p's kernel at nb operands that fit an SM (registers, shared memory); 0
+ * where its block does not fit the kernels' shared memory or the query fails. */
+static int plan_blocks_per_sm(int bits, int64_t group, int kind, int nb, cuda_affine_plan p) {
+    const int smem = plan_smem(bits, group, kind, nb, p);
+    int per_sm = 0;
+    if (smem > SMEM_MAX || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, p.stream),
+                                                                        NW * 32, (size_t)smem) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return per_sm;
+}
+
 static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int nb, int64_t row_blocks, int64_t k_tiles);
 
 /* The plan for blocks of nb operands over row_blocks blocks of 8 row tiles and k_tiles
@@ -682,13 +695,7 @@ static cuda_affine_plan best_plan(int bits, int64_t group, int kind, int nb, int
     for (int slice = 4; slice <= MAX_SLICE; slice += 4) {
         if (slice > 4 && slice - 4 >= k_tiles) break; /* a smaller slice holds all of K */
         const cuda_affine_plan p = {slice, 0};
-        const int smem = plan_smem(bits, group, kind, nb, p);
-        int per_sm = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, false), NW * 32,
-                                                          (size_t)smem) != cudaSuccess) {
-            cudaGetLastError();
-            per_sm = 1;
-        }
+        const int per_sm = plan_blocks_per_sm(bits, group, kind, nb, p);
         if (per_sm < 1) continue;
         const int64_t blocks = row_blocks * ((k_tiles + slice - 1) / slice);
         const int64_t slots = (int64_t)sms * per_sm, waves = (blocks + slots - 1) / slots;
@@ -714,14 +721,7 @@ static cuda_affine_plan stream_plan(int bits, int64_t group, int kind, int nb, i
         if (slice == last) continue;
         last = slice;
         const cuda_affine_plan p = {slice, 1};
-        const int smem = plan_smem(bits, group, kind, nb, p);
-        int per_sm = 0;
-        if (smem > SMEM_MAX ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, true), NW * 32,
-                                                          (size_t)smem) != cudaSuccess) {
-            cudaGetLastError();
-            continue;
-        }
+        const int per_sm = plan_blocks_per_sm(bits, group, kind, nb, p);
         const int fill = nb == 1 ? STREAM_FILL : STREAM_FILL_WIDE;
         const int64_t blocks = row_blocks * ((k_tiles + slice - 1) / slice);
         if (per_sm >= fill && blocks >= (int64_t)fill * sms) return p;
