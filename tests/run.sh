@@ -15,6 +15,8 @@ done
 for t in test_contract test_engine test_parity test_vlm; do
     [ -x "$build/tests/$t" ] && run_one "$t (staged)" env CELER_CPU_STAGED=1 "$build/tests/$t"
 done
+# The reader of the CUDA trace build's timelines (tools/cuda_trace.py) on a made-up trace.
+run_one "cuda_trace reader" python3 tools/cuda_trace.py --selftest "$build/cuda_trace_selftest.trace"
 # The end-to-end server suite (starts its own servers on loopback).
 run_one test_server bash tests/server/run.sh "$build"
 echo "$pass passed, $fail failed, $skip skipped"

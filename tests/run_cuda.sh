@@ -4,8 +4,9 @@
 # and the model contract on the device (test_parity, test_vlm, test_contract:
 # CELER_TEST_DEVICE), the engine wholly on the device (test_engine: CELER_DEVICE), the
 # real model's KL against the CPU reference (test_real_kl), the server suite with every
-# server on the device (tests/server/run.sh: CELER_DEVICE), and the affine product
-# kernels' own test when built (BUILD/cuda/test_affine). Same summary lines as run.sh.
+# server on the device (tests/server/run.sh: CELER_DEVICE), the affine product kernels'
+# own test when built (BUILD/cuda/test_affine), and a decode step's trace when the trace
+# build is there (BUILD/trace/celer). Same summary lines as run.sh.
 #   bash tests/run_cuda.sh [BUILD] [DEVICE]      DEVICE: cuda (default), cuda:N
 set -u
 build=${1:-build}
@@ -20,5 +21,13 @@ run_one "test_engine ($device)" env CELER_DEVICE="$device" "$build/tests/test_en
 # the OpenAI-compatible server end to end, every model on the device (celer serve reads CELER_DEVICE)
 run_one "test_server ($device)" env CELER_DEVICE="$device" bash tests/server/run.sh "$build"
 [ -x "$build/cuda/test_affine" ] && run_one "test_affine ($device)" "$build/cuda/test_affine"
+# the trace build's timeline of one decode step (src/backend/cuda/trace.h), when built
+if [ -x "$build/trace/celer" ]; then
+    trace="$build/trace/step.trace"
+    rm -f "$trace"
+    CELER_CUDA_TRACE="$trace" CELER_CUDA_TRACE_STEP=6 "$build/trace/celer" bench -m tests/fixtures/llama3-q4g64 \
+        --device "$device" -p 0 -n 16 -r 1 > "$build/trace/bench.log" 2>&1
+    run_one "cuda_trace ($device)" python3 tools/cuda_trace.py --check gemv,rmsnorm,rope_store,attention_decode "$trace"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

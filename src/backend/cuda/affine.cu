@@ -42,6 +42,8 @@
 #include <stdio.h>
 #include <string.h>
 
+CUDA_TRACE_UNIT(affine)
+
 #define NW 8                      /* warps per block: one row tile each */
 #define TILE_WORDS 128            /* 512 bytes: 16 rows of one tile */
 #define CH 4                      /* tiles per cp.async commit group */
@@ -490,6 +492,7 @@ __global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : NB == 2 ? 3 : 2)
 k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind, int cols,
               int k_tiles, int slice, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
     extern __shared__ __align__(16) unsigned char smem[];
+    trace_scope tr(TR_GEMV);
     pdl_launch_next();
     const gemv_place g = place_of(set, k_tiles, slice);
     const set_member &mb = g.mb;
@@ -514,6 +517,7 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__
     }
 
     pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
+    tr.ready();
     stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, up, n, cols, kb, slice);
     __syncthreads();
 
@@ -536,6 +540,7 @@ k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__
             }
         }
     }
+    tr.work();
     gemv_finish<NB>(acc, mb, rt, active, n, tiles_total, part, count);
 }
 
@@ -574,6 +579,7 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
                      int cols, int k_tiles, int slice, int tiles_total, float *__restrict__ part,
                      unsigned *__restrict__ count) {
     extern __shared__ __align__(16) unsigned char smem[];
+    trace_scope tr(TR_GEMV_STREAM);
     pdl_launch_next();
     const gemv_place g = place_of(set, k_tiles, slice);
     const set_member &mb = g.mb;
@@ -588,6 +594,7 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
     load_chunk(ca, src, 0, nt);
 
     pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
+    tr.ready();
     stage_x<BITS, GROUP, NB>((uint4 *)(smem + L.xs), (float *)(smem + L.xsum), x, up, n, cols, kb, slice);
     cp_async_wait<0>();
     __syncthreads();
@@ -607,6 +614,7 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
         load_chunk(ca, src, u0 + 2 * SU, nt);
         mul_chunk<BITS, GROUP, NB>(acc, cb, u0 + SU, nt, sbs, kind, xs, xsum, lane);
     }
+    tr.work();
     gemv_finish<NB>(acc, mb, rt, active, n, tiles_total, part, count);
 }
 
@@ -876,6 +884,7 @@ __device__ static void affine_quad(float v[4], const cuda_affine &w, int64_t row
 }
 
 __global__ static void k_rows(float *y, const cuda_affine w, const int32_t *ids, int64_t m) {
+    trace_scope tr(TR_ROWS);
     const int64_t quads = w.cols / 4;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t tok = i / quads, c = 4 * (i % quads);

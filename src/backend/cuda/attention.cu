@@ -32,6 +32,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+CUDA_TRACE_UNIT(attention)
+
 #define ATT_WARPS 4
 #define ATT_MAX_PER_LANE 8 /* head dims up to 256 */
 
@@ -151,7 +153,7 @@ __global__ static void k_decode(float *out, float *part, const float *q, const _
     __shared__ float sc[HPB][DEC_SUB];
     __shared__ float hm[HPB], hl[HPB], hcorr[HPB]; /* each head's running max and sum */
     __shared__ float oacc[DEC_THREADS * 8];        /* [groups][gl * 8]: the key groups' outputs */
-    PDL_ENTRY();
+    PDL_ENTRY(TR_ATT_DECODE);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, split = blockIdx.z, hd = (int)ar.hd;
     const int64_t r = blockIdx.y, group = ar.h / ar.hk, kvh = blockIdx.x / (group / HPB);
     const int64_t head0 = kvh * group + (blockIdx.x % (group / HPB)) * HPB;
@@ -257,7 +259,7 @@ __global__ static void k_decode(float *out, float *part, const float *q, const _
 __global__ static void k_decode_merge(float *out, const float *part, attn_rows ar, int smax) {
     __shared__ float wt[SPLIT_MAX];
     __shared__ float sum;
-    PDL_ENTRY();
+    PDL_ENTRY(TR_ATT_MERGE);
     const int64_t r = blockIdx.y, head = blockIdx.x, stride = ar.hd + 2;
     const int p = ar.pos[r], ns = splits_for(p - first_key(p, ar.window) + 1, smax);
     const float *pp = part + (r * ar.h + head) * smax * stride;

@@ -338,6 +338,7 @@ static void cuda_begin(backend *be, int64_t rows) {
     cuda_backend *cb = cb_of(be);
     CUDA_CHECK(cudaSetDevice(cb->device));
     work_reserve(cb);
+    cuda_trace_begin(cb->stream);
     cb->sig = 0xcbf29ce484222325ull;
     mix(&cb->sig, rows);
     if (rows > GRAPH_ROWS) {
@@ -374,6 +375,7 @@ static bool cuda_end(backend *be) {
     cb->mode = STEP_EAGER;
     if (mode == STEP_EAGER) {
         CUDA_CHECK(cudaGetLastError());
+        cuda_trace_end(cb->stream);
         return true;
     }
     cuda_graph *g;
@@ -393,6 +395,7 @@ static bool cuda_end(backend *be) {
     }
     g->used = ++cb->tick;
     CUDA_CHECK(cudaGraphLaunch(g->exec, cb->stream));
+    cuda_trace_end(cb->stream);
     return true;
 }
 
@@ -656,6 +659,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     }
     work_reserve(cb);
     cuda_attention_flash_init();
+    cuda_trace_open();
     CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
     CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
     return &cb->base;

@@ -16,6 +16,7 @@ extern "C" {
 #include "backend/cuda/backend_cuda.h"
 }
 #include "backend/cuda/affine.h"
+#include "backend/cuda/trace.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -42,14 +43,15 @@ static inline unsigned blocks_for(int64_t m) {
  * previous kernel of its stream finishes. It must begin with PDL_ENTRY (or call
  * pdl_wait_prev before touching memory the previous kernel writes); pdl_launch_next lets
  * the next kernel start early in turn. Decode steps are chains of small kernels, so each
- * one's launch hides behind the one before. */
+ * one's launch hides behind the one before. PDL_ENTRY also opens the kernel's trace
+ * scope (trace.h: empty unless tracing), tag its cuda_trace_tag. */
 __device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-#define PDL_ENTRY()                                                                                  \
-    do {                                                                                             \
-        pdl_launch_next();                                                                           \
-        pdl_wait_prev();                                                                             \
-    } while (0)
+#define PDL_ENTRY(tag)                                                                               \
+    trace_scope trace_scope_(tag);                                                                   \
+    pdl_launch_next();                                                                               \
+    pdl_wait_prev();                                                                                 \
+    trace_scope_.ready()
 
 /* SwiGLU of one element: cuda_swiglu's and the fused products' (the same bits); of four. */
 __device__ __forceinline__ float swiglu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }

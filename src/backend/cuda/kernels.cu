@@ -10,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+CUDA_TRACE_UNIT(kernels)
+
 /* A norm's row belongs to one block, whose threads hold its first NORM_ROW values in
  * registers: 1024 threads one value at a time, or 256 with float4 loads where rows are
  * 16-byte aligned (decode's single rows too: fewer warps to reduce over; tg128 +4% on the
@@ -36,6 +38,7 @@ __device__ static float load_any(const void *x, int t, int64_t i) {
 
 /* Rows of a dense table; affine tables are read by affine.cu's cuda_affine_rows. */
 __global__ static void k_embed(float *y, const void *table, int t, int64_t cols, const int32_t *ids, int64_t m) {
+    trace_scope tr(TR_EMBED);
     GRID_STRIDE(i, m) {
         const int64_t r = i / cols, c = i % cols;
         const int32_t id = ids[r];
@@ -77,7 +80,7 @@ __global__ static void __launch_bounds__(NT) k_rmsnorm(float *y, float *x, const
                                                        const float *__restrict__ w, int64_t n, int64_t d, float eps) {
     constexpr int NV = NORM_ROW / NT / V; /* vectors a thread holds */
     typedef typename vec_of<V>::type vec;
-    PDL_ENTRY();
+    PDL_ENTRY(TR_RMSNORM);
     for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
         float *xr = x + row * d, *yr = y + row * d;
         const float *rr = r ? r + row * d : NULL;
@@ -194,7 +197,7 @@ __device__ static void rope_pair(float *v, int32_t pos, int64_t i, int64_t half,
  * shared table and one round trip to memory. */
 __global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *inv_freq,
                               float mscale, bool traditional, int64_t m) {
-    PDL_ENTRY();
+    PDL_ENTRY(TR_ROPE);
     const int64_t half = hd / 2;
     GRID_STRIDE(j, m) { /* j = (t * h + head) * half + i */
         const int64_t i = j % half, th = j / half;
@@ -222,7 +225,7 @@ __global__ static void k_rope_store(float *__restrict__ q, float *__restrict__ k
                                     T *__restrict__ kpool, T *__restrict__ vpool, const int32_t *__restrict__ pos,
                                     const int32_t *__restrict__ slot, int h, int hk, int hd, int hpt,
                                     const float *__restrict__ inv_freq, float mscale, bool traditional) {
-    PDL_ENTRY();
+    PDL_ENTRY(TR_ROPE_STORE);
     const int half = hd / 2, G = blockDim.x / half, i = threadIdx.x % half, kvd = hk * hd;
     const int64_t t = blockIdx.x;
     const int a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
@@ -271,7 +274,7 @@ void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *k
 
 __global__ static void k_kv_store(void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                                   int64_t kvd, bool f16, int64_t m) {
-    PDL_ENTRY();
+    PDL_ENTRY(TR_KV_STORE);
     GRID_STRIDE(i, m) {
         const int64_t at = (int64_t)slot[i / kvd] * kvd + i % kvd;
         if (f16) {
@@ -293,7 +296,7 @@ void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, con
 /* ==== Elementwise ==== */
 
 __global__ static void k_swiglu(float *y, const float *gate, const float *up, int64_t m) {
-    PDL_ENTRY();
+    PDL_ENTRY(TR_SWIGLU);
     GRID_STRIDE(i, m) y[i] = swiglu_of(gate[i], up[i]);
 }
 
@@ -319,7 +322,7 @@ void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act k
 }
 
 __global__ static void k_add(float *y, const float *x, int64_t m) {
-    PDL_ENTRY();
+    PDL_ENTRY(TR_ADD);
     GRID_STRIDE(i, m) y[i] += x[i];
 }
 
@@ -328,7 +331,7 @@ void cuda_add(cudaStream_t s, float *y, const float *x, int64_t m) {
 }
 
 __global__ static void k_add_bias(float *y, const float *bias, int64_t d, int64_t m) {
-    PDL_ENTRY();
+    PDL_ENTRY(TR_ADD_BIAS);
     GRID_STRIDE(i, m) y[i] += bias[i % d];
 }
 
@@ -411,6 +414,7 @@ __global__ static void __launch_bounds__(NORM_THREADS) k_argmax_rows(int32_t *id
                                                                      int64_t n, int v) {
     __shared__ float wv[32];
     __shared__ int wi[32];
+    trace_scope tr(TR_ARGMAX);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
         const float *xr = x + row * v;
