@@ -13,9 +13,10 @@
  *
  *     bench_affine            all of the above
  *     bench_affine --quick    4-bit g64 at n = 1, 8 and 16: launches and graph + PDL, the plans
- *     bench_affine --profile [sN|rN]  4-bit g64, two tokens at n = 1, kernel by kernel (for
- *                             ncu), with the default plans or every product on one plan
- *                             (s: staged, r: streamed; N column tiles)
+ *     bench_affine --profile [sN|rN|pN]  4-bit g64, two tokens at n = 1, kernel by kernel
+ *                             (for ncu), with the default plans or every product on one
+ *                             plan (s: staged, r: streamed, p: streamed with the L2
+ *                             prefetch; N column tiles)
  *     bench_affine --gemm     prefill products (cuda_affine_gemm) on one
  *                             layer's shapes at n = 512 and 2048, beside cuBLAS on dense
  *                             fp16 weights of the same shapes: ms, TFLOPS, and the layer's
@@ -256,14 +257,15 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
         {4, LAYERS, PER_LAYER, "gate 14336x4096"}, {6, LAYERS, PER_LAYER, "down 4096x14336"},
         {LAYERS * PER_LAYER, 1, 1, "head 128256x4096"},
     };
-    /* staged slices, then streamed ones (n <= 4) */
-    static const cuda_affine_plan plans[] = {{4, 0}, {8, 0}, {12, 0}, {16, 0}, {8, 1}, {12, 1}, {16, 1}, {24, 1}, {32, 1}, {64, 1}};
+    /* staged slices, then streamed ones, then streamed with the L2 prefetch */
+    static const cuda_affine_plan plans[] = {{4, 0},  {8, 0},  {12, 0}, {16, 0}, {8, 1},  {12, 1}, {16, 1},
+                                             {24, 1}, {32, 1}, {64, 1}, {8, 2},  {16, 2}, {32, 2}};
     const int np = (int)(sizeof plans / sizeof plans[0]);
     if (n == 1) {
         printf("\nplans per shape (graph + PDL over all matrices of the shape; GB/s, %% of copy;"
-               " s: staged codes, r: codes through registers)\n");
+               " s: staged codes, r: codes through registers, p: r with the L2 prefetch)\n");
         printf("%-18s %-3s", "shape", "n");
-        for (int p = 0; p < np; p++) printf("   slice %c%-2d  ", plans[p].stream ? 'r' : 's', plans[p].slice);
+        for (int p = 0; p < np; p++) printf("   slice %c%-2d  ", "srp"[plans[p].stream], plans[p].slice);
         printf("  default\n");
     }
     for (int si = 0; si < N_SETS; si++) {
@@ -286,7 +288,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
             }
         }
         const cuda_affine_plan d = cuda_affine_plan_for(&md->m[sets[si].first], n);
-        printf(" (%c%d) best %c%d\n", d.stream ? 'r' : 's', d.slice, best[si].stream ? 'r' : 's', best[si].slice);
+        printf(" (%c%d) best %c%d\n", "srp"[d.stream], d.slice, "srp"[best[si].stream], best[si].slice);
     }
 }
 
@@ -408,7 +410,8 @@ int main(int argc, char **argv) {
     if (profile) {
         build_model(md, 4, 64, b.s);
         cuda_affine_plan p = {0, 0};
-        if (argc > 2 && (argv[2][0] == 's' || argv[2][0] == 'r')) p = (cuda_affine_plan){atoi(argv[2] + 1), argv[2][0] == 'r'};
+        const char *kinds = "srp", *k = argc > 2 && argv[2][0] ? strchr(kinds, argv[2][0]) : NULL;
+        if (k) p = (cuda_affine_plan){atoi(argv[2] + 1), (int)(k - kinds)};
         for (int i = 0; i < 2; i++) CHECK(enqueue(&b, md, 0, N_MATS, 1, 1, 0, p));
         CHECK(cudaStreamSynchronize(b.s));
         free_model(md);

@@ -6,7 +6,8 @@
  * Every bits x group x scale dtype (F16, BF16, F32) on awkward sizes (rows not a multiple
  * of 16, columns one group, three groups, or not a whole tile), n = 1..16, through the host
  * upload path, with every plan (staged slices of 4, 8, 12, 16 column tiles; streamed
- * slices of 4 .. 64, those whose x does not fit shared memory refused) and with
+ * slices of 4 .. 64, with and without the L2 prefetch, those whose x does not fit shared
+ * memory refused) and with
  * programmatic dependent launch. Data: x ~ N(0, 1), codes uniform, scales ~ U(0.005,
  * 0.02), biases ~ -8 * scale. A product passes when max|y - ref| <= 2e-6 max|ref|
  * (max|ref| over the matrix's 16 token rows; on matrices of >= 1000 rows also over the n
@@ -289,7 +290,9 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
     const double mag_all = reference(c->href, c->ref, c->x, MAXN, &d, c->s);
     if (rows < 1000) test_rows(c, &w, &h, what); /* the host side is slow on the large ones */
     double worst = 0;
-    const cuda_affine_plan plans[] = {{4, 0}, {8, 0}, {12, 0}, {16, 0}, {4, 1}, {8, 1}, {20, 1}, {32, 1}, {64, 1}};
+    const cuda_affine_plan plans[] = {{4, 0}, {8, 0}, {12, 0}, {16, 0}, {4, 1}, {8, 1}, {20, 1}, {32, 1}, {64, 1},
+                                      {4, 2}, {16, 2}, {64, 2}};
+    static const char *const kernel[3] = {"", " streamed", " streamed+prefetch"};
     for (int64_t n = 1; n <= MAXN; n++) {
         /* the reference rows for n tokens are the first n of the 16-token reference */
         double mag = 0;
@@ -298,7 +301,7 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
             const cuda_affine_plan p = pi < 0 ? cuda_affine_plan_for(&w, n) : plans[pi];
             if (!cuda_affine_plan_fits(&w, n, p)) {
                 snprintf(line, sizeof line, "%s n=%lld slice=%d%s: refused", what, (long long)n, p.slice,
-                         p.stream ? " streamed" : "");
+                         kernel[p.stream]);
                 expect(pi >= 0 && cuda_affine_gemv_plan(c->y, c->x, n, &w, c->work, c->s, 0, p) == cudaErrorInvalidValue,
                        line);
                 continue;
@@ -312,7 +315,7 @@ static double test_matrix(ctx *c, int64_t rows, int64_t cols, int bits, int64_t 
             const double e = run_plan(c, &w, n, pi >= 0, p, flags, mag_all);
             const double es = e < 0 ? e : e * mag_all / mag;
             snprintf(line, sizeof line, "%s n=%lld plan slice=%d%s split=%lld%s: %.3g (of max|ref| over n rows %.3g)",
-                     what, (long long)n, p.slice, p.stream ? " streamed" : "", (long long)cuda_affine_plan_split(&w, p),
+                     what, (long long)n, p.slice, kernel[p.stream], (long long)cuda_affine_plan_split(&w, p),
                      flags ? " pdl" : "", e, es);
             expect(e >= 0 && e <= TOL && (rows < 1000 || es <= TOL), line);
             if (e < 0 || e > worst) worst = e < 0 ? 1e9 : e;

@@ -490,7 +490,8 @@ __device__ __forceinline__ void gemv_finish(float acc[][4], const set_member &mb
 template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : NB == 2 ? 3 : 2)
 k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind, int cols,
-              int k_tiles, int slice, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count) {
+              int k_tiles, int slice, int tiles_total, float *__restrict__ part, unsigned *__restrict__ count,
+              int prefetch) {
     extern __shared__ __align__(16) unsigned char smem[];
     trace_scope tr(TR_GEMV);
     pdl_launch_next();
@@ -553,6 +554,12 @@ __device__ __forceinline__ uint4 ld_codes(const uint4 *p) {
     return v;
 }
 
+/* bytes (a multiple of 16) from p (16-byte aligned) toward L2: one instruction, no
+ * registers; the loads that read them later find them there or on their way. */
+__device__ __forceinline__ void prefetch_l2(const void *p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 /* Tiles u0 .. u0 + SU - 1 (those below nt) of a warp's slice into c. */
 __device__ __forceinline__ void load_chunk(uint4 c[SU], const uint4 *src, int u0, int nt) {
 #pragma unroll
@@ -577,7 +584,7 @@ template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? STREAM_BLOCKS : 2)
 k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind,
                      int cols, int k_tiles, int slice, int tiles_total, float *__restrict__ part,
-                     unsigned *__restrict__ count) {
+                     unsigned *__restrict__ count, int prefetch) {
     extern __shared__ __align__(16) unsigned char smem[];
     trace_scope tr(TR_GEMV_STREAM);
     pdl_launch_next();
@@ -592,6 +599,7 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
     if (active) stage_sb<BITS, GROUP>(sbs, mb, rt, kb, nt, kind, lane);
     cp_async_commit();
     load_chunk(ca, src, 0, nt);
+    if (prefetch && lane == 0 && nt > SU) prefetch_l2(src + SU * 32, (unsigned)(nt - SU) * TILE_WORDS * 4);
 
     pdl_wait_prev(); /* x, y and the work buffer are touched only after this */
     tr.ready();
@@ -619,7 +627,7 @@ k_affine_gemv_stream(const affine_set set, const float *__restrict__ x, const fl
 }
 
 typedef void (*gemv_kernel)(const affine_set, const float *, const float *, int, int, int, int, int, int, float *,
-                            unsigned *);
+                            unsigned *, int);
 
 template <int BITS, int GROUP> static gemv_kernel pick_nb(int nb, bool stream) {
     if (stream)
@@ -666,11 +674,12 @@ extern "C" int64_t cuda_affine_plan_split(const cuda_affine *w, cuda_affine_plan
 
 static bool plan_valid(int64_t n, cuda_affine_plan p) {
     const int most = p.stream ? STREAM_SLICE : MAX_SLICE;
-    return n >= 1 && n <= MAX_N && p.slice >= 4 && p.slice <= most && p.slice % 4 == 0;
+    return n >= 1 && n <= MAX_N && p.stream >= 0 && p.stream <= 2 && p.slice >= 4 && p.slice <= most &&
+           p.slice % 4 == 0;
 }
 
 static int plan_smem(int bits, int64_t group, int kind, int nb, cuda_affine_plan p) {
-    return gemv_layout_of(bits, (int)group, kind, nb, p.slice, p.stream).total;
+    return gemv_layout_of(bits, (int)group, kind, nb, p.slice, p.stream != 0).total;
 }
 
 /* Blocks of plan p's kernel at nb operands that fit an SM (registers, shared memory); 0
@@ -678,7 +687,7 @@ static int plan_smem(int bits, int64_t group, int kind, int nb, cuda_affine_plan
 static int plan_blocks_per_sm(int bits, int64_t group, int kind, int nb, cuda_affine_plan p) {
     const int smem = plan_smem(bits, group, kind, nb, p);
     int per_sm = 0;
-    if (smem > SMEM_MAX || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, p.stream),
+    if (smem > SMEM_MAX || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pick(bits, group, nb, p.stream != 0),
                                                                         NW * 32, (size_t)smem) != cudaSuccess) {
         cudaGetLastError();
         return 0;
@@ -741,13 +750,13 @@ static void choose_plans(cuda_affine *a) {
     for (int nb = 1; nb <= 4; nb *= 2) {
         const cuda_affine_plan best = best_plan(a->bits, a->group, a->sb_kind, nb, row_blocks(a), a->k_tiles);
         for (int n = 1; n <= MAX_N; n++)
-            if (nb_of(n) == nb) a->plan[n] = (unsigned char)(best.slice | (best.stream ? 0x80 : 0));
+            if (nb_of(n) == nb) a->plan[n] = (unsigned char)(best.slice / 4 | best.stream << 5);
     }
 }
 
 extern "C" cuda_affine_plan cuda_affine_plan_for(const cuda_affine *w, int64_t n) {
     cuda_affine_plan p = {4, 0};
-    if (n >= 1 && n <= MAX_N && w->plan[n]) p = (cuda_affine_plan){w->plan[n] & 0x7f, w->plan[n] >> 7};
+    if (n >= 1 && n <= MAX_N && w->plan[n]) p = (cuda_affine_plan){(w->plan[n] & 31) * 4, w->plan[n] >> 5};
     return p;
 }
 
@@ -799,8 +808,9 @@ static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, con
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb, p.stream), *set, x, up, (int)n, w0->sb_kind,
-                              (int)w0->cols, (int)w0->k_tiles, p.slice, affine_set_tiles(set), part, count);
+    return cudaLaunchKernelEx(&cfg, pick(w0->bits, w0->group, nb, p.stream != 0), *set, x, up, (int)n, w0->sb_kind,
+                              (int)w0->cols, (int)w0->k_tiles, p.slice, affine_set_tiles(set), part, count,
+                              (int)(p.stream == 2));
 }
 
 extern "C" bool cuda_affine_plan_fits(const cuda_affine *w, int64_t n, cuda_affine_plan p) {

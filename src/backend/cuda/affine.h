@@ -63,7 +63,9 @@ typedef enum cuda_affine_sb {
  * of them to finish adds the partial sums in a fixed order. The staged kernel (stream 0)
  * copies a warp's codes into shared memory, slices of 4, 8, 12 or 16; the streamed one
  * (stream 1) loads them into registers a chunk ahead of the product, slices of 4 .. 64 in
- * steps of 4 (those whose x fits the kernels' shared memory). */
+ * steps of 4 (those whose x fits the kernels' shared memory). Stream 2 is the streamed
+ * kernel with each warp's codes past its first chunk asked of L2 by one bulk prefetch
+ * before the wait for the previous kernel (bytes on their way while that one finishes). */
 typedef struct cuda_affine_plan {
     int slice;
     int stream;
@@ -80,7 +82,7 @@ typedef struct cuda_affine {
     uint32_t *codes;            /* [row_tiles][k_tiles][32 lanes][4] */
     uint32_t *sb;               /* [row_tiles][group_blocks][8][2 * gpb] (scale, bias) pairs */
     size_t bytes;               /* device bytes held (codes + sb) */
-    unsigned char plan[CUDA_AFFINE_MAX_N + 1]; /* each n's plan: slice, | 0x80 when streamed (cuda_affine_plan_for) */
+    unsigned char plan[CUDA_AFFINE_MAX_N + 1]; /* each n's plan: slice / 4 | stream << 5 (cuda_affine_plan_for) */
 } cuda_affine;
 
 /* Bits in the flags of cuda_affine_gemv. */
