@@ -72,7 +72,6 @@ def describe(run, names, f, prev_end):
     """One launch's times in ns (see the module's text)."""
     start = min(r[0] for r in run)
     ready = [r[0] + r[2] / f for r in run]
-    work = [r[0] + r[3] / f for r in run if r[3]]
     end = max(r[1] for r in run)
     first_ready = min(ready)
     base = prev_end if prev_end is not None else start
@@ -86,7 +85,7 @@ def describe(run, names, f, prev_end):
         "gap": first_ready - base,
         "span": end - base,
         "wait": statistics.median(r[2] / f for r in run),
-        "work": statistics.median(r[3] - r[2] for r in run) / f if work else 0.0,
+        "work": statistics.median(r[3] - r[2] for r in run) / f if any(r[3] for r in run) else 0.0,
         "tail": statistics.median(r[4] - (r[3] or r[2]) for r in run) / f,
     }
 

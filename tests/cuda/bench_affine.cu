@@ -147,6 +147,10 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* A plan's kernel as one letter (cuda_affine_plan.stream): staged, streamed, streamed
+ * with the L2 prefetch. */
+static const char plan_kinds[] = "srp";
+
 /* The shape sets a plan is tuned for: q and o, k and v, gate and up, down, head. */
 #define N_SETS 5
 static int shape_set(int i) {
@@ -265,7 +269,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
         printf("\nplans per shape (graph + PDL over all matrices of the shape; GB/s, %% of copy;"
                " s: staged codes, r: codes through registers, p: r with the L2 prefetch)\n");
         printf("%-18s %-3s", "shape", "n");
-        for (int p = 0; p < np; p++) printf("   slice %c%-2d  ", "srp"[plans[p].stream], plans[p].slice);
+        for (int p = 0; p < np; p++) printf("   slice %c%-2d  ", plan_kinds[plans[p].stream], plans[p].slice);
         printf("  default\n");
     }
     for (int si = 0; si < N_SETS; si++) {
@@ -288,7 +292,7 @@ static void sweep_plans(bench *b, const model *md, double copy_gbs, int64_t n, c
             }
         }
         const cuda_affine_plan d = cuda_affine_plan_for(&md->m[sets[si].first], n);
-        printf(" (%c%d) best %c%d\n", "srp"[d.stream], d.slice, "srp"[best[si].stream], best[si].slice);
+        printf(" (%c%d) best %c%d\n", plan_kinds[d.stream], d.slice, plan_kinds[best[si].stream], best[si].slice);
     }
 }
 
@@ -410,8 +414,8 @@ int main(int argc, char **argv) {
     if (profile) {
         build_model(md, 4, 64, b.s);
         cuda_affine_plan p = {0, 0};
-        const char *kinds = "srp", *k = argc > 2 && argv[2][0] ? strchr(kinds, argv[2][0]) : NULL;
-        if (k) p = (cuda_affine_plan){atoi(argv[2] + 1), (int)(k - kinds)};
+        const char *k = argc > 2 && argv[2][0] ? strchr(plan_kinds, argv[2][0]) : NULL;
+        if (k) p = (cuda_affine_plan){atoi(argv[2] + 1), (int)(k - plan_kinds)};
         for (int i = 0; i < 2; i++) CHECK(enqueue(&b, md, 0, N_MATS, 1, 1, 0, p));
         CHECK(cudaStreamSynchronize(b.s));
         free_model(md);

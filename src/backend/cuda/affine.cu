@@ -486,7 +486,9 @@ __device__ __forceinline__ void gemv_finish(float acc[][4], const set_member &mb
 }
 
 /* y[n, rows] = x[n, cols] @ W^T (NB = 1: n <= 4, 2: n <= 8, 4: n <= 16). Block (bx, by): row tiles
- * bx * NW + warp, column tiles by * slice .. + slice - 1. */
+ * bx * NW + warp, column tiles by * slice .. + slice - 1. prefetch is the streamed kernel's
+ * (the two share one launch); this one puts every load of its slice in flight before the
+ * wait already. */
 template <int BITS, int GROUP, int NB>
 __global__ static void __launch_bounds__(NW * 32, NB == 1 ? 4 : NB == 2 ? 3 : 2)
 k_affine_gemv(const affine_set set, const float *__restrict__ x, const float *__restrict__ up, int n, int kind, int cols,
@@ -787,7 +789,7 @@ extern "C" size_t cuda_affine_work_size(const cuda_affine *w, int64_t n) {
 /* One launch over a set with a given plan. */
 static cudaError_t gemv_launch(const affine_set *set, const cuda_affine *w0, const float *x, const float *up, int64_t n,
                                void *work, cudaStream_t s, unsigned flags, cuda_affine_plan p) {
-    const int64_t split = (w0->k_tiles + p.slice - 1) / p.slice;
+    const int64_t split = cuda_affine_plan_split(w0, p); /* 0 for a slice of 0: refused below */
     if (!plan_valid(n, p) || split > 65535 || (split > 1 && !work) || ((uintptr_t)x & 15) || ((uintptr_t)up & 15))
         return cudaErrorInvalidValue;
     const int nb = nb_of(n), blocks = affine_set_blocks(set);
@@ -846,7 +848,7 @@ extern "C" size_t cuda_affine_gemv_set_work_size(const cuda_affine *const *w, in
     float *ys[CUDA_AFFINE_SET] = {NULL, NULL, NULL, NULL};
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return 0;
     const cuda_affine_plan p = set_plan(&set, w[0], n);
-    return work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + p.slice - 1) / p.slice, n);
+    return work_bytes(affine_set_tiles(&set), cuda_affine_plan_split(w[0], p), n);
 }
 
 extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine *const *w, int k, const float *x,
@@ -854,7 +856,7 @@ extern "C" cudaError_t cuda_affine_gemv_set(float *const *ys, const cuda_affine 
     affine_set set;
     if (n < 1 || n > MAX_N || !affine_set_of(&set, ys, w, k)) return cudaErrorInvalidValue;
     const cuda_affine_plan p = set_plan(&set, w[0], n);
-    if (work_bytes(affine_set_tiles(&set), (w[0]->k_tiles + p.slice - 1) / p.slice, n) > work_size)
+    if (work_bytes(affine_set_tiles(&set), cuda_affine_plan_split(w[0], p), n) > work_size)
         return cudaErrorInvalidValue;
     return gemv_launch(&set, w[0], x, NULL, n, work, s, flags, p);
 }

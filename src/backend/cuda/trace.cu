@@ -24,6 +24,9 @@ cudaError_t cuda_trace_bind_kernels(cuda_trace_buf *b);
 
 #define TRACE_CAPACITY (1u << 20) /* records: a decode step of an 8B model takes about 150k */
 
+/* The buffer's header between traced steps: full, so blocks take no record. */
+static const cuda_trace_buf trace_closed = {TRACE_CAPACITY, TRACE_CAPACITY, {0, 0}};
+
 static struct {
     bool opened;
     const char *path;
@@ -43,8 +46,7 @@ void cuda_trace_open(void) {
     const char *step = getenv("CELER_CUDA_TRACE_STEP");
     trace.target = step && *step ? atol(step) : 64;
     CUDA_CHECK(cudaMalloc(&trace.buf, sizeof(cuda_trace_buf) + sizeof(cuda_trace_rec) * TRACE_CAPACITY));
-    const cuda_trace_buf head = {TRACE_CAPACITY, TRACE_CAPACITY, {0, 0}}; /* full until the step */
-    CUDA_CHECK(cudaMemcpy(trace.buf, &head, sizeof head, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(trace.buf, &trace_closed, sizeof trace_closed, cudaMemcpyHostToDevice));
     CUDA_CHECK(cuda_trace_bind_affine(trace.buf));
     CUDA_CHECK(cuda_trace_bind_attention(trace.buf));
     CUDA_CHECK(cuda_trace_bind_kernels(trace.buf));
@@ -87,8 +89,7 @@ void cuda_trace_end(cudaStream_t s) {
     CUDA_CHECK(cudaMemcpy(recs, trace.buf + 1, sizeof *recs * n, cudaMemcpyDeviceToHost));
     trace_write(&head, recs);
     free(recs);
-    const cuda_trace_buf full = {TRACE_CAPACITY, TRACE_CAPACITY, {0, 0}}; /* no more records */
-    CUDA_CHECK(cudaMemcpy(trace.buf, &full, sizeof full, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(trace.buf, &trace_closed, sizeof trace_closed, cudaMemcpyHostToDevice));
 }
 
 #endif
