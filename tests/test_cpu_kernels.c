@@ -17,8 +17,8 @@
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/kernels.h"
 #include "base/half.h"
-#include "kernels/ref/backend_ref.h"
-#include "kernels/ref/ref.h"
+#include "backend/ref/backend_ref.h"
+#include "backend/ref/ref.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -48,7 +48,7 @@
 #include "backend/backend.h"
 #include "base/arena.h"
 #include "base/half.h"
-#include "kernels/ref/backend_ref.h"
+#include "backend/ref/backend_ref.h"
 #include "sampling/sampling.h"
 
 #include <math.h>

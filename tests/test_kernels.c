@@ -7,9 +7,9 @@
  */
 #include "harness.h"
 
-#include "backend/cpu/threadpool.h"
+#include "base/threadpool.h"
 #include "base/half.h"
-#include "kernels/ref/ref.h"
+#include "backend/ref/ref.h"
 
 #include <math.h>
 #include <stdio.h>

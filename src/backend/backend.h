@@ -218,13 +218,18 @@ struct backend_class {
     void (*unprepare)(backend_weights *w);
     /* a backend running with weights w (may be NULL), or NULL (e says why) */
     backend *(*create)(const backend_params *p, const backend_weights *w, celer_error *e);
+    /* host classes (NULL elsewhere): the threads a context takes when it names none, and
+     * whether a kernel set name ("avx2", "ref") runs on this machine */
+    int (*default_threads)(void);
+    bool (*kernels_supported)(const char *name);
 };
 
 /* The class and device index a device string names ("cpu", "cuda", "cuda:1"; NULL or
  * empty is "cpu"), checking that the device exists. */
 celer_status backend_find(const char *device, const backend_class **cls, int *index, celer_error *e);
-/* The classes built in, NULL-terminated. */
+/* The classes built in, NULL-terminated; the first is the host class ("cpu"). */
 const backend_class *const *backend_classes(void);
+static inline const backend_class *backend_host_class(void) { return backend_classes()[0]; }
 
 /* Bytes of one cached K or V value. */
 static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }

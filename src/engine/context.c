@@ -13,7 +13,6 @@
 #include "base/error.h"
 #include "engine/context.h"
 #include "engine/image.h"
-#include "backend/cpu/cpuid.h"
 #include "models/model.h"
 #include "sampling/sampling.h"
 
@@ -199,7 +198,7 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
         error_copy(&e, err, err_size);
         return s;
     }
-    if (p.n_threads == 0) p.n_threads = cpu_physical_cores();
+    if (p.n_threads == 0) p.n_threads = backend_host_class()->default_threads();
     const char *kv_type = p.kv_type ? p.kv_type : "f16";
     const bool kv_f16 = !strcmp(kv_type, "f16");
     if (!kv_f16 && strcmp(kv_type, "f32")) {
@@ -303,12 +302,9 @@ bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t des
 int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
 int64_t celer_context_n_batch(const celer_context *ctx) { return ctx->n_batch; }
 
-bool celer_kernels_supported(const char *name) {
-    cpu_isa isa;
-    return name && cpu_isa_from_name(name, &isa) && cpu_isa_supported(isa);
-}
+bool celer_kernels_supported(const char *name) { return backend_host_class()->kernels_supported(name); }
 
-int32_t celer_physical_cores(void) { return cpu_physical_cores(); }
+int32_t celer_physical_cores(void) { return backend_host_class()->default_threads(); }
 
 celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id) {
     if (seq_id < 0 || seq_id >= ctx->kv.n_seq)

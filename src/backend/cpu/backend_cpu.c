@@ -17,10 +17,10 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pack.h"
-#include "backend/cpu/threadpool.h"
+#include "base/threadpool.h"
 #include "base/error.h"
 #include "base/half.h"
-#include "kernels/ref/backend_ref.h"
+#include "backend/ref/backend_ref.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -677,6 +677,11 @@ static backend *cpu_class_create(const backend_params *p, const backend_weights 
     return be;
 }
 
+static bool cpu_kernels_supported(const char *name) {
+    cpu_isa isa;
+    return name && cpu_isa_from_name(name, &isa) && cpu_isa_supported(isa);
+}
+
 const backend_class backend_cpu_class = {
     .name = "cpu",
     .rows_per_step = 512,
@@ -685,4 +690,6 @@ const backend_class backend_cpu_class = {
     .prepare = cpu_prepare,
     .unprepare = cpu_unprepare,
     .create = cpu_class_create,
+    .default_threads = cpu_physical_cores,
+    .kernels_supported = cpu_kernels_supported,
 };

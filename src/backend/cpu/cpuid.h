@@ -11,7 +11,7 @@
 #include <stdbool.h>
 
 typedef enum cpu_isa {
-    CPU_ISA_REF,     /* scalar reference kernels (src/kernels/ref), the oracle */
+    CPU_ISA_REF,     /* scalar reference kernels (src/backend/ref), the oracle */
     CPU_ISA_GENERIC, /* the fast path's packed layout in plain C */
     CPU_ISA_AVX2,    /* AVX2 + FMA + F16C */
     CPU_ISA_AVX512,  /* AVX-512 F/BW/VL + VNNI */

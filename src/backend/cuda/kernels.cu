@@ -3,7 +3,7 @@
  * (affine tables through affine.cu), RMSNorm/LayerNorm (one block per row), RoPE (a thread
  * per pair), K/V stores, SwiGLU and the GELU family, adds, scales, row gathers and the
  * patch layout of a vision tower. Each computes what the scalar
- * reference in src/kernels/ref computes, in fp32; none allocates.
+ * reference in src/backend/ref computes, in fp32; none allocates.
  */
 #include "backend/cuda/cuda_internal.h"
 

@@ -2,7 +2,7 @@
  * elementwise.c - reference RMSNorm, LayerNorm, RoPE, softmax, SiLU/SwiGLU and the GELU
  * family of activations.
  */
-#include "kernels/ref/ref.h"
+#include "backend/ref/ref.h"
 
 #include <math.h>
 

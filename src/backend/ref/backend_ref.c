@@ -7,12 +7,12 @@
  * takes the thread's whole scratch (max_cols + max_keys floats) as its score row, since a
  * vision segment (577 rows for a CLIP ViT-L/14-336 tile) can be longer than n_ctx.
  */
-#include "kernels/ref/backend_ref.h"
+#include "backend/ref/backend_ref.h"
 
-#include "backend/cpu/threadpool.h"
+#include "base/threadpool.h"
 #include "base/error.h"
 #include "base/half.h"
-#include "kernels/ref/ref.h"
+#include "backend/ref/ref.h"
 
 #include <stdlib.h>
 #include <string.h>

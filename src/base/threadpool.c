@@ -2,7 +2,7 @@
  * threadpool.c - persistent workers, spin-then-block, one job generation at a time.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "backend/cpu/threadpool.h"
+#include "base/threadpool.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -5,7 +5,7 @@
  * Each output row is dequantized once into scratch, then dotted with every input row:
  * simple and exact, not fast (the fast kernels live in src/backend/cpu/).
  */
-#include "kernels/ref/ref.h"
+#include "backend/ref/ref.h"
 
 /* The dequantizer is base/tensor.c's matview_row, shared with the embedding lookups. */
 void ref_mat_row(float *out, const matview *w, int64_t r) { matview_row(out, w, r); }

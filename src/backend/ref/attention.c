@@ -4,7 +4,7 @@
  * (a vision encoder's segment). Materializes the score row (one float per key); the tiled
  * online-softmax kernels belong to the CPU backend.
  */
-#include "kernels/ref/ref.h"
+#include "backend/ref/ref.h"
 
 #include "base/half.h"
 

@@ -6,8 +6,8 @@
  * then sleep on a condition variable, so back-to-back ops of a decode step do not pay
  * for a wake-up each. Uneven work inside fn is balanced with threadpool_chunk.
  */
-#ifndef CELER_BACKEND_CPU_THREADPOOL_H
-#define CELER_BACKEND_CPU_THREADPOOL_H
+#ifndef CELER_BASE_THREADPOOL_H
+#define CELER_BASE_THREADPOOL_H
 
 #include <stdatomic.h>
 #include <stdint.h>
