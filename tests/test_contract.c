@@ -21,6 +21,9 @@
  */
 #include "harness.h"
 
+#include "backend/ref/backend_ref.h"
+#include "models/model.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,7 +379,35 @@ static void run_all(void) {
     }
 }
 
+/* A backend without an op the model calls is refused before a step, in one line naming
+ * the op; so is a model whose layers soft-cap attention on a backend that cannot. */
+static void test_backend_check(void) {
+    celer_model *m;
+    celer_error e = {{0}};
+    if (!CHECK(model_open(fixture_path("cohere2-bf16"), &m, &e) == CELER_OK, "%s", e.msg)) return;
+    backend *be = backend_ref_create(1, 256, 64, false);
+    CHECK(model_check_backend(m, be, &e) == CELER_OK, "the reference backend runs cohere2: %s", e.msg);
+    const backend_ops *full = be->ops;
+    backend_ops ops = *full;
+    ops.layernorm = NULL;
+    be->ops = &ops;
+    CHECK(model_check_backend(m, be, &e) == CELER_STATUS_UNSUPPORTED && strstr(e.msg, "no layernorm op") &&
+              !strchr(e.msg, '\n'),
+          "a backend without layernorm is refused for cohere2: \"%s\"", e.msg);
+    ops = *full;
+    ops.attention_softcap = false;
+    m->attn_softcap = true;
+    CHECK(model_check_backend(m, be, &e) == CELER_STATUS_UNSUPPORTED && strstr(e.msg, "soft-cap"),
+          "soft-capped attention on a backend without it is refused: \"%s\"", e.msg);
+    m->attn_softcap = false;
+    CHECK(model_check_backend(m, be, &e) == CELER_OK, "and accepted without soft-capping: %s", e.msg);
+    be->ops = full;
+    backend_destroy(be);
+    model_close(m);
+}
+
 int main(void) {
+    test_backend_check();
     run_all();
     if ((device = harness_device())) {
         same = 1e-5;

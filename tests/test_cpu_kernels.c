@@ -261,7 +261,7 @@ static void test_pieces(const cpu_kernels *k) {
     report("exp_sum n=37 (relative)", fmax(de, fabs(dsum - sum) / dsum), 2e-6);
     float g[45], u[45], y[45];
     for (int i = 0; i < 45; i++) g[i] = rand_uniform(&rng) * 20.0f, u[i] = rand_uniform(&rng);
-    k->swiglu(y, g, u, 45);
+    k->glu(y, g, u, 45, BACKEND_ACT_SILU);
     d = 0;
     for (int i = 0; i < 45; i++) d = fmax(d, fabs((double)ref_silu(g[i]) * u[i] - y[i]));
     report("swiglu n=45", d, 1e-5);
@@ -325,13 +325,23 @@ static void test_act_entry(const cpu_kernels *k, backend_act kind, const char *n
     report(what, rel, 1e-6);
     k->act(x, x, m, kind);
     CHECK(!memcmp(x, y, sizeof(float) * (size_t)m), "%s entry in place equals out of place", name);
-    free(x), free(y), free(yr);
+    /* gating a second input (the tail of m % 8 included), against ref_glu */
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    for (int64_t i = 0; i < m; i++) g[i] = rand_uniform(&rng) * 12.0f, u[i] = rand_uniform(&rng) * 2.0f;
+    k->glu(y, g, u, m, kind);
+    ref_glu(yr, g, u, m, kind);
+    rel = 0;
+    for (int64_t i = 0; i < m; i++) rel = fmax(rel, fabs((double)y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
+    snprintf(what, sizeof what, "%s gating n=%lld (relative)", name, (long long)m);
+    report(what, rel, 2e-6);
+    free(x), free(y), free(yr), free(g), free(u);
 }
 
 static void test_norm_act(const cpu_kernels *k) {
     test_layernorm_entry(k, 77, false);
     test_layernorm_entry(k, 77, true);
     test_layernorm_entry(k, 1030, true);
+    test_act_entry(k, BACKEND_ACT_SILU, "silu");
     test_act_entry(k, BACKEND_ACT_GELU_ERF, "gelu erf");
     test_act_entry(k, BACKEND_ACT_GELU_TANH, "gelu tanh");
     test_act_entry(k, BACKEND_ACT_QUICK_GELU, "quick gelu");
@@ -364,33 +374,62 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
         pos[r] = r < 30 ? (int32_t)(40 + r) : (int32_t)(7 * (r - 29));
         seq[r] = r < 30 ? 0 : 1;
     }
-    const int64_t windows[] = {0, 9};
-    for (int wi = 0; wi < 2; wi++) {
+    const int64_t windows[] = {0, 9, 0, 9};
+    const float caps[] = {0.0f, 0.0f, 1.5f, 1.5f};
+    for (int wi = 0; wi < 4; wi++) {
         attn_rows ar = {.n = n, .pos = pos, .seq = seq, .tables = tables, .table_cols = 5, .block_size = bs,
                         .window = windows[wi],
-                        .h = h, .hk = hk, .hd = hd, .scale = 0.158f};
+                        .h = h, .hk = hk, .hd = hd, .scale = 0.158f, .softcap = caps[wi]};
         fast->ops->attention(fast, of, q, kpool, vpool, &ar);
         ref->ops->attention(ref, orf, q, kpool_r, vpool_r, &ar);
         double d = 0;
         for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)of[i] - orf[i]));
         char what[96];
-        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, %s cache, window %lld", cpu_isa_name(isa),
-                 kv_f16 ? "fp16" : "fp32", (long long)windows[wi]);
+        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, %s cache, window %lld, softcap %g",
+                 cpu_isa_name(isa), kv_f16 ? "fp16" : "fp32", (long long)windows[wi], (double)caps[wi]);
         report(what, d, 2e-5);
+    }
+    /* soft-capping must change the output: the test sees it applied */
+    {
+        attn_rows ar = {.n = n, .pos = pos, .seq = seq, .tables = tables, .table_cols = 5, .block_size = bs,
+                        .h = h, .hk = hk, .hd = hd, .scale = 0.158f, .softcap = 1.5f};
+        fast->ops->attention(fast, of, q, kpool, vpool, &ar);
+        ar.softcap = 0.0f;
+        fast->ops->attention(fast, orf, q, kpool, vpool, &ar);
+        CHECK(max_abs_diff(of, orf, n * h * hd) > 1e-2, "%s attention: softcap 1.5 changes the output",
+              cpu_isa_name(isa));
     }
     /* RoPE (table against direct) and the matmul op with a packed matrix */
     float inv_freq[20];
     for (int i = 0; i < 20; i++) inv_freq[i] = powf(10000.0f, -(float)(2 * i) / (float)hd);
-    for (int trad = 0; trad < 2; trad++) {
-        const rope_params rp = {.inv_freq = inv_freq, .mscale = 1.1f, .traditional = trad};
+    /* six kinds of RoPE take turns (the backend keeps a table per kind, by the parameters'
+     * address, as a model's live as long as it): full and partial, two scales */
+    rope_params rps[6];
+    for (int trad = 0; trad < 6; trad++) {
+        const int64_t dims = trad < 2 ? 0 : trad < 4 ? 24 : 0;
+        rps[trad] = (rope_params){.inv_freq = inv_freq, .dims = dims, .mscale = trad < 4 ? 1.1f : 0.9f,
+                                  .traditional = trad % 2};
+        const rope_params rp = rps[trad];
         float *x1 = rand_vec(n * h * hd, 1.0f), *x2 = malloc(sizeof(float) * (size_t)(n * h * hd));
         memcpy(x2, x1, sizeof(float) * (size_t)(n * h * hd));
-        fast->ops->rope(fast, x1, pos, n, h, hd, &rp);
+        fast->ops->rope(fast, x1, pos, n, h, hd, &rps[trad]);
         ref->ops->rope(ref, x2, pos, n, h, hd, &rp);
         double d = 0;
         for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)x1[i] - x2[i]));
-        report(trad ? "rope traditional (op)" : "rope half-split (op)", d, 0.0);
+        char what[96];
+        snprintf(what, sizeof what, "rope %s, rotating %lld of %lld (op)", trad % 2 ? "traditional" : "half-split",
+                 (long long)(dims ? dims : hd), (long long)hd);
+        report(what, d, 0.0);
         free(x1), free(x2);
+    }
+    /* soft-capping and the embedding scale */
+    {
+        float *y1 = rand_vec(n * 100, 20.0f), *y2 = malloc(sizeof(float) * (size_t)(n * 100));
+        memcpy(y2, y1, sizeof(float) * (size_t)(n * 100));
+        fast->ops->softcap(fast, y1, 30.0f, n * 100);
+        ref->ops->softcap(ref, y2, 30.0f, n * 100);
+        report("softcap 30 (op) vs ref", max_abs_diff(y1, y2, n * 100), 1e-5);
+        free(y1), free(y2);
     }
     /* the class's prepared set: the F16 matrix packed, the inexact F32 one left as it is */
     rand_affine a = make_affine(4, 32, DTYPE_F16, 100, 256), b = make_affine(4, 32, DTYPE_F32, 100, 256);
@@ -415,6 +454,21 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     d = 0;
     for (int64_t i = 0; i < n * 100; i++) d = fmax(d, fabs((double)yf[i] - yr[i]));
     report("matmul op, unpackable F32 scales, vs ref", d, 1e-4);
+    /* embedding rows times a scale; a row with a negative id is left as it was */
+    {
+        const int32_t ids[4] = {3, -1, 99, 0};
+        float *e1 = rand_vec(4 * 256, 1.0f), *e2 = malloc(sizeof(float) * 4 * 256);
+        memcpy(e2, e1, sizeof(float) * 4 * 256);
+        fast->ops->embed(fast, e1, &a.w, ids, 4, 8.0f);
+        ref->ops->embed(ref, e2, &a.w, ids, 4, 8.0f);
+        report("embed op x 8.0 vs ref", max_abs_diff(e1, e2, 4 * 256), 1e-5);
+        float row[256];
+        ref_mat_row(row, &a.w, 99);
+        double dr = 0;
+        for (int c = 0; c < 256; c++) dr = fmax(dr, fabs(8.0 * row[c] - e1[2 * 256 + c]));
+        report("embed op row 99 = 8 x the dequantized row", dr, 1e-5);
+        free(e1), free(e2);
+    }
     free_affine(&b);
     pack_weights_free(cw);
     free_affine(&a);

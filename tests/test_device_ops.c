@@ -12,8 +12,9 @@
  * of up to 300 rows, rows of several sequences mixed or at random positions, decode rows
  * with spans past 2048, windows, GQA ratios 1 to 8, head dims 40 to 256, blocks of 7 and
  * 16 positions; also against a double-precision oracle), full attention over segments,
- * SwiGLU, the GELU family, SwiGLU fused into a product (swiglu_matmul; also bit for bit
- * against the device's own swiglu then matmul),
+ * gated activations (glu), the GELU family, soft-capping, a gated activation fused into a
+ * product (glu_matmul; also bit for bit
+ * against the device's own glu then matmul),
  * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
  * image patches), and the fused ops (add_rmsnorm; rope_store, its pools read back by
  * attention) against the reference's ops they stand for. Matrices and weight vectors reach the device as a model's do: prepared
@@ -308,23 +309,23 @@ static void multi_case(backend *be, backend *ref, const matview *const *mw, int 
  * against the reference's swiglu then product (into *diff, *mx), and bit for bit against
  * the device's own swiglu then matmul (the largest difference into *self). */
 static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx, float *yr,
-                        float *yd, double *diff, double *mx, double *self) {
+                        float *yd, double *diff, double *mx, double *self, backend_act act) {
     const int64_t m = n * w->rows, k = n * w->cols;
     fill_rand(x, 2 * k, 2.0f, 0.0f);
     float *dgate = dx, *dup = dx + k, *dy = put_nan(be, m);
     be->ops->upload(be, dx, x, sizeof(float) * (size_t)(2 * k));
-    backend_swiglu_matmul(be, dy, w, dgate, dup, n);
-    ref->ops->swiglu(ref, x, x, x + k, k);
+    backend_glu_matmul(be, dy, w, dgate, dup, n, act);
+    ref->ops->glu(ref, x, x, x + k, k, act);
     ref->ops->matmul(ref, yr, w, x, n);
     get(be, yd, dy, sizeof(float) * (size_t)m);
     *diff = fmax(*diff, max_abs_diff(yd, yr, m));
     *mx = fmax(*mx, max_abs(yr, m));
     fill_rand(x, 2 * k, 2.0f, 0.0f);
     be->ops->upload(be, dx, x, sizeof(float) * (size_t)(2 * k));
-    backend_swiglu_matmul(be, dy, w, dgate, dup, n);
+    backend_glu_matmul(be, dy, w, dgate, dup, n, act);
     get(be, yd, dy, sizeof(float) * (size_t)m);
     be->ops->upload(be, dx, x, sizeof(float) * (size_t)(2 * k));
-    be->ops->swiglu(be, dgate, dgate, dup, k);
+    be->ops->glu(be, dgate, dgate, dup, k, act);
     be->ops->matmul(be, dy, w, dgate, n);
     get(be, yr, dy, sizeof(float) * (size_t)m);
     *self = fmax(*self, max_abs_diff(yd, yr, m));
@@ -335,24 +336,25 @@ static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, 
  * g->rows) floats; dx: n cols): against the reference's products and swiglu (into *diff,
  * *mx), and against the device's own matmul_multi then swiglu_matmul (into *self). */
 static void mlp_case(backend *be, backend *ref, const matview *g, const matview *u, const matview *d, int64_t n,
-                     float *x, float *dx, float *yr, float *yd, double *diff, double *mx, double *self) {
+                     float *x, float *dx, float *yr, float *yd, double *diff, double *mx, double *self,
+                     backend_act act) {
     const int64_t f = g->rows, m = n * d->rows;
     float *gr = x + n * g->cols, *ur = gr + n * f;
     fill_rand(x, n * g->cols, 1.0f, 0.0f);
     be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * g->cols));
     float *dg = put_nan(be, n * f), *du = put_nan(be, n * f), *dy = put_nan(be, m);
-    backend_swiglu_mlp(be, dy, g, u, d, dx, dg, du, n);
+    backend_glu_mlp(be, dy, g, u, d, dx, dg, du, n, act);
     get(be, yd, dy, sizeof(float) * (size_t)m);
     ref->ops->matmul(ref, gr, g, x, n);
     ref->ops->matmul(ref, ur, u, x, n);
-    ref->ops->swiglu(ref, gr, gr, ur, n * f);
+    ref->ops->glu(ref, gr, gr, ur, n * f, act);
     ref->ops->matmul(ref, yr, d, gr, n);
     *diff = fmax(*diff, max_abs_diff(yd, yr, m));
     *mx = fmax(*mx, max_abs(yr, m));
     float *const ys[2] = {dg, du};
     const matview *const ws[2] = {g, u};
     backend_matmul_multi(be, ys, ws, 2, dx, n);
-    backend_swiglu_matmul(be, dy, d, dg, du, n);
+    backend_glu_matmul(be, dy, d, dg, du, n, act);
     get(be, yr, dy, sizeof(float) * (size_t)m);
     *self = fmax(*self, max_abs_diff(yd, yr, m));
     drop(be, dg), drop(be, du), drop(be, dy);
@@ -414,13 +416,18 @@ static void test_matmul(void) {
             snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc, i == head ? " (a head)" : "");
             report(what, diff, 1e-5 * mx);
             /* an MLP's down projection: SwiGLU where the product reads x */
-            double self = 0;
-            diff = mx = 0;
-            for (int k = 0; k < 4; k++) swiglu_case(be, ref, w, ns[k], x2, dx2, yr, yd, &diff, &mx, &self);
-            snprintf(what, sizeof what, "swiglu_matmul %s n=1,3,8,37", mats[i].desc);
-            report(what, diff, 1e-5 * mx);
-            CHECK(self == 0, "swiglu_matmul %s: %g from the device's swiglu then matmul (must be 0)", mats[i].desc,
-                  self);
+            /* and GeGLU (gelu tanh), which the fused decode staging leaves to the glu op */
+            for (int a = 0; a < 2; a++) {
+                const backend_act act = a ? BACKEND_ACT_GELU_TANH : BACKEND_ACT_SILU;
+                double self = 0;
+                diff = mx = 0;
+                for (int k = 0; k < 4; k++)
+                    swiglu_case(be, ref, w, ns[k], x2, dx2, yr, yd, &diff, &mx, &self, act);
+                snprintf(what, sizeof what, "glu_matmul %s %s n=1,3,8,37", a ? "gelu tanh" : "silu", mats[i].desc);
+                report(what, diff, 1e-5 * mx);
+                CHECK(self == 0, "glu_matmul %s: %g from the device's glu then matmul (must be 0)", mats[i].desc,
+                      self);
+            }
         }
         /* matmul_multi: each output against the reference's own product */
         const int set_first[3] = {sets, sets + 3, sets + 6}, set_k[3] = {3, 3, 2};
@@ -498,8 +505,9 @@ static void test_embed(void) {
             const int64_t m = N * w->cols;
             for (int64_t j = 0; j < m; j++) yr[j] = 1000.0f + (float)j; /* what negative ids keep */
             float *dy = put(be, yr, sizeof(float) * (size_t)m);
-            be->ops->embed(be, dy, w, dids, N);
-            ref->ops->embed(ref, yr, w, ids, N);
+            const float scale = i % 2 ? 8.0f : 1.0f; /* Gemma's sqrt(d) on every other table */
+            be->ops->embed(be, dy, w, dids, N, scale);
+            ref->ops->embed(ref, yr, w, ids, N, scale);
             get(be, yd, dy, sizeof(float) * (size_t)m);
             drop(be, dy);
             double mx = 0;
@@ -514,7 +522,7 @@ static void test_embed(void) {
                 }
             CHECK(kept, "embed %s: a row of a negative id was written", mats[i].desc);
             char what[128];
-            snprintf(what, sizeof what, "embed %s n=37, 3 ids negative", mats[i].desc);
+            snprintf(what, sizeof what, "embed %s x %g n=37, 3 ids negative", mats[i].desc, (double)scale);
             report(what, max_abs_diff(yd, yr, m), w->quant_bits ? 1e-6 * mx : 0.0);
         }
         drop(be, dids);
@@ -622,20 +630,37 @@ static void test_elementwise(backend *be, backend *ref) {
     for (int mi = 0; mi < 2; mi++) {
         const int64_t m = ms[mi];
         const size_t bytes = sizeof(float) * (size_t)m;
-        /* swiglu, out of place and in place (y = gate, as the MLP calls it) */
-        fill_rand(x, m, 10.0f, 0.0f);
-        fill_rand(x2, m, 1.0f, 0.0f);
-        float *dg = put(be, x, bytes), *du = put(be, x2, bytes), *dy = put_nan(be, m);
-        be->ops->swiglu(be, dy, dg, du, m);
-        ref->ops->swiglu(ref, yr, x, x2, m);
+        /* glu of each activation, out of place and in place (y = gate, as the MLP calls it) */
+        float *dg = put_nan(be, m), *du = put_nan(be, m), *dy = put_nan(be, m);
+        double diff;
+        const backend_act glus[4] = {BACKEND_ACT_SILU, BACKEND_ACT_GELU_ERF, BACKEND_ACT_GELU_TANH,
+                                     BACKEND_ACT_QUICK_GELU};
+        const char *const glu_names[4] = {"silu", "gelu erf", "gelu tanh", "quick gelu"};
+        for (int k = 0; k < 4; k++) {
+            fill_rand(x, m, 10.0f, 0.0f);
+            fill_rand(x2, m, 1.0f, 0.0f);
+            be->ops->upload(be, dg, x, bytes);
+            be->ops->upload(be, du, x2, bytes);
+            be->ops->glu(be, dy, dg, du, m, glus[k]);
+            ref->ops->glu(ref, yr, x, x2, m, glus[k]);
+            get(be, yd, dy, bytes);
+            diff = max_rel_diff(yd, yr, m);
+            be->ops->glu(be, dg, dg, du, m, glus[k]);
+            get(be, yd, dg, bytes);
+            diff = fmax(diff, max_rel_diff(yd, yr, m));
+            snprintf(what, sizeof what, "glu %s m=%lld, out of place and in place (relative)", glu_names[k],
+                     (long long)m);
+            report(what, diff, 1e-5);
+        }
+        /* soft-capping of logits-sized values */
+        fill_rand(x, m, 80.0f, 0.0f);
+        be->ops->upload(be, dy, x, bytes);
+        be->ops->softcap(be, dy, 30.0f, m);
+        memcpy(yr, x, bytes);
+        ref->ops->softcap(ref, yr, 30.0f, m);
         get(be, yd, dy, bytes);
-        double diff = max_rel_diff(yd, yr, m);
-        be->ops->swiglu(be, dg, dg, du, m);
-        get(be, yd, dg, bytes);
-        diff = fmax(diff, max_rel_diff(yd, yr, m));
-        snprintf(what, sizeof what, "swiglu m=%lld, out of place and in place (relative)",
-                 (long long)m);
-        report(what, diff, 1e-5);
+        snprintf(what, sizeof what, "softcap 30 m=%lld (relative)", (long long)m);
+        report(what, max_rel_diff(yd, yr, m), 1e-5);
         /* the GELU family on [-8, 8) and a few far values, out of place and in place */
         const float far[12] = {-1e4f, -100.0f, -30.0f, -15.0f, -0.0f,  1e-30f,
                                15.0f, 30.0f,   100.0f, 1e4f,   -1e-7f, 0.5f};
@@ -815,11 +840,14 @@ static void test_rope(int64_t hd) {
             powf(500000.0f, -(float)(2 * i) / (float)hd) * 0.25f; /* a scaled base, as YaRN makes */
     }
     /* distinct parameter sets, each in its own place, as models keep them */
-    const rope_params rp[3] = {{.inv_freq = inv[0], .mscale = 1.1f, .traditional = false},
+    const rope_params rp[5] = {{.inv_freq = inv[0], .mscale = 1.1f, .traditional = false},
                                {.inv_freq = inv[0], .mscale = 1.1f, .traditional = true},
-                               {.inv_freq = inv[1], .mscale = 1.0f, .traditional = false}};
-    const char *const names[3] = {"half-split, mscale 1.1", "traditional, mscale 1.1",
-                                  "half-split, other frequencies, mscale 1"};
+                               {.inv_freq = inv[1], .mscale = 1.0f, .traditional = false},
+                               {.inv_freq = inv[0], .dims = hd / 2, .mscale = 1.0f, .traditional = false},
+                               {.inv_freq = inv[1], .dims = hd - 8, .mscale = 1.2f, .traditional = true}};
+    const char *const names[5] = {"half-split, mscale 1.1", "traditional, mscale 1.1",
+                                  "half-split, other frequencies, mscale 1", "half-split, half the head rotated",
+                                  "traditional, all but 8 rotated, mscale 1.2"};
     int32_t pos[37], pos1[37];
     for (int t = 0; t < n; t++) pos[t] = rand_below(MAX_KEYS);
     pos[0] = 0, pos[1] = MAX_KEYS - 1, pos[2] = 1;
@@ -837,7 +865,7 @@ static void test_rope(int64_t hd) {
         float *xd = malloc(sizeof(float) * (size_t)m);
         int32_t *dpos = put(be, pos, sizeof pos);
         float *dx = put(be, NULL, sizeof(float) * (size_t)m);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 5; k++) {
             double diff = 0, mx = 0;
             for (int64_t h = 6; h >= 2; h -= 4) { /* a query's heads, then a key's */
                 const int64_t mh = n * h * hd;
@@ -1416,7 +1444,8 @@ static void test_matmul_prefill(void) {
     /* SwiGLU fused where x goes to fp16 (inputs of 2 n cols fit x and dx) */
     for (int i = 0; i < 3; i++) {
         double diff = 0, mx = 0, self = 0;
-        for (int k = 0; k < 3; k++) swiglu_case(be, ref, &mats[i].w, ns[k], x, dx, yr, yd, &diff, &mx, &self);
+        for (int k = 0; k < 3; k++)
+            swiglu_case(be, ref, &mats[i].w, ns[k], x, dx, yr, yd, &diff, &mx, &self, BACKEND_ACT_SILU);
         char what[128];
         snprintf(what, sizeof what, "swiglu_matmul %s n=128,129,300", mats[i].desc);
         report(what, diff, 1e-3 * mx);
@@ -1427,15 +1456,18 @@ static void test_matmul_prefill(void) {
      * gate and up may be rounded to fp16 like x */
     {
         const int64_t mn[] = {1, 37, 128, 300};
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 8; k++) {
+            const backend_act act = k < 4 ? BACKEND_ACT_SILU : BACKEND_ACT_GELU_TANH;
+            const char *an = k < 4 ? "swiglu" : "geglu (tanh)";
             double diff = 0, mx = 0, self = 0;
-            mlp_case(be, ref, &mats[5].w, &mats[6].w, &mats[7].w, mn[k], x, dx, yr, yd, &diff, &mx, &self);
+            mlp_case(be, ref, &mats[5].w, &mats[6].w, &mats[7].w, mn[k % 4], x, dx, yr, yd, &diff, &mx, &self, act);
             char what[128];
-            snprintf(what, sizeof what, "swiglu_mlp 4-bit g64 [256 x 192] x2, [192 x 256] n=%lld", (long long)mn[k]);
+            snprintf(what, sizeof what, "glu_mlp %s 4-bit g64 [256 x 192] x2, [192 x 256] n=%lld", an,
+                     (long long)mn[k % 4]);
             report(what, diff, 1e-3 * mx);
-            if (mn[k] < 128)
-                CHECK(self == 0, "swiglu_mlp at n=%lld: %g from the device's matmul_multi then swiglu_matmul (must be 0)",
-                      (long long)mn[k], self);
+            if (mn[k % 4] < 128 || act != BACKEND_ACT_SILU)
+                CHECK(self == 0, "glu_mlp %s at n=%lld: %g from the device's matmul_multi then glu_matmul (must be 0)",
+                      an, (long long)mn[k % 4], self);
         }
     }
     /* the set: each output against its own product */

@@ -122,23 +122,31 @@ static void test_rmsnorm(int64_t d) {
     free(x), free(w), free(y);
 }
 
-static void test_rope(bool traditional) {
-    const int64_t h = 3, hd = 22, pos = 37;
+/* Rotation of the first dims values of each head (0: all of hd); the rest must pass
+ * through unchanged. */
+static void test_rope(bool traditional, int64_t dims) {
+    const int64_t h = 3, hd = 22, pos = 37, r = dims ? dims : hd;
     float *x = rand_vec(h * hd, 1.0f), *y = malloc(sizeof(float) * (size_t)(h * hd));
     float inv_freq[11];
-    for (int i = 0; i < 11; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / (double)hd));
+    for (int i = 0; i < r / 2; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / (double)r));
     memcpy(y, x, sizeof(float) * (size_t)(h * hd));
-    ref_rope(y, h, hd, pos, inv_freq, 1.25f, traditional);
+    const rope_params rp = {.inv_freq = inv_freq, .dims = dims, .mscale = 1.25f, .traditional = traditional};
+    ref_rope(y, h, hd, pos, &rp);
     double diff = 0;
-    for (int64_t k = 0; k < h; k++)
-        for (int64_t i = 0; i < hd / 2; i++) {
+    for (int64_t k = 0; k < h; k++) {
+        for (int64_t i = 0; i < r / 2; i++) {
             double a = (double)pos * inv_freq[i], c = cos(a) * 1.25, s = sin(a) * 1.25;
-            int64_t i0 = traditional ? 2 * i : i, i1 = traditional ? 2 * i + 1 : i + hd / 2;
+            int64_t i0 = traditional ? 2 * i : i, i1 = traditional ? 2 * i + 1 : i + r / 2;
             double x0 = x[k * hd + i0], x1 = x[k * hd + i1];
             diff = fmax(diff, fabs(x0 * c - x1 * s - y[k * hd + i0]));
             diff = fmax(diff, fabs(x1 * c + x0 * s - y[k * hd + i1]));
         }
-    report(traditional ? "rope traditional h=3 hd=22" : "rope half-split h=3 hd=22", diff, 2e-5);
+        for (int64_t i = r; i < hd; i++) diff = fmax(diff, fabs(x[k * hd + i] - y[k * hd + i]));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rope %s h=3 hd=22 rotating %lld", traditional ? "traditional" : "half-split",
+             (long long)r);
+    report(what, diff, 2e-5);
     free(x), free(y);
 }
 
@@ -153,10 +161,21 @@ static void test_softmax_silu(void) {
     for (int64_t i = 0; i < n; i++) diff = fmax(diff, fabs(exp(x[i] - mx) / sum - y[i]));
     report("softmax n=53", diff, 1e-6);
     float *g = rand_vec(n, 6.0f), *u = rand_vec(n, 2.0f);
-    ref_swiglu(y, g, u, n);
+    ref_glu(y, g, u, n, BACKEND_ACT_SILU);
     diff = 0;
     for (int64_t i = 0; i < n; i++) diff = fmax(diff, fabs(g[i] / (1.0 + exp(-(double)g[i])) * u[i] - y[i]));
     report("swiglu n=53", diff, 1e-5);
+    /* soft-capping: cap tanh(x / cap), against double, and bounded by the cap */
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    ref_softcap(y, 3.0f, n);
+    diff = 0;
+    bool bounded = true;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs(3.0 * tanh((double)x[i] / 3.0) - y[i]));
+        bounded = bounded && fabsf(y[i]) <= 3.0f;
+    }
+    report("softcap 3 n=53", diff, 1e-6);
+    CHECK(bounded, "softcap: |y| <= cap");
     free(x), free(y), free(g), free(u);
 }
 
@@ -195,6 +214,8 @@ static void test_layernorm(int64_t d, bool bias) {
 
 static double act_double(double x, backend_act kind) {
     switch (kind) {
+    case BACKEND_ACT_SILU:
+        return x / (1.0 + exp(-x));
     case BACKEND_ACT_GELU_ERF:
         return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case BACKEND_ACT_GELU_TANH:
@@ -232,12 +253,22 @@ static void test_act(backend_act kind, const char *name) {
     /* in place */
     ref_act(x, x, m, kind);
     CHECK(!memcmp(x, y, sizeof(float) * (size_t)m), "%s in place equals out of place", name);
-    free(x), free(y);
+    /* gating: act(gate) * up */
+    float *g = rand_vec(m, 6.0f), *u = rand_vec(m, 2.0f);
+    ref_glu(y, g, u, m, kind);
+    diff = 0;
+    for (int64_t i = 0; i < m; i++) {
+        const double e = act_double(g[i], kind) * u[i];
+        diff = fmax(diff, fabs(e - y[i]) / fmax(1.0, fabs(e)));
+    }
+    snprintf(what, sizeof what, "%s gating n=%lld (relative)", name, (long long)m);
+    report(what, diff, 1e-6);
+    free(x), free(y), free(g), free(u);
 }
 
 /* ==== attention over a shuffled paged cache ==== */
 
-static void test_attention(int64_t window) {
+static void test_attention(int64_t window, float softcap) {
     const int64_t h = 6, hk = 2, hd = 12, n_pos = 45, bs = 8, n_blocks = 8;
     const int64_t kvd = hk * hd;
     int32_t blocks[8] = {5, 2, 7, 0, 3, 6, 1, 4}; /* position p in block blocks[p/8] */
@@ -251,7 +282,7 @@ static void test_attention(int64_t window) {
     const int64_t pos = n_pos - 1;
     float *out = malloc(sizeof(float) * (size_t)(h * hd)), scores[64];
     const float scale = 1.0f / sqrtf((float)hd);
-    ref_attention(out, q, &kv, pos, window, h, hk, hd, scale, scores);
+    ref_attention(out, q, &kv, pos, window, h, hk, hd, scale, softcap, scores);
     double diff = 0;
     const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     for (int64_t i = 0; i < h; i++) {
@@ -261,6 +292,7 @@ static void test_attention(int64_t window) {
             double dot = 0;
             for (int64_t c = 0; c < hd; c++) dot += (double)q[i * hd + c] * kc[p * kvd + kh * hd + c];
             s[p] = dot * scale;
+            if (softcap > 0) s[p] = softcap * tanh(s[p] / softcap);
             mx = fmax(mx, s[p]);
         }
         for (int64_t p = lo; p <= pos; p++) sum += exp(s[p] - mx);
@@ -271,7 +303,8 @@ static void test_attention(int64_t window) {
         }
     }
     char what[96];
-    snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=44 window=%lld", (long long)window);
+    snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=44 window=%lld softcap=%g", (long long)window,
+             (double)softcap);
     report(what, diff, 1e-5);
     free(k), free(v), free(kc), free(vc), free(q), free(out);
 }
@@ -400,17 +433,22 @@ int main(void) {
     test_affine(8, 64, DTYPE_F16, 9, 192, 2);
     test_affine(8, 128, DTYPE_BF16, 5, 256, 4);
     test_rmsnorm(77);
-    test_rope(false);
-    test_rope(true);
+    test_rope(false, 0);
+    test_rope(true, 0);
+    test_rope(false, 16);
+    test_rope(true, 6);
     test_softmax_silu();
     test_layernorm(77, false);
     test_layernorm(77, true);
     test_layernorm(1030, true);
+    test_act(BACKEND_ACT_SILU, "silu");
     test_act(BACKEND_ACT_GELU_ERF, "gelu erf");
     test_act(BACKEND_ACT_GELU_TANH, "gelu tanh");
     test_act(BACKEND_ACT_QUICK_GELU, "quick gelu");
-    test_attention(0);
-    test_attention(9);
+    test_attention(0, 0.0f);
+    test_attention(9, 0.0f);
+    test_attention(0, 1.5f);
+    test_attention(9, 1.5f);
     test_attention_full(64);
     test_attention_full(80);
     test_half();

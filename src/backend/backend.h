@@ -33,12 +33,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Rotary embedding parameters of one model, precomputed at load. */
+/* Rotary embedding parameters of one model (or one kind of layer), precomputed at load.
+ * Only the first dims values of each head rotate (partial rotary embeddings); the rest
+ * pass through. */
 typedef struct rope_params {
-    const float *inv_freq; /* [hd / 2] */
-    float mscale;          /* multiplies cos and sin (YaRN attention factor; else 1) */
-    bool traditional;      /* rotate (2i, 2i+1) instead of (i, i + hd/2) */
+    const float *inv_freq; /* [dims / 2] */
+    int64_t dims;          /* rotated values of a head: even, <= hd; 0 means all of hd */
+    float mscale;          /* multiplies cos and sin (YaRN or longrope attention factor; else 1) */
+    bool traditional;      /* rotate (2i, 2i+1) instead of (i, i + dims/2) */
 } rope_params;
+
+/* The rotated values of a head of hd under rp. */
+static inline int64_t rope_dims(const rope_params *rp, int64_t hd) { return rp->dims ? rp->dims : hd; }
 
 /* The rows of one attention call: row r sits at position pos[r] of the sequence whose
  * block table is row seq[r] of tables, and attends causally over that sequence's cache. */
@@ -51,13 +57,15 @@ typedef struct attn_rows {
     int64_t block_size;
     int64_t window; /* sliding window in positions; 0 = none */
     int64_t h, hk, hd;
-    float scale;
+    float scale;   /* multiplies q . k */
+    float softcap; /* scores become softcap * tanh(score / softcap) before the softmax; 0 = none */
     int64_t seqs; /* distinct sequences among the rows, or 0 where not counted */
     int64_t keys; /* the most keys a row reads (its position + 1, at most), or 0 where not counted */
 } attn_rows;
 
-/* Elementwise activations of the act op, each as Hugging Face names it. */
+/* Elementwise activations of the act and gated (glu) ops, each as Hugging Face names it. */
 typedef enum backend_act {
+    BACKEND_ACT_SILU,       /* "silu": x sigmoid(x) */
     BACKEND_ACT_GELU_ERF,   /* "gelu": 0.5 x (1 + erf(x / sqrt 2)) */
     BACKEND_ACT_GELU_TANH,  /* "gelu_pytorch_tanh": 0.5 x (1 + tanh(0.79788 (x + 0.044715 x^3))) */
     BACKEND_ACT_QUICK_GELU, /* "quick_gelu" (CLIP): x sigmoid(1.702 x) */
@@ -100,17 +108,17 @@ typedef struct backend_ops {
     /* ---- ops ---- */
     /* y[n, w.rows] = x[n, w.cols] @ W^T */
     void (*matmul)(backend *be, float *y, const matview *w, const float *x, int64_t n);
-    /* y[n, w.cols] = rows ids[n] of W (an embedding table, dequantized); a row whose id is
-     * negative is left as it is */
-    void (*embed)(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n);
+    /* y[n, w.cols] = rows ids[n] of W (an embedding table, dequantized) times scale; a row
+     * whose id is negative is left as it is */
+    void (*embed)(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale);
     /* y[n, d] = rmsnorm(x[n, d]) * w[d] */
     void (*rmsnorm)(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
                     float eps);
     /* y[n, d] = (x[n, d] - mean) / sqrt(var + eps) * w[d] + b[d], per row; b may be NULL */
     void (*layernorm)(backend *be, float *y, const float *x, const float *w, const float *b,
                       int64_t n, int64_t d, float eps);
-    /* x[n, h, hd] rotated in place, row r at position pos[r] (rp->inv_freq is a weight
-     * vector) */
+    /* x[n, h, hd] rotated in place, row r at position pos[r]: the first rope_dims values of
+     * each head (rp->inv_freq is a weight vector) */
     void (*rope)(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
                  const rope_params *rp);
     /* k, v [n, hk*hd] stored into the pools at slots slot[n], as fp16 or fp32 values
@@ -118,16 +126,20 @@ typedef struct backend_ops {
      * own business: only its attention reads them. */
     void (*kv_store)(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                      const int32_t *slot, int64_t n, int64_t kvd);
-    /* out[n, h*hd] = attention of q[n, h*hd] over the pools */
+    /* out[n, h*hd] = attention of q[n, h*hd] over the pools; rows->softcap only where
+     * attention_softcap is set (a model that needs it is refused elsewhere) */
+    bool attention_softcap;
     void (*attention)(backend *be, float *out, const float *q, const void *kpool,
                       const void *vpool, const attn_rows *rows);
     /* out[n, h*hd] = attention of q[n, h*hd] over k, v[n, hk*hd] within segments of seg rows */
     void (*attention_full)(backend *be, float *out, const float *q, const float *k, const float *v,
                            int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
-    /* y[m] = silu(gate[m]) * up[m] */
-    void (*swiglu)(backend *be, float *y, const float *gate, const float *up, int64_t m);
+    /* y[m] = act(gate[m]) * up[m] (y may alias gate) */
+    void (*glu)(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act);
     /* y[m] = act(x[m]) */
     void (*act)(backend *be, float *y, const float *x, int64_t m, backend_act kind);
+    /* y[m] = cap * tanh(y[m] / cap) */
+    void (*softcap)(backend *be, float *y, float cap, int64_t m);
     /* y[m] += x[m] */
     void (*add)(backend *be, float *y, const float *x, int64_t m);
     /* y[n, d] += bias[d] for every row */
@@ -153,14 +165,15 @@ typedef struct backend_ops {
     void (*rope_store)(backend *be, float *q, float *k, const float *v, void *kpool, void *vpool,
                        const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk,
                        int64_t hd, const rope_params *rp);
-    /* y[n, w.rows] = (silu(gate) * up)[n, w.cols] @ W^T (an MLP's down projection); gate
+    /* y[n, w.rows] = (act(gate) * up)[n, w.cols] @ W^T (an MLP's down projection); gate
      * may be overwritten */
-    void (*swiglu_matmul)(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n);
-    /* y[n, down.rows] = (silu(x @ G^T) * (x @ U^T)) @ D^T, an MLP without biases; gate and
-     * up [n, G.rows] are scratch the backend may use in any form (their contents after
+    void (*glu_matmul)(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n,
+                       backend_act act);
+    /* y[n, down.rows] = (act(x @ G^T) * (x @ U^T)) @ D^T, a gated MLP without biases; gate
+     * and up [n, G.rows] are scratch the backend may use in any form (their contents after
      * the call are unspecified) */
-    void (*swiglu_mlp)(backend *be, float *y, const matview *g, const matview *u, const matview *down,
-                       const float *x, float *gate, float *up, int64_t n);
+    void (*glu_mlp)(backend *be, float *y, const matview *g, const matview *u, const matview *down,
+                    const float *x, float *gate, float *up, int64_t n, backend_act act);
 
     /* ---- optional, for backends whose memory is not the host's (NULL: the caller takes
      * the rows down and works on the host) ---- */
@@ -201,6 +214,7 @@ typedef struct backend_params {
     int64_t max_cols; /* widest matrix input (and row of the elementwise ops) */
     int64_t max_keys; /* positions one attention row reads */
     int64_t hd;       /* head dimension */
+    int64_t rope_kinds; /* distinct RoPE parameter sets a forward passes (0 counts as 1) */
 } backend_params;
 
 /* A kind of backend: cpu, cuda. */
@@ -303,26 +317,27 @@ static inline void backend_rope_store(backend *be, float *q, float *k, const flo
     be->ops->kv_store(be, kpool, vpool, k, v, slot, n, hk * hd);
 }
 
-static inline void backend_swiglu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up,
-                                         int64_t n) {
-    if (be->ops->swiglu_matmul) {
-        be->ops->swiglu_matmul(be, y, w, gate, up, n);
+static inline void backend_glu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up,
+                                      int64_t n, backend_act act) {
+    if (be->ops->glu_matmul) {
+        be->ops->glu_matmul(be, y, w, gate, up, n, act);
         return;
     }
-    be->ops->swiglu(be, gate, gate, up, n * w->cols);
+    be->ops->glu(be, gate, gate, up, n * w->cols, act);
     be->ops->matmul(be, y, w, gate, n);
 }
 
-static inline void backend_swiglu_mlp(backend *be, float *y, const matview *g, const matview *u,
-                                      const matview *down, const float *x, float *gate, float *up, int64_t n) {
-    if (be->ops->swiglu_mlp) {
-        be->ops->swiglu_mlp(be, y, g, u, down, x, gate, up, n);
+static inline void backend_glu_mlp(backend *be, float *y, const matview *g, const matview *u,
+                                   const matview *down, const float *x, float *gate, float *up, int64_t n,
+                                   backend_act act) {
+    if (be->ops->glu_mlp) {
+        be->ops->glu_mlp(be, y, g, u, down, x, gate, up, n, act);
         return;
     }
     float *const ys[2] = {gate, up};
     const matview *const ws[2] = {g, u};
     backend_matmul_multi(be, ys, ws, 2, x, n);
-    backend_swiglu_matmul(be, y, down, gate, up, n);
+    backend_glu_matmul(be, y, down, gate, up, n, act);
 }
 
 static inline void backend_destroy(backend *be) {

@@ -224,12 +224,15 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     if (dm->f > max_cols) max_cols = dm->f;
     const char *kernels = p.kernels ? p.kernels : getenv("CELER_CPU");
     const backend_params bp = {.device = device, .kernels = kernels, .n_threads = p.n_threads, .kv_f16 = kv_f16,
-                               .max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx, .hd = dm->hd};
+                               .max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx, .hd = dm->hd,
+                               .rope_kinds = model_rope_kinds(model)};
     const backend_weights *w;
     if (!(ctx->be = ctx->cls->create(&bp, NULL, &e))) {
         s = CELER_STATUS_INVALID_ARGUMENT;
         goto fail;
     }
+    /* a model the backend cannot run is refused before its weights are copied */
+    if ((s = model_check_backend(model, ctx->be, &e)) != CELER_OK) goto fail;
     /* the kernel set is known (and checked) once a backend exists; weights are prepared for it */
     if ((s = model_prepare(model, ctx->cls, &bp, &w, &e)) != CELER_OK) goto fail;
     ctx->be->weights = w;

@@ -205,8 +205,11 @@ static float cohere2_logit_scale(const celer_model *m) {
 
 static const char *const cohere2_types[] = {"cohere2", NULL};
 
+static const model_op cohere2_ops[] = {MODEL_OP(layernorm), {0, NULL}};
+
 const model_family cohere2_family = {
     .model_types = cohere2_types,
+    .ops = cohere2_ops,
     .load = cohere2_load,
     .scratch_floats = model_text_scratch_floats,
     .hidden_states = cohere2_hidden_states,

@@ -320,8 +320,15 @@ static int32_t llava_image_token(const celer_model *m) {
 
 static const char *const llava_types[] = {"llava_next", NULL};
 
+/* The vision tower's and the projector's ops (the text model checks its own). */
+static const model_op llava_ops[] = {
+    MODEL_OP(layernorm), MODEL_OP(act), MODEL_OP(attention_full), MODEL_OP(patches), MODEL_OP(gather_rows),
+    {0, NULL},
+};
+
 const model_family llava_next_family = {
     .model_types = llava_types,
+    .ops = llava_ops,
     .load = llava_load,
     .image_token = llava_image_token,
     .image_positions = llava_image_positions,

@@ -226,12 +226,50 @@ void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms) {
     for (int i = 0; i < m->n_prepared; i++) *bytes += m->prepared[i].w->bytes, *ms += m->prepared[i].w->ms;
 }
 
+/* ==== Ops a backend must have ==== */
+
+/* What every text forward calls (model_embed_step, model_attention, model_mlp, the head,
+ * model_forward_rows), and the memory ops the engine uses. */
+static const model_op model_common_ops[] = {
+    MODEL_OP(alloc),  MODEL_OP(release), MODEL_OP(upload),    MODEL_OP(download), MODEL_OP(copy_rows),
+    MODEL_OP(matmul), MODEL_OP(embed),   MODEL_OP(rmsnorm),   MODEL_OP(rope),     MODEL_OP(kv_store),
+    MODEL_OP(attention), MODEL_OP(glu),  MODEL_OP(add),       MODEL_OP(add_bias), MODEL_OP(scale),
+    {0, NULL},
+};
+
+static celer_status check_ops(const celer_model *m, const backend *be, const model_op *ops, celer_error *e) {
+    for (const model_op *o = ops; o && o->name; o++)
+    {
+        void (*fn)(void);
+        memcpy(&fn, (const char *)be->ops + o->offset, sizeof fn);
+        if (!fn)
+            return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: the %s backend has no %s op, which this model needs",
+                             m->desc, be->ops->name, o->name);
+    }
+    return CELER_OK;
+}
+
+celer_status model_check_backend(const celer_model *m, const backend *be, celer_error *e) {
+    celer_status s = check_ops(m, be, model_common_ops, e);
+    if (s == CELER_OK) s = check_ops(m, be, m->family->ops, e);
+    if (s == CELER_OK && m->attn_softcap && !be->ops->attention_softcap)
+        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: the %s backend's attention does not soft-cap scores, which this model needs",
+                      m->desc, be->ops->name);
+    if (s == CELER_OK && m->text) s = model_check_backend(m->text, be, e);
+    return s;
+}
+
 /* ==== The contract's entry points ==== */
 
 /* A vision-language wrapper forwards every entry point to its text model, so the text
  * family's own body and last-row head run unchanged; image rows arrive as embedding rows
  * of the step. */
 #define TEXT_MODEL(m) ((m)->text ? (m)->text : (m))
+
+int model_rope_kinds(const celer_model *m) {
+    m = TEXT_MODEL(m);
+    return m->rope_kinds > 0 ? m->rope_kinds : 1;
+}
 
 int64_t model_scratch_floats(const celer_model *m, int64_t n) {
     m = TEXT_MODEL(m);
@@ -250,6 +288,8 @@ static int64_t model_head(const celer_model *m, backend *be, float *logits, cons
     be->ops->matmul(be, logits, m->family->head(m), hidden, n);
     const float scale = m->family->logit_scale ? m->family->logit_scale(m) : 0.0f;
     if (scale != 0.0f) be->ops->scale(be, logits, scale, n * m->dims.v);
+    const float cap = m->family->logit_softcap ? m->family->logit_softcap(m) : 0.0f;
+    if (cap != 0.0f) be->ops->softcap(be, logits, cap, n * m->dims.v);
     return n;
 }
 
@@ -286,9 +326,15 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
     return k ? model_head(m, be, logits, hidden, k) : 0;
 }
 
+/* The factor token rows are embedded with. */
+static float embed_scale(const celer_model *m) {
+    const float s = m->family->embed_scale ? m->family->embed_scale(m) : 0.0f;
+    return s != 0.0f ? s : 1.0f;
+}
+
 void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd) {
     m = TEXT_MODEL(m);
-    be->ops->embed(be, embd, m->family->embedding(m), ids, n);
+    be->ops->embed(be, embd, m->family->embedding(m), ids, n, embed_scale(m));
 }
 
 /* ==== Pieces shared by the families ==== */
@@ -297,7 +343,7 @@ void model_embed_step(const celer_model *m, backend *be, const model_step *st, f
     const int64_t d = m->dims.d;
     /* embedding rows first; the lookup then fills every token row (ids >= 0) */
     if (st->embd) be->ops->copy_rows(be, x, d, st->embd, d, st->n, d);
-    if (st->token) be->ops->embed(be, x, m->family->embedding(m), st->token, st->n);
+    if (st->token) be->ops->embed(be, x, m->family->embedding(m), st->token, st->n, embed_scale(m));
 }
 
 void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n) {
@@ -352,11 +398,15 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
     const matview *const ws[3] = {&a->wq, &a->wk, &a->wv};
     const float *const bs[3] = {a->bq, a->bk, a->bv};
     model_linear_multi(be, ys, ws, bs, 3, xb, n);
+    /* per-head norms see each head's hd values as one row */
+    if (a->q_norm) op->rmsnorm(be, q, q, a->q_norm, n * dm->h, dm->hd, a->norm_eps);
+    if (a->k_norm) op->rmsnorm(be, k, k, a->k_norm, n * dm->hk, dm->hd, a->norm_eps);
     if (a->no_rope) op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
     else backend_rope_store(be, q, k, v, kv->k[l], kv->v[l], st->pos, st->slot, n, dm->h, dm->hk, dm->hd, rope);
     const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
                           .table_cols = st->table_cols, .block_size = st->block_size,
                           .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale,
+                          .softcap = a->softcap,
                           .seqs = st->seqs, .keys = st->keys};
     op->attention(be, att, q, kv->k[l], kv->v[l], &ar);
     model_linear(be, out, &a->wo, a->bo, att, n);
@@ -371,9 +421,9 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
         const matview *const ws[2] = {&p->gate, &p->up};
         const float *const bs[2] = {p->b_gate, p->b_up};
         model_linear_multi(be, ys, ws, bs, 2, xb, n);
-        backend_swiglu_matmul(be, out, &p->down, gate, up, n);
+        backend_glu_matmul(be, out, &p->down, gate, up, n, p->act);
     } else {
-        backend_swiglu_mlp(be, out, &p->gate, &p->up, &p->down, xb, gate, up, n);
+        backend_glu_mlp(be, out, &p->gate, &p->up, &p->down, xb, gate, up, n, p->act);
     }
     if (p->b_down) be->ops->add_bias(be, out, p->b_down, n, p->down.rows);
 }

@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 
 #include <pthread.h>
+#include <stddef.h>
 
 /* Shapes every family shares (STYLE.md rule 5 letters). */
 typedef struct model_dims {
@@ -114,6 +115,8 @@ struct celer_model {
     celer_model *text; /* a vision-language model's text model, or NULL */
     json_t *owned_json; /* config built at load (a text_config with defaults), or NULL */
     void *vision_pre;   /* image preprocessing settings, filled and read by the engine layer */
+    bool attn_softcap;  /* some layer soft-caps attention scores (the backend must) */
+    int rope_kinds;     /* distinct rope_params the forward passes (kinds of layer, short and long) */
     int32_t n_mats; /* matrices numbered 1..n_mats (matview.id), the text model's included */
     /* Backends' prepared copies of the weights, one per class and device, made once by
      * model_prepare and shared by every context. */
@@ -157,6 +160,13 @@ struct model_family {
     const matview *(*head)(const celer_model *m);
     /* Multiplies every logit (Cohere's logit_scale), or 0 for none. */
     float (*logit_scale)(const celer_model *m);
+    /* Soft-caps every logit after that: cap * tanh(logit / cap) (Gemma 2), or 0 for none. */
+    float (*logit_softcap)(const celer_model *m);
+    /* Multiplies the embedding rows of token ids (Gemma's sqrt(d)), or 0 for none;
+     * embedding rows a caller passes in (image features) are taken as they are. */
+    float (*embed_scale)(const celer_model *m);
+    /* Ops beyond model_common_ops that the forward calls (NULL-terminated list, or NULL). */
+    const struct model_op *ops;
 
     /* Vision-language families (NULL otherwise); the text entry points go to m->text. */
     int32_t (*image_token)(const celer_model *m);
@@ -178,6 +188,18 @@ struct model_family {
 
 /* The family that runs model_type, or NULL. */
 const model_family *model_family_for(const char *type);
+
+/* An op of backend_ops a forward calls, by its place in the table, with its name. */
+typedef struct model_op {
+    size_t offset;
+    const char *name;
+} model_op;
+#define MODEL_OP(field) {offsetof(backend_ops, field), #field}
+
+/* Whether be runs every op m's forward calls (the text model's included); else one line
+ * naming the first op it lacks. Checked before a context is made, so a model a backend
+ * cannot run is refused at load instead of failing inside a step. */
+celer_status model_check_backend(const celer_model *m, const backend *be, celer_error *e);
 
 /* Binds every weight of m->tables, checking names, dtypes and shapes. */
 celer_status model_bind(celer_model *m, celer_error *e);
@@ -205,6 +227,9 @@ celer_status model_prepare(celer_model *m, const backend_class *cls, const backe
                            const backend_weights **out, celer_error *e);
 /* Bytes of every prepared copy and the milliseconds making them took. */
 void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms);
+
+/* The distinct RoPE parameter sets the forward passes (at least 1). */
+int model_rope_kinds(const celer_model *m);
 
 /* Floats of activation scratch the entry points need for n rows. */
 int64_t model_scratch_floats(const celer_model *m, int64_t n);
@@ -249,18 +274,23 @@ void model_embed_step(const celer_model *m, backend *be, const model_step *st, f
 /* y[n, w.rows] = x[n, w.cols] @ W^T (+ b[w.rows] when b is set). */
 void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n);
 
-/* The attention block of one layer (the weights a family's table binds). */
+/* The attention block of one layer (the weights a family's table binds, and the layer's
+ * options). */
 typedef struct attn_block {
     matview wq, wk, wv, wo;         /* [h*hd, d], [hk*hd, d], [hk*hd, d], [d, h*hd] */
     const float *bq, *bk, *bv, *bo; /* [h*hd], [hk*hd], [hk*hd], [d] or NULL */
+    const float *q_norm, *k_norm;   /* [hd]: RMSNorm of each head of q and k before RoPE, or NULL */
+    float norm_eps;                 /* of q_norm and k_norm */
+    float softcap;                  /* scores soft-capped (Gemma 2), 0 = none */
     int64_t window;                 /* sliding window in positions, 0 = full causal */
     bool no_rope;                   /* positions come from the mask alone (Cohere2 global layers) */
 } attn_block;
 
-/* A gated MLP: down(silu(gate(x)) * up(x)). */
+/* A gated MLP: down(act(gate(x)) * up(x)), act SiLU (SwiGLU) unless set (GeGLU). */
 typedef struct mlp_block {
     matview gate, up, down;               /* [f, d], [f, d], [d, f] */
     const float *b_gate, *b_up, *b_down;  /* [f], [f], [d] or NULL */
+    backend_act act;
 } mlp_block;
 
 /* The shapes a text family's weight tables index (weight_spec rows/cols). */

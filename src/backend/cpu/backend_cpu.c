@@ -29,6 +29,7 @@
 
 #define ATT_TILE  16 /* query rows of one sequence sharing each K/V block read */
 #define FULL_TILE 64 /* query vectors (rows x heads of one KV head) of one full-attention item */
+#define CPU_ROPE_TABLES 4 /* RoPE tables kept at once */
 
 typedef struct cpu_backend {
     backend base;
@@ -42,8 +43,12 @@ typedef struct cpu_backend {
     size_t att_floats;  /* per thread */
     int act_pairs;      /* activations as int8 pairs (value + residual), see pack.h */
     int32_t *tile_row;  /* [max_rows + 1] first row of each attention tile */
-    const rope_params *rope_of; /* the parameters rope_cs was built for */
-    float *rope_cs;     /* [max_keys, hd/2, 2] cos and sin */
+    /* cos and sin tables of the RoPE parameters a model passes (one per kind of layer,
+     * or short and long factors), the least recently built replaced when more come */
+    const rope_params *rope_of[CPU_ROPE_TABLES]; /* the parameters table i was built for */
+    float *rope_cs[CPU_ROPE_TABLES];             /* [max_keys, hd/2, 2] cos and sin each */
+    int64_t rope_used[CPU_ROPE_TABLES];          /* when table i was last asked for */
+    int64_t rope_tick;
     int64_t work;       /* bytes of the buffers above */
     threadpool_counter counter;
 } cpu_backend;
@@ -78,6 +83,7 @@ typedef struct matmul_job {
     const float *x;
     const int32_t *ids;
     int64_t n;
+    float scale; /* of embedded rows */
 } matmul_job;
 
 static void quantize_task(void *p, int ith, int nth) {
@@ -135,7 +141,7 @@ static void gemm_dense_task(void *p, int ith, int nth) {
 static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cpu_backend *cb = (cpu_backend *)be;
     CELER_ASSERT(n <= cb->sz.max_rows && w->cols <= cb->sz.max_cols);
-    matmul_job j = {cb, y, w, packed_of(be, w), x, NULL, n};
+    matmul_job j = {cb, y, w, packed_of(be, w), x, NULL, n, 1.0f};
     if (j.pw) {
         cb->xq.pairs = cb->act_pairs;
         cb->xq.n = n << cb->xq.pairs;
@@ -158,12 +164,14 @@ static void embed_task(void *p, int ith, int nth) {
         if (j->ids[t] < 0) continue;
         if (j->pw) packed_row(out, j->pw, j->ids[t]);
         else matview_row(out, j->w, j->ids[t]);
+        if (j->scale != 1.0f)
+            for (int64_t c = 0; c < j->w->cols; c++) out[c] *= j->scale;
     }
 }
 
-static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
+static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale) {
     cpu_backend *cb = (cpu_backend *)be;
-    matmul_job j = {cb, y, w, packed_of(be, w), NULL, ids, n};
+    matmul_job j = {cb, y, w, packed_of(be, w), NULL, ids, n, scale};
     run(cb, embed_task, &j, n * w->cols);
 }
 
@@ -214,35 +222,47 @@ static void cpu_layernorm(backend *be, float *y, const float *x, const float *w,
     run(j.cb, layernorm_task, &j, n * d);
 }
 
-/* cos and sin of every (position, pair) for rp, formed exactly as the reference forms
- * them (fp32 angle, cos/sin in double), once per model parameters. */
-static void rope_table(cpu_backend *cb, const rope_params *rp) {
-    if (cb->rope_of == rp) return;
-    const int64_t half = cb->sz.hd / 2;
+/* The cos and sin of every (position, pair) for rp, formed exactly as the reference
+ * forms them (fp32 angle, cos/sin in double): built once per parameters while no more
+ * kinds are in use than the backend has tables (sz.rope_kinds, at most CPU_ROPE_TABLES);
+ * past that the least recently used table is built again. */
+static const float *rope_table(cpu_backend *cb, const rope_params *rp) {
+    int t = 0;
+    for (int i = 0; i < CPU_ROPE_TABLES && cb->rope_cs[i]; i++) {
+        if (cb->rope_of[i] == rp) {
+            cb->rope_used[i] = ++cb->rope_tick;
+            return cb->rope_cs[i];
+        }
+        if (cb->rope_used[i] < cb->rope_used[t]) t = i;
+    }
+    const int64_t half = rope_dims(rp, cb->sz.hd) / 2;
+    float *cs = cb->rope_cs[t];
     for (int64_t p = 0; p < cb->sz.max_keys; p++)
         for (int64_t i = 0; i < half; i++) {
             const float ang = (float)p * rp->inv_freq[i];
-            cb->rope_cs[(p * half + i) * 2] = (float)cos((double)ang) * rp->mscale;
-            cb->rope_cs[(p * half + i) * 2 + 1] = (float)sin((double)ang) * rp->mscale;
+            cs[(p * half + i) * 2] = (float)cos((double)ang) * rp->mscale;
+            cs[(p * half + i) * 2 + 1] = (float)sin((double)ang) * rp->mscale;
         }
-    cb->rope_of = rp;
+    cb->rope_of[t] = rp;
+    cb->rope_used[t] = ++cb->rope_tick;
+    return cs;
 }
 
 typedef struct rope_job {
-    cpu_backend *cb;
+    const float *cs; /* rope_table's */
     float *x;
     const int32_t *pos;
-    int64_t n, h, hd;
+    int64_t n, h, hd, dims;
     bool traditional;
 } rope_job;
 
 static void rope_task(void *p, int ith, int nth) {
     rope_job *j = p;
-    const int64_t half = j->hd / 2;
+    const int64_t half = j->dims / 2;
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        const float *cs = j->cb->rope_cs + (int64_t)j->pos[t] * half * 2;
+        const float *cs = j->cs + (int64_t)j->pos[t] * half * 2;
         for (int64_t k = 0; k < j->h; k++) {
             float *v = j->x + (t * j->h + k) * j->hd;
             for (int64_t i = 0; i < half; i++) {
@@ -260,8 +280,7 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64
     cpu_backend *cb = (cpu_backend *)be;
     CELER_ASSERT(hd == cb->sz.hd);
     for (int64_t t = 0; t < n; t++) CELER_ASSERT(pos[t] >= 0 && pos[t] < cb->sz.max_keys);
-    rope_table(cb, rp);
-    rope_job j = {cb, x, pos, n, h, hd, rp->traditional};
+    rope_job j = {rope_table(cb, rp), x, pos, n, h, hd, rope_dims(rp, hd), rp->traditional};
     run(cb, rope_task, &j, n * h * hd);
 }
 
@@ -355,8 +374,12 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
                 float *sc = scores + (qi - q0) * bs;
                 float m = mx[qi];
                 for (int64_t c = 0; c < bs; c++) {
-                    if (c < a || c > b) sc[c] = -INFINITY;
-                    else m = sc[c] > m ? sc[c] : m;
+                    if (c < a || c > b) {
+                        sc[c] = -INFINITY;
+                        continue;
+                    }
+                    if (ar->softcap > 0.0f) sc[c] = ar->softcap * tanhf(sc[c] / ar->softcap);
+                    m = sc[c] > m ? sc[c] : m;
                 }
                 corr[qi] = mx[qi] == -INFINITY ? 0.0f : expf(mx[qi] - m);
                 sum[qi] = sum[qi] * corr[qi] + k->exp_sum(sc, bs, m);
@@ -500,18 +523,24 @@ static void cpu_attention_full(backend *be, float *out, const float *q, const fl
 
 /* ==== elementwise ==== */
 
-static void swiglu_task(void *p, int ith, int nth) {
+static void glu_task(void *p, int ith, int nth) {
     row_job *j = p;
     int64_t lo, hi;
     split(j->n / 8, ith, nth, &lo, &hi);
     lo *= 8;
     hi = ith == nth - 1 ? j->n : hi * 8;
-    j->cb->k->swiglu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo);
+    j->cb->k->glu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo, j->act);
 }
 
-static void cpu_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
-    row_job j = {.cb = (cpu_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
-    run(j.cb, swiglu_task, &j, m);
+static void cpu_glu(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+    row_job j = {.cb = (cpu_backend *)be, .y = y, .x = gate, .x2 = up, .n = m, .act = act};
+    run(j.cb, glu_task, &j, m);
+}
+
+/* A logits row's soft-capping: one row a step at decode, so plain tanhf. */
+static void cpu_softcap(backend *be, float *y, float cap, int64_t m) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++) y[i] = cap * tanhf(y[i] / cap);
 }
 
 static void act_task(void *p, int ith, int nth) {
@@ -537,7 +566,7 @@ static void cpu_destroy(backend *be) {
     free(cb->wrow);
     free(cb->att);
     free(cb->tile_row);
-    free(cb->rope_cs);
+    for (int i = 0; i < CPU_ROPE_TABLES; i++) free(cb->rope_cs[i]);
     free(cb);
 }
 
@@ -554,9 +583,11 @@ static const backend_ops cpu_ops = {
     .layernorm = cpu_layernorm,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
+    .attention_softcap = true,
     .attention = cpu_attention,
     .attention_full = cpu_attention_full,
-    .swiglu = cpu_swiglu,
+    .glu = cpu_glu,
+    .softcap = cpu_softcap,
     .act = cpu_act,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
@@ -596,15 +627,20 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->att_floats = (size_t)(causal > full ? causal : full);
     cb->att = malloc(sizeof(float) * cb->att_floats * (size_t)cb->nth);
     cb->tile_row = malloc(sizeof(int32_t) * (rows + 1));
-    cb->rope_cs = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
+    const int64_t tables = sz->rope_kinds < 1 ? 1 : sz->rope_kinds > CPU_ROPE_TABLES ? CPU_ROPE_TABLES : sz->rope_kinds;
+    bool have_tables = true;
+    for (int64_t i = 0; i < tables; i++) {
+        cb->rope_cs[i] = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
+        have_tables = have_tables && cb->rope_cs[i];
+    }
     if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->wrow || !cb->att || !cb->tile_row ||
-        !cb->rope_cs) {
+        !have_tables) {
         cpu_destroy(&cb->base);
         return NULL;
     }
     cb->work = (int64_t)(2 * rows * cols + sizeof(float) * 4 * rows * blocks + sizeof(float) * cols * (size_t)cb->nth +
                          sizeof(float) * cb->att_floats * (size_t)cb->nth + sizeof(int32_t) * (rows + 1) +
-                         sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
+                         sizeof(float) * (size_t)(tables * sz->max_keys * sz->hd));
     return &cb->base;
 }
 
@@ -662,7 +698,7 @@ static backend *cpu_class_create(const backend_params *p, const backend_weights 
         be = backend_ref_create(p->n_threads, p->max_cols, p->max_keys, p->kv_f16);
     } else {
         const backend_cpu_sizes sz = {.max_rows = p->max_rows, .max_cols = p->max_cols, .max_keys = p->max_keys,
-                                      .hd = p->hd};
+                                      .hd = p->hd, .rope_kinds = p->rope_kinds};
         be = backend_cpu_create(isa, p->n_threads, &sz, p->kv_f16);
     }
     if (!be) {

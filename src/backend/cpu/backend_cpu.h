@@ -18,6 +18,7 @@ typedef struct backend_cpu_sizes {
     int64_t max_cols; /* widest matrix input */
     int64_t max_keys; /* positions one attention row can read (n_ctx) */
     int64_t hd;       /* head dimension (RoPE table width) */
+    int64_t rope_kinds; /* RoPE parameter sets a forward passes (0 counts as 1) */
 } backend_cpu_sizes;
 
 /* isa must be supported and not CPU_ISA_REF; kv_f16: the KV pools hold fp16 values.

@@ -37,8 +37,8 @@ typedef struct cpu_kernels {
     float (*exp_sum)(float *x, int64_t n, float m);
     /* y[n] = x[n] widened from IEEE binary16 */
     void (*f16_to_f32)(float *y, const uint16_t *x, int64_t n);
-    /* y[m] = silu(gate[m]) * up[m] (y may alias gate) */
-    void (*swiglu)(float *y, const float *gate, const float *up, int64_t m);
+    /* y[m] = act(gate[m]) * up[m] (y may alias gate) */
+    void (*glu)(float *y, const float *gate, const float *up, int64_t m, backend_act act);
     /* y[d] = (x[d] - mean) / sqrt(var + eps) * w[d] + b[d], two passes in fp32 as
      * ref_layernorm; b may be NULL; y may alias x */
     void (*layernorm)(float *y, const float *x, const float *w, const float *b, int64_t d,
@@ -61,7 +61,7 @@ void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const f
 void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
                   int64_t ldv, int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);
-void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m);
+void avx2_glu(float *y, const float *gate, const float *up, int64_t m, backend_act act);
 void avx2_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps);
 void avx2_act(float *y, const float *x, int64_t m, backend_act kind);
 void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n);

@@ -418,16 +418,6 @@ void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n) {
     for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
 }
 
-void avx2_swiglu(float *y, const float *gate, const float *up, int64_t m) {
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= m; i += 8) {
-        const __m256 g = _mm256_loadu_ps(gate + i);
-        const __m256 sig = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, g))));
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(sig, _mm256_loadu_ps(up + i)));
-    }
-    for (; i < m; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
 
 /* ==== LayerNorm and activations ==== */
 
@@ -491,8 +481,46 @@ INLINE void act_rows(float *y, const float *x, int64_t m, __m256 (*f)(__m256)) {
     }
 }
 
+static __m256 silu8(__m256 x) {
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+/* y[m] = f(gate[m]) * up[m] in steps of 8, the tail from padded copies as in act_rows. */
+INLINE void glu_rows(float *y, const float *gate, const float *up, int64_t m, __m256 (*f)(__m256)) {
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(f(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+    if (i < m) {
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(m - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(m - i));
+        _mm256_storeu_ps(g, _mm256_mul_ps(f(_mm256_loadu_ps(g)), _mm256_loadu_ps(u)));
+        memcpy(y + i, g, sizeof(float) * (size_t)(m - i));
+    }
+}
+
+void avx2_glu(float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+    switch (act) {
+    case BACKEND_ACT_SILU:
+        glu_rows(y, gate, up, m, silu8);
+        break;
+    case BACKEND_ACT_GELU_ERF:
+        glu_rows(y, gate, up, m, gelu_erf8);
+        break;
+    case BACKEND_ACT_GELU_TANH:
+        glu_rows(y, gate, up, m, gelu_tanh8);
+        break;
+    case BACKEND_ACT_QUICK_GELU:
+        glu_rows(y, gate, up, m, quick_gelu8);
+        break;
+    }
+}
+
 void avx2_act(float *y, const float *x, int64_t m, backend_act kind) {
     switch (kind) {
+    case BACKEND_ACT_SILU:
+        act_rows(y, x, m, silu8);
+        break;
     case BACKEND_ACT_GELU_ERF:
         act_rows(y, x, m, gelu_erf8);
         break;
@@ -513,7 +541,7 @@ const cpu_kernels cpu_kernels_avx2 = {
     .attn_scores = avx2_attn_scores,
     .attn_pv = avx2_attn_pv,
     .exp_sum = avx2_exp_sum,
-    .swiglu = avx2_swiglu,
+    .glu = avx2_glu,
     .f16_to_f32 = avx2_f16_to_f32,
     .layernorm = avx2_layernorm,
     .act = avx2_act,

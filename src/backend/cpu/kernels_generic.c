@@ -4,6 +4,7 @@
  * fills the table for CPUs without AVX2.
  */
 #include "backend/cpu/kernels.h"
+#include "backend/ref/ref.h"
 
 #include "base/error.h"
 #include "base/half.h"
@@ -102,9 +103,6 @@ static void f16_to_f32_row(float *y, const uint16_t *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = f16_to_f32(x[i]);
 }
 
-static void swiglu(float *y, const float *gate, const float *up, int64_t m) {
-    for (int64_t i = 0; i < m; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
 
 static void layernorm(float *y, const float *x, const float *w, const float *b, int64_t d,
                       float eps) {
@@ -117,23 +115,6 @@ static void layernorm(float *y, const float *x, const float *w, const float *b, 
     for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
-/* The formulas of backend_act through libm, one element at a time. */
-static void act(float *y, const float *x, int64_t m, backend_act kind) {
-    for (int64_t i = 0; i < m; i++) {
-        const float v = x[i];
-        switch (kind) {
-        case BACKEND_ACT_GELU_ERF:
-            y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-            break;
-        case BACKEND_ACT_GELU_TANH:
-            y[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-            break;
-        case BACKEND_ACT_QUICK_GELU:
-            y[i] = v / (1.0f + expf(-1.702f * v));
-            break;
-        }
-    }
-}
 
 const cpu_kernels cpu_kernels_generic = {
     .isa = CPU_ISA_GENERIC,
@@ -143,10 +124,10 @@ const cpu_kernels cpu_kernels_generic = {
     .attn_scores = attn_scores,
     .attn_pv = attn_pv,
     .exp_sum = exp_sum,
-    .swiglu = swiglu,
+    .glu = ref_glu,
     .f16_to_f32 = f16_to_f32_row,
     .layernorm = layernorm,
-    .act = act,
+    .act = ref_act,
 };
 
 const cpu_kernels *cpu_kernels_for(cpu_isa isa) {

@@ -121,7 +121,7 @@ cudaError_t cuda_affine_gemv(float *y, const float *x, int64_t n, const cuda_aff
                              void *work, cudaStream_t s, unsigned flags);
 
 /* The same with x = silu(gate) * up (gate and up [n, cols], 16-byte aligned), computed
- * where the product stages x, bit for bit as cuda_swiglu's: an MLP's down projection
+ * where the product stages x, bit for bit as cuda_glu's SiLU: an MLP's down projection
  * without the SwiGLU launch before it. */
 cudaError_t cuda_affine_gemv_swiglu(float *y, const float *gate, const float *up, int64_t n, const cuda_affine *w,
                                     void *work, cudaStream_t s, unsigned flags);

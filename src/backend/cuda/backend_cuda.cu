@@ -59,8 +59,8 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
-    OP_SWIGLU, OP_ACT, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
-    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_SWIGLU_MATMUL, OP_SWIGLU_MLP,
+    OP_GLU, OP_ACT, OP_SOFTCAP, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
+    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_GLU_MATMUL, OP_GLU_MLP,
 };
 
 /* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
@@ -410,19 +410,42 @@ static void cuda_matmul(backend *be, float *y, const matview *w, const float *x,
     cuda_product(cb, y, m, x, n);
 }
 
-static void cuda_op_swiglu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n) {
+static void cuda_op_glu(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+    if (noted(cb_of(be), OP_GLU, y, gate, up, m, act)) return;
+    cuda_glu(cb_of(be)->stream, y, gate, up, m, act);
+}
+
+/* SwiGLU is staged inside the products (decode) or written in fp16 for them (prefill);
+ * another activation is a glu launch before the plain product. */
+static void cuda_op_glu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n,
+                               backend_act act) {
     cuda_backend *cb = cb_of(be);
-    if (noted(cb, OP_SWIGLU_MATMUL, y, w, gate, up, n)) return;
+    if (act != BACKEND_ACT_SILU) {
+        cuda_op_glu(be, gate, gate, up, n * w->cols, act);
+        cuda_matmul(be, y, w, gate, n);
+        return;
+    }
+    if (noted(cb, OP_GLU_MATMUL, y, w, gate, up, n)) return;
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
     if (cb->mode == STEP_EAGER) work_reserve(cb);
     cuda_product_swiglu(cb, y, m, gate, up, n);
 }
 
-static void cuda_op_swiglu_mlp(backend *be, float *y, const matview *g, const matview *u, const matview *down,
-                               const float *x, float *gate, float *up, int64_t n) {
+static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *const *ws, int k, const float *x,
+                                 int64_t n);
+
+static void cuda_op_glu_mlp(backend *be, float *y, const matview *g, const matview *u, const matview *down,
+                            const float *x, float *gate, float *up, int64_t n, backend_act act) {
     cuda_backend *cb = cb_of(be);
-    if (noted(cb, OP_SWIGLU_MLP, y, g, u, down, x, gate, up, n)) return;
+    if (act != BACKEND_ACT_SILU) {
+        float *const ys[2] = {gate, up};
+        const matview *const ws[2] = {g, u};
+        cuda_op_matmul_multi(be, ys, ws, 2, x, n);
+        cuda_op_glu_matmul(be, y, down, gate, up, n, act);
+        return;
+    }
+    if (noted(cb, OP_GLU_MLP, y, g, u, down, x, gate, up, n)) return;
     const cuda_mat *mg = cuda_mat_of(cb, g), *mu = cuda_mat_of(cb, u), *md = cuda_mat_of(cb, down);
     CELER_ASSERT(n <= cb->p.max_rows && mg->cols <= cb->p.max_cols && md->cols <= cb->p.max_cols);
     if (cb->mode == STEP_EAGER) work_reserve(cb);
@@ -448,10 +471,10 @@ static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *c
     cuda_product_set(cb, ys, ms, k, x, n);
 }
 
-static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
+static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale) {
     cuda_backend *cb = cb_of(be);
-    if (noted(cb, OP_EMBED, y, w, ids, n)) return;
-    cuda_embed(cb->stream, y, cuda_mat_of(cb, w), ids, n);
+    if (noted(cb, OP_EMBED, y, w, ids, n, scale)) return;
+    cuda_embed(cb->stream, y, cuda_mat_of(cb, w), ids, n, scale);
 }
 
 static void cuda_op_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
@@ -471,7 +494,8 @@ static void cuda_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, i
                          const rope_params *rp) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_ROPE, x, pos, n, h, hd, rp)) return;
-    cuda_rope(cb->stream, x, pos, n, h, hd, cuda_vec(cb, rp->inv_freq), rp->mscale, rp->traditional);
+    cuda_rope(cb->stream, x, pos, n, h, hd, rope_dims(rp, hd), cuda_vec(cb, rp->inv_freq), rp->mscale,
+              rp->traditional);
 }
 
 static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float *k, const float *v,
@@ -483,6 +507,7 @@ static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float 
 static void cuda_op_attention(backend *be, float *out, const float *q, const void *kpool, const void *vpool,
                               const attn_rows *rows) {
     const attn_rows *r = rows;
+    CELER_ASSERT(r->softcap == 0.0f); /* no attention_softcap: such models are refused at load */
     /* the decode splits, not r->keys: a recorded step is replayed while they stay the same */
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
               r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->seqs, cuda_attention_splits(cb_of(be), r)))
@@ -496,9 +521,9 @@ static void cuda_op_attention_full(backend *be, float *out, const float *q, cons
     cuda_attention_full(cb_of(be)->stream, out, q, k, v, n, seg, h, hk, hd, scale);
 }
 
-static void cuda_op_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
-    if (noted(cb_of(be), OP_SWIGLU, y, gate, up, m)) return;
-    cuda_swiglu(cb_of(be)->stream, y, gate, up, m);
+static void cuda_op_softcap(backend *be, float *y, float cap, int64_t m) {
+    if (noted(cb_of(be), OP_SOFTCAP, y, cap, m)) return;
+    cuda_softcap(cb_of(be)->stream, y, cap, m);
 }
 
 /* Between steps, on the stream (the download after it waits for it). */
@@ -545,6 +570,12 @@ static void cuda_op_rope_store(backend *be, float *q, float *k, const float *v, 
                                const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd,
                                const rope_params *rp) {
     cuda_backend *cb = cb_of(be);
+    if (rope_dims(rp, hd) != hd) { /* partial rotary: the fused kernel stores turned pairs only */
+        cuda_op_rope(be, q, pos, n, h, hd, rp);
+        cuda_op_rope(be, k, pos, n, hk, hd, rp);
+        cuda_op_kv_store(be, kpool, vpool, k, v, slot, n, hk * hd);
+        return;
+    }
     if (noted(cb, OP_ROPE_STORE, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, rp)) return;
     cuda_rope_store(cb->stream, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, cuda_vec(cb, rp->inv_freq), rp->mscale,
                     rp->traditional, be->kv_f16);
@@ -605,10 +636,12 @@ static const backend_ops cuda_ops = {
     .layernorm = cuda_op_layernorm,
     .rope = cuda_op_rope,
     .kv_store = cuda_op_kv_store,
+    .attention_softcap = false, /* no soft-capping in the attention kernels yet */
     .attention = cuda_op_attention,
     .attention_full = cuda_op_attention_full,
-    .swiglu = cuda_op_swiglu,
+    .glu = cuda_op_glu,
     .act = cuda_op_act,
+    .softcap = cuda_op_softcap,
     .add = cuda_op_add,
     .add_bias = cuda_op_add_bias,
     .scale = cuda_op_scale,
@@ -616,8 +649,8 @@ static const backend_ops cuda_ops = {
     .matmul_multi = cuda_op_matmul_multi,
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,
-    .swiglu_matmul = cuda_op_swiglu_matmul,
-    .swiglu_mlp = cuda_op_swiglu_mlp,
+    .glu_matmul = cuda_op_glu_matmul,
+    .glu_mlp = cuda_op_glu_mlp,
     .argmax_rows = cuda_op_argmax_rows,
 };
 
@@ -676,4 +709,6 @@ const backend_class backend_cuda_class = {
     .prepare = cuda_prepare,
     .unprepare = cuda_unprepare,
     .create = cuda_create,
+    .default_threads = NULL,
+    .kernels_supported = NULL,
 };

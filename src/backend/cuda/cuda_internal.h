@@ -53,7 +53,7 @@ __device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.w
     pdl_wait_prev();                                                                                 \
     trace_scope_.ready()
 
-/* SwiGLU of one element: cuda_swiglu's and the fused products' (the same bits); of four. */
+/* SwiGLU of one element: cuda_glu's (SiLU) and the fused products' (the same bits); of four. */
 __device__ __forceinline__ float swiglu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
     return make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z), swiglu_of(g.w, u.w));
@@ -195,20 +195,21 @@ void cuda_product_mlp(cuda_backend *cb, float *y, const cuda_mat *g, const cuda_
 
 /* ==== Kernels (kernels.cu) ==== */
 
-void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n);
+void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n, float scale);
 void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps);
 void cuda_add_rmsnorm(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
                       float eps);
 void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
                     int64_t d, float eps);
-void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, int64_t dims,
                const float *inv_freq, float mscale, bool traditional);
 void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *kpool, void *vpool, const int32_t *pos,
                      const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd, const float *inv_freq,
                      float mscale, bool traditional, bool f16);
 void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
                    int64_t n, int64_t kvd, bool f16);
-void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m);
+void cuda_glu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m, backend_act act);
+void cuda_softcap(cudaStream_t s, float *y, float cap, int64_t m);
 void cuda_argmax_rows(cudaStream_t s, int32_t *ids, const float *x, int64_t n, int64_t v);
 void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act kind);
 void cuda_add(cudaStream_t s, float *y, const float *x, int64_t m);

@@ -47,13 +47,17 @@ __global__ static void k_embed(float *y, const void *table, int t, int64_t cols,
     }
 }
 
-void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n) {
-    if (w->bits) {
-        CUDA_CHECK(cuda_affine_rows(y, &w->aff, ids, n, s));
-        return;
-    }
+/* The looked-up rows (ids >= 0) of y[n, cols] times a. */
+__global__ static void k_scale_rows(float *y, const int32_t *ids, int64_t cols, float a, int64_t m) {
+    GRID_STRIDE(i, m) if (ids[i / cols] >= 0) y[i] *= a;
+}
+
+void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n, float scale) {
     const int64_t m = n * w->cols;
-    k_embed<<<blocks_for(m), THREADS, 0, s>>>(y, w->dense, w->type, w->cols, ids, m);
+    if (w->bits) CUDA_CHECK(cuda_affine_rows(y, &w->aff, ids, n, s));
+    else k_embed<<<blocks_for(m), THREADS, 0, s>>>(y, w->dense, w->type, w->cols, ids, m);
+    /* a second pass, only where a family scales its embedding (Gemma) */
+    if (scale != 1.0f) k_scale_rows<<<blocks_for(m), THREADS, 0, s>>>(y, ids, w->cols, scale, m);
 }
 
 /* ==== Norms: one block per row ==== */
@@ -193,12 +197,12 @@ __device__ static void rope_pair(float *v, int32_t pos, int64_t i, int64_t half,
     rope_turn(v, a, b, c, sn, y0, y1);
 }
 
-/* x[n, h, hd] turned, one thread per pair: each forms its own angle, so a row needs no
- * shared table and one round trip to memory. */
-__global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, const float *inv_freq,
+/* x[n, h, hd] turned, one thread per pair of the first dims values of each head: each
+ * forms its own angle, so a row needs no shared table and one round trip to memory. */
+__global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t hd, int64_t dims, const float *inv_freq,
                               float mscale, bool traditional, int64_t m) {
     PDL_ENTRY(TR_ROPE);
-    const int64_t half = hd / 2;
+    const int64_t half = dims / 2;
     GRID_STRIDE(j, m) { /* j = (t * h + head) * half + i */
         const int64_t i = j % half, th = j / half;
         float y0, y1;
@@ -206,10 +210,11 @@ __global__ static void k_rope(float *x, const int32_t *pos, int64_t h, int64_t h
     }
 }
 
-void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, const float *inv_freq,
-               float mscale, bool traditional) {
-    const int64_t m = n * h * (hd / 2);
-    if (m > 0) launch_pdl(k_rope, blocks_for(m), THREADS, 0, s, x, pos, h, hd, inv_freq, mscale, traditional, m);
+void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, int64_t dims,
+               const float *inv_freq, float mscale, bool traditional) {
+    const int64_t m = n * h * (dims / 2);
+    if (m > 0)
+        launch_pdl(k_rope, blocks_for(m), THREADS, 0, s, x, pos, h, hd, dims, inv_freq, mscale, traditional, m);
 }
 
 template <typename T> __device__ static T kv_value(float v);
@@ -295,30 +300,53 @@ void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, con
 
 /* ==== Elementwise ==== */
 
-__global__ static void k_swiglu(float *y, const float *gate, const float *up, int64_t m) {
-    PDL_ENTRY(TR_SWIGLU);
-    GRID_STRIDE(i, m) y[i] = swiglu_of(gate[i], up[i]);
+/* The activations of backend_act in the reference's formulas. */
+__device__ __forceinline__ static float act_of(float v, backend_act kind) {
+    switch (kind) {
+    case BACKEND_ACT_SILU: return v / (1.0f + expf(-v));
+    case BACKEND_ACT_GELU_ERF: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case BACKEND_ACT_GELU_TANH: return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+    case BACKEND_ACT_QUICK_GELU: return v / (1.0f + expf(-1.702f * v));
+    }
+    return v;
 }
 
-void cuda_swiglu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m) {
-    launch_pdl(k_swiglu, blocks_for(m), THREADS, 0, s, y, gate, up, m);
+/* The activation is a template argument, so SwiGLU's kernel is the fused products' bits
+ * (swiglu_of) with no branch. */
+template <backend_act ACT> __global__ static void k_glu(float *y, const float *gate, const float *up, int64_t m) {
+    PDL_ENTRY(TR_SWIGLU);
+    GRID_STRIDE(i, m) y[i] = ACT == BACKEND_ACT_SILU ? swiglu_of(gate[i], up[i]) : act_of(gate[i], ACT) * up[i];
+}
+
+void cuda_glu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+    switch (act) {
+    case BACKEND_ACT_SILU: launch_pdl(k_glu<BACKEND_ACT_SILU>, blocks_for(m), THREADS, 0, s, y, gate, up, m); break;
+    case BACKEND_ACT_GELU_ERF:
+        launch_pdl(k_glu<BACKEND_ACT_GELU_ERF>, blocks_for(m), THREADS, 0, s, y, gate, up, m);
+        break;
+    case BACKEND_ACT_GELU_TANH:
+        launch_pdl(k_glu<BACKEND_ACT_GELU_TANH>, blocks_for(m), THREADS, 0, s, y, gate, up, m);
+        break;
+    case BACKEND_ACT_QUICK_GELU:
+        launch_pdl(k_glu<BACKEND_ACT_QUICK_GELU>, blocks_for(m), THREADS, 0, s, y, gate, up, m);
+        break;
+    }
 }
 
 __global__ static void k_act(float *y, const float *x, int64_t m, backend_act kind) {
-    GRID_STRIDE(i, m) {
-        const float v = x[i];
-        switch (kind) {
-        case BACKEND_ACT_GELU_ERF: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
-        case BACKEND_ACT_GELU_TANH:
-            y[i] = 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-            break;
-        case BACKEND_ACT_QUICK_GELU: y[i] = v / (1.0f + expf(-1.702f * v)); break;
-        }
-    }
+    GRID_STRIDE(i, m) y[i] = act_of(x[i], kind);
 }
 
 void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act kind) {
     k_act<<<blocks_for(m), THREADS, 0, s>>>(y, x, m, kind);
+}
+
+__global__ static void k_softcap(float *y, float cap, int64_t m) {
+    GRID_STRIDE(i, m) y[i] = cap * tanhf(y[i] / cap);
+}
+
+void cuda_softcap(cudaStream_t s, float *y, float cap, int64_t m) {
+    k_softcap<<<blocks_for(m), THREADS, 0, s>>>(y, cap, m);
 }
 
 __global__ static void k_add(float *y, const float *x, int64_t m) {

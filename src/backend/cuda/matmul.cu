@@ -252,7 +252,7 @@ void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *g
         affine_dense(cb, y, m, x_half(cb, gate, up, xm), n);
         return;
     }
-    cuda_swiglu(cb->stream, gate, gate, up, xm);
+    cuda_glu(cb->stream, gate, gate, up, xm, BACKEND_ACT_SILU);
     cuda_product(cb, y, m, gate, n);
 }
 

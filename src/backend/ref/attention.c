@@ -1,6 +1,6 @@
 /*
  * attention.c - reference attention of one query row: causal over a paged KV cache, with
- * grouped-query heads and an optional sliding window; or unmasked over plain K and V rows
+ * grouped-query heads, an optional sliding window and optional soft-capping of the scores; or unmasked over plain K and V rows
  * (a vision encoder's segment). Materializes the score row (one float per key); the tiled
  * online-softmax kernels belong to the CPU backend.
  */
@@ -14,7 +14,7 @@ static inline float kv_at(const void *pool, bool f16, int64_t i) {
 }
 
 void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
-                   int64_t h, int64_t hk, int64_t hd, float scale, float *scores) {
+                   int64_t h, int64_t hk, int64_t hd, float scale, float softcap, float *scores) {
     const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     const int64_t n = pos - lo + 1, group = h / hk, kvd = hk * hd;
     for (int64_t i = 0; i < h; i++) {
@@ -26,6 +26,7 @@ void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, i
             for (int64_t c = 0; c < hd; c++) dot += qi[c] * kv_at(kv->k, kv->f16, k + c);
             scores[j] = dot * scale;
         }
+        if (softcap > 0.0f) ref_softcap(scores, softcap, n);
         ref_softmax(scores, n);
         float *o = out + i * hd;
         for (int64_t c = 0; c < hd; c++) o[c] = 0.0f;

@@ -49,6 +49,7 @@ typedef struct matmul_job {
     const float *x;
     const int32_t *ids;
     int64_t n;
+    float scale; /* of embedded rows */
 } matmul_job;
 
 static void matmul_task(void *p, int ith, int nth) {
@@ -63,7 +64,7 @@ static void matmul_task(void *p, int ith, int nth) {
 static void ref_op_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     ref_backend *rb = (ref_backend *)be;
     CELER_ASSERT(w->cols <= rb->max_cols);
-    matmul_job j = {rb, y, w, x, NULL, n};
+    matmul_job j = {rb, y, w, x, NULL, n, 1.0f};
     atomic_store(&rb->counter.next, 0);
     threadpool_run(rb->pool, matmul_task, &j);
 }
@@ -72,13 +73,18 @@ static void embed_task(void *p, int ith, int nth) {
     matmul_job *j = p;
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++)
-        if (j->ids[t] >= 0) ref_mat_row(j->y + t * j->w->cols, j->w, j->ids[t]);
+    for (int64_t t = lo; t < hi; t++) {
+        if (j->ids[t] < 0) continue;
+        float *y = j->y + t * j->w->cols;
+        ref_mat_row(y, j->w, j->ids[t]);
+        if (j->scale != 1.0f)
+            for (int64_t c = 0; c < j->w->cols; c++) y[c] *= j->scale;
+    }
 }
 
-static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n) {
+static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale) {
     ref_backend *rb = (ref_backend *)be;
-    matmul_job j = {rb, y, w, NULL, ids, n};
+    matmul_job j = {rb, y, w, NULL, ids, n, scale};
     threadpool_run(rb->pool, embed_task, &j);
 }
 
@@ -91,7 +97,7 @@ typedef struct row_job {
     const void *kpool, *vpool;
     const int32_t *idx;
     int64_t n, d, h, hd;
-    float eps;
+    float eps, cap;
     backend_act act;
     const rope_params *rp;
     const attn_rows *ar;
@@ -130,8 +136,7 @@ static void rope_task(void *p, int ith, int nth) {
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++)
-        ref_rope(j->y + t * j->h * j->hd, j->h, j->hd, j->idx[t], j->rp->inv_freq, j->rp->mscale,
-                 j->rp->traditional);
+        ref_rope(j->y + t * j->h * j->hd, j->h, j->hd, j->idx[t], j->rp);
 }
 
 static void ref_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h,
@@ -167,7 +172,7 @@ static void attention_task(void *p, int ith, int nth) {
         kv_span kv = {j->kpool, j->vpool, ar->tables + (int64_t)ar->seq[t] * ar->table_cols, ar->block_size,
                       j->rb->base.kv_f16};
         ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], ar->window, ar->h, ar->hk,
-                      ar->hd, ar->scale, scores);
+                      ar->hd, ar->scale, ar->softcap, scores);
     }
 }
 
@@ -210,16 +215,28 @@ static void ref_op_attention_full(backend *be, float *out, const float *q, const
     threadpool_run(rb->pool, attention_full_task, &j);
 }
 
-static void swiglu_task(void *p, int ith, int nth) {
+static void glu_task(void *p, int ith, int nth) {
     row_job *j = p;
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
-    ref_swiglu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo);
+    ref_glu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo, j->act);
 }
 
-static void ref_op_swiglu(backend *be, float *y, const float *gate, const float *up, int64_t m) {
-    row_job j = {.rb = (ref_backend *)be, .y = y, .x = gate, .x2 = up, .n = m};
-    threadpool_run(j.rb->pool, swiglu_task, &j);
+static void ref_op_glu(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+    row_job j = {.rb = (ref_backend *)be, .y = y, .x = gate, .x2 = up, .n = m, .act = act};
+    threadpool_run(j.rb->pool, glu_task, &j);
+}
+
+static void softcap_task(void *p, int ith, int nth) {
+    row_job *j = p;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    ref_softcap(j->y + lo, j->cap, hi - lo);
+}
+
+static void ref_op_softcap(backend *be, float *y, float cap, int64_t m) {
+    row_job j = {.rb = (ref_backend *)be, .y = y, .n = m, .cap = cap};
+    threadpool_run(j.rb->pool, softcap_task, &j);
 }
 
 static void act_task(void *p, int ith, int nth) {
@@ -257,10 +274,12 @@ static const backend_ops ref_ops = {
     .layernorm = ref_op_layernorm,
     .rope = ref_op_rope,
     .kv_store = ref_op_kv_store,
+    .attention_softcap = true,
     .attention = ref_op_attention,
     .attention_full = ref_op_attention_full,
-    .swiglu = ref_op_swiglu,
+    .glu = ref_op_glu,
     .act = ref_op_act,
+    .softcap = ref_op_softcap,
     .add = backend_host_add,
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,

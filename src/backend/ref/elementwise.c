@@ -1,6 +1,6 @@
 /*
- * elementwise.c - reference RMSNorm, LayerNorm, RoPE, softmax, SiLU/SwiGLU and the GELU
- * family of activations.
+ * elementwise.c - reference RMSNorm, LayerNorm, RoPE, softmax, soft-capping, and the
+ * activations (SiLU, the GELU family) alone or gating a second input.
  */
 #include "backend/ref/ref.h"
 
@@ -23,14 +23,13 @@ void ref_layernorm(float *y, const float *x, const float *w, const float *b, int
     for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
-void ref_rope(float *x, int64_t h, int64_t hd, int64_t pos, const float *inv_freq, float mscale,
-              bool traditional) {
-    const int64_t half = hd / 2;
+void ref_rope(float *x, int64_t h, int64_t hd, int64_t pos, const rope_params *rp) {
+    const int64_t half = rope_dims(rp, hd) / 2;
     for (int64_t i = 0; i < half; i++) {
         /* The angle is formed in fp32 as the reference implementations do. */
-        const float ang = (float)pos * inv_freq[i];
-        const float c = (float)cos((double)ang) * mscale, s = (float)sin((double)ang) * mscale;
-        const int64_t a = traditional ? 2 * i : i, b = traditional ? 2 * i + 1 : i + half;
+        const float ang = (float)pos * rp->inv_freq[i];
+        const float c = (float)cos((double)ang) * rp->mscale, s = (float)sin((double)ang) * rp->mscale;
+        const int64_t a = rp->traditional ? 2 * i : i, b = rp->traditional ? 2 * i + 1 : i + half;
         for (int64_t k = 0; k < h; k++) {
             float *v = x + k * hd;
             const float x0 = v[a], x1 = v[b];
@@ -54,12 +53,10 @@ void ref_softmax(float *x, int64_t n) {
 
 float ref_silu(float x) { return x / (1.0f + expf(-x)); }
 
-void ref_swiglu(float *y, const float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ref_silu(gate[i]) * up[i];
-}
-
-static float act_one(float x, backend_act kind) {
+float ref_act_one(float x, backend_act kind) {
     switch (kind) {
+    case BACKEND_ACT_SILU:
+        return ref_silu(x);
     case BACKEND_ACT_GELU_ERF:
         return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case BACKEND_ACT_GELU_TANH:
@@ -71,5 +68,14 @@ static float act_one(float x, backend_act kind) {
 }
 
 void ref_act(float *y, const float *x, int64_t n, backend_act kind) {
-    for (int64_t i = 0; i < n; i++) y[i] = act_one(x[i], kind);
+    for (int64_t i = 0; i < n; i++) y[i] = ref_act_one(x[i], kind);
+}
+
+void ref_glu(float *y, const float *gate, const float *up, int64_t n, backend_act act) {
+    for (int64_t i = 0; i < n; i++) y[i] = ref_act_one(gate[i], act) * up[i];
+}
+
+/* tanh in double, rounded once: the reference's own rounding stays below fp32's. */
+void ref_softcap(float *y, float cap, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = (float)((double)cap * tanh((double)y[i] / (double)cap));
 }

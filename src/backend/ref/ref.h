@@ -30,29 +30,34 @@ void ref_rmsnorm(float *y, const float *x, const float *w, int64_t d, float eps)
  * an fp32 LayerNorm; b may be NULL (no bias); y may alias x. */
 void ref_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps);
 
-/* In-place rotary embedding of x[h, hd] at position pos. Pair i < hd/2 rotates by
- * pos * inv_freq[i], cos and sin scaled by mscale. traditional: pairs (2i, 2i+1);
- * otherwise (i, i + hd/2) as Hugging Face's rotate_half. */
-void ref_rope(float *x, int64_t h, int64_t hd, int64_t pos, const float *inv_freq, float mscale,
-              bool traditional);
+/* In-place rotary embedding of x[h, hd] at position pos: of each head the first
+ * r = rope_dims(rp, hd) values rotate, pair i < r/2 by pos * rp->inv_freq[i], cos and sin
+ * scaled by rp->mscale; the rest pass through. traditional: pairs (2i, 2i+1); otherwise
+ * (i, i + r/2) as Hugging Face's rotate_half on the rotated part. */
+void ref_rope(float *x, int64_t h, int64_t hd, int64_t pos, const rope_params *rp);
 
 /* In-place softmax of x[n]. */
 void ref_softmax(float *x, int64_t n);
 
 float ref_silu(float x);
 
-/* y[n] = silu(gate[n]) * up[n] (y may alias gate). */
-void ref_swiglu(float *y, const float *gate, const float *up, int64_t n);
+/* y[n] = act(gate[n]) * up[n] (y may alias gate). */
+void ref_glu(float *y, const float *gate, const float *up, int64_t n, backend_act act);
+
+/* y[n] = cap * tanh(y[n] / cap). */
+void ref_softcap(float *y, float cap, int64_t n);
 
 /* y[n] = act(x[n]) by libm's erff, tanhf and expf in the formulas of backend_act (y may
  * alias x). */
+float ref_act_one(float x, backend_act kind);
 void ref_act(float *y, const float *x, int64_t n, backend_act kind);
 
 /* out[h, hd] = causal attention of q[h, hd] at position pos over the keys of kv at
  * positions [max(0, pos - window + 1), pos] (window <= 0: all of [0, pos]). Query head i
- * reads kv head i / (h / hk) (GQA). scores: scratch of pos + 1 floats. */
+ * reads kv head i / (h / hk) (GQA). A score is scale * q . k, then softcap * tanh(score /
+ * softcap) where softcap > 0. scores: scratch of pos + 1 floats. */
 void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
-                   int64_t h, int64_t hk, int64_t hd, float scale, float *scores);
+                   int64_t h, int64_t hk, int64_t hd, float scale, float softcap, float *scores);
 
 /* out[h, hd] = attention of q[h, hd] over every row of k, v[seg, hk*hd] (no mask). Query
  * head i reads kv head i / (h / hk). scores: scratch of seg floats. */
