@@ -44,7 +44,7 @@ import numpy as np
 # GGUF tensor names, llama.cpp's q/k row order and blocks from MLX codes: shared with the
 # fixture writer, so both agree.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from gguf_layout import gguf_name, mlx_to_blocks, permute  # noqa: E402
+from gguf_layout import add_shape, gguf_name, mlx_to_blocks, permute  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "bench-models"
@@ -220,12 +220,7 @@ def write_synthetic(name, cfg, seed, tok_name, pre, add_bos):
         w = gguf.GGUFWriter(str(d / f"{qname}.gguf.part"), arch)
         w.add_name(name)
         w.add_file_type(ftype)
-        w.add_block_count(cfg["num_hidden_layers"])
-        w.add_context_length(cfg["max_position_embeddings"])
-        w.add_embedding_length(cfg["hidden_size"])
-        w.add_feed_forward_length(cfg["intermediate_size"])
-        w.add_head_count(cfg["num_attention_heads"])
-        w.add_head_count_kv(cfg["num_key_value_heads"])
+        add_shape(w, cfg)
         w.add_rope_dimension_count(hd)
         w.add_key_length(hd)
         w.add_value_length(hd)

@@ -37,6 +37,18 @@ def gguf_name(hf):
     return f"blk.{parts[2]}." + LAYER_NAMES[".".join(parts[3:])]
 
 
+def add_shape(w, cfg):
+    """The model-shape keys every writer starts with, from a Hugging Face config, on a
+    gguf.GGUFWriter: block_count, context_length, embedding_length, feed_forward_length,
+    attention.head_count and attention.head_count_kv."""
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+
+
 def permute(w, n_head):
     """llama.cpp converter's q/k row order for its interleaved RoPE (rows of head h
     reordered (h, j, i) -> (h, i, j), j the half of the head, i the pair index). Acts on

@@ -60,6 +60,10 @@ model written by transformers' save_pretrained (its own config.json, with
 layer_types instead of the pattern), the layout of transformers checkpoints.
 
 Regenerate a subset with --only MODEL[,MODEL...] (the others stay as they are).
+
+tools/make_family_fixtures.py (Qwen3, Gemma 2 and 3, Phi-3, also as GGUF) builds on the
+helpers here: init_weights knows those layouts, build_model_group takes a model spec and
+a writer for each fixture, save_group a cross-check.
 """
 
 import argparse
@@ -284,24 +288,37 @@ def head_dim_of(cfg):
 
 
 def init_weights(cfg, seed):
-    """Random float32 weights with HF names."""
+    """Random float32 weights with HF names.
+
+    Norm weights are drawn around 1 (1 + N(0, 0.1); 1 + N(0, 0.3) for the per-head q/k
+    norms), except Gemma's: Gemma multiplies by (1 + w), so w ~ N(0, 0.3) clipped to
+    [-0.45, 0.9], far from 1 (a reader that drops the +1 fails) and with 1 + w in
+    [0.55, 1.9], where (1 + w) - 1 is exact in float32 (the GGUF round trip adds 1).
+    Phi-3's fused qkv_proj (rows q, k, v) and gate_up_proj (rows gate, up) are drawn as
+    the separate projections and concatenated."""
     rng = np.random.default_rng(seed)
     H = cfg["hidden_size"]
     I = cfg["intermediate_size"]
     hd = head_dim_of(cfg)
     nq = cfg["num_attention_heads"] * hd
     nkv = cfg["num_key_value_heads"] * hd
-    qwen = cfg["model_type"] == "qwen2"
+    mt = cfg["model_type"]
+    qwen = mt == "qwen2"
+    gemma = mt in ("gemma2", "gemma3_text")
+    qk_norm = mt in ("qwen3", "gemma3_text")
+    fused = mt == "phi3"
     attn_bias = cfg.get("attention_bias", False)
     mlp_bias = cfg.get("mlp_bias", False)
 
     def normal(shape, std):
         return (rng.standard_normal(shape) * std).astype(np.float32)
 
-    def norm_w():
-        return (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32)
+    def norm_w(n=H, spread=0.1):
+        if gemma:
+            return np.clip(0.3 * rng.standard_normal(n), -0.45, 0.9).astype(np.float32)
+        return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
 
-    cohere = cfg["model_type"] == "cohere2"
+    cohere = mt == "cohere2"
     w = {"model.embed_tokens.weight": normal((VOCAB, H), EMBED_STD)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -310,17 +327,28 @@ def init_weights(cfg, seed):
             w[p + f"self_attn.{name}_proj.weight"] = normal((out_dim, H), PROJ_STD)
             if qwen or attn_bias:
                 w[p + f"self_attn.{name}_proj.bias"] = normal(out_dim, BIAS_STD)
+        if qk_norm:
+            w[p + "self_attn.q_norm.weight"] = norm_w(hd, 0.3)
+            w[p + "self_attn.k_norm.weight"] = norm_w(hd, 0.3)
         w[p + "self_attn.o_proj.weight"] = normal((H, nq), PROJ_STD)
         if attn_bias:
             w[p + "self_attn.o_proj.bias"] = normal(H, BIAS_STD)
         if not cohere:  # Cohere2's one norm feeds attention and the MLP
             w[p + "post_attention_layernorm.weight"] = norm_w()
+        if gemma:
+            w[p + "pre_feedforward_layernorm.weight"] = norm_w()
+            w[p + "post_feedforward_layernorm.weight"] = norm_w()
         w[p + "mlp.gate_proj.weight"] = normal((I, H), PROJ_STD)
         w[p + "mlp.up_proj.weight"] = normal((I, H), PROJ_STD)
         w[p + "mlp.down_proj.weight"] = normal((H, I), PROJ_STD)
         if mlp_bias:
             for n, d in (("gate", I), ("up", I), ("down", H)):
                 w[p + f"mlp.{n}_proj.bias"] = normal(d, BIAS_STD)
+        if fused:
+            w[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+            w[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [w.pop(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")])
     w["model.norm.weight"] = norm_w()
     if not cfg["tie_word_embeddings"]:
         w["lm_head.weight"] = normal((VOCAB, H), HEAD_STD)
@@ -612,6 +640,14 @@ def row_margins(logits):
 
 
 def mlx_check(d, cfg, ids, golden):
+    """Max |mlx-lm logits - golden|, in the checkpoint dtype and upcast to float32."""
+    native, f32 = mlx_logits(d, cfg, ids)
+    return float(np.abs(native - golden).max()), float(np.abs(f32 - golden).max())
+
+
+def mlx_logits(d, cfg, ids):
+    """mlx-lm's logits for ids on checkpoint d: in the checkpoint dtype, then with every
+    floating parameter upcast to float32."""
     import mlx.core as mx
     from mlx.utils import tree_map
     from mlx_lm.utils import load_model
@@ -636,7 +672,7 @@ def mlx_check(d, cfg, ids, golden):
 
     model.update(tree_map(up, model.parameters()))
     f32 = np.array(model(mx.array([ids]))[0].astype(mx.float32))
-    return float(np.abs(native - golden).max()), float(np.abs(f32 - golden).max())
+    return native, f32
 
 
 def check_quant_against_mlx(d, tensors, quant_info):
@@ -671,19 +707,64 @@ def prompt_ids():
     return [int(x) for x in rng.integers(3, VOCAB, size=PROMPT_LEN)]
 
 
-def golden_for_dir(d, ids):
-    with open(d / "config.json") as f:
-        cfg = json.load(f)
-    tensors = read_tensors(d)
+def load_checkpoint_model(d, cfg=None, tensors=None):
+    """transformers (fp32, eager) holding checkpoint d's values: (model, cfg, state dict,
+    quantized modules). cfg and tensors default to d's config.json and safetensors."""
+    if cfg is None:
+        with open(d / "config.json") as f:
+            cfg = json.load(f)
+    if tensors is None:
+        tensors = read_tensors(d)
     model = build_hf_model(cfg)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     sd, quant_info = hf_state_dict(cfg, tensors, shapes)
     load_into(model, sd, cfg["tie_word_embeddings"])
     if quant_info:
         check_quant_against_mlx(d, tensors, quant_info)
+    return model, cfg, sd, quant_info
+
+
+def golden_record(model, ids):
+    """The logits of every row of ids and golden.json's record for them."""
+    import transformers
+
     logits = hf_logits(model, ids)
     greedy, margins = hf_greedy(model, ids)
-    return cfg, sd, logits, greedy, margins, quant_info
+    return logits, {
+        "input_ids": ids,
+        "greedy": greedy,
+        "min_margin": float(min(margins)),
+        "prompt_min_margin": float(row_margins(logits).min()),
+        "max_abs_logit": float(np.abs(logits).max()),
+        "transformers": transformers.__version__,
+    }
+
+
+def fixture_result(d, model, cfg, sd, ids, quant_info=None):
+    """What build_model_group keeps of a written fixture. "extras" maps a suffix to a
+    further (golden record, logits), saved as golden_<suffix>.json and
+    golden_<suffix>_logits.npy."""
+    logits, golden = golden_record(model, ids)
+    return {"dir": d, "model": model, "cfg": cfg, "sd": sd, "logits": logits,
+            "quant_info": quant_info or {}, "golden": golden, "extras": {}}
+
+
+def make_fixture(dirname, fmt, src, work, ids):
+    """Write fixture dirname of format fmt from the source directory, with its goldens."""
+    dst = work / dirname
+    if fmt == "sharded":
+        write_sharded(work / dirname.replace("-sharded", ""), dst)
+    elif fmt == "hf":
+        write_hf(src, dst)
+    else:
+        convert(src, dst, fmt, DTYPE_NAMES.get(fmt, "bfloat16"))
+    model, cfg, sd, quant_info = load_checkpoint_model(dst)
+    return fixture_result(dst, model, cfg, sd, ids, quant_info)
+
+
+def smallest_margin(res):
+    goldens = [res["golden"]] + [g for g, _ in res["extras"].values()]
+    return min(min(g["min_margin"], g["prompt_min_margin"]) for g in goldens)
 
 
 def variant_differs(cfg, sd, ids, logits, **override):
@@ -695,52 +776,27 @@ def variant_differs(cfg, sd, ids, logits, **override):
     return float(np.abs(hf_logits(m, ids) - logits).max())
 
 
-def build_model_group(model_name, fixtures, scratch, ids, log):
-    import transformers
-
-    spec = MODELS[model_name]
+def build_model_group(model_name, fixtures, scratch, ids, log, spec=None, make=make_fixture):
+    """Draw weights from spec's seed (MODELS[model_name] by default), write every fixture
+    of the group with make(dirname, fmt, src, work, ids), and take the next seed while any
+    of their goldens has a top-1/top-2 margin under MIN_MARGIN. spec["init"] replaces
+    init_weights."""
+    spec = spec or MODELS[model_name]
     for attempt in range(MAX_SEED_TRIES):
         seed = spec["seed"] + attempt
         cfg = copy.deepcopy(spec["config"])
-        weights = init_weights(cfg, seed)
+        weights = spec.get("init", init_weights)(cfg, seed)
         work = scratch / f"{model_name}-{seed}"
         src = work / "src"
         write_source(src, cfg, weights)
         results = {}
-        ok = True
         for dirname, _, fmt in fixtures:
-            dst = work / dirname
-            if fmt == "sharded":
-                write_sharded(work / f"{model_name}-bf16", dst)
-            elif fmt == "hf":
-                write_hf(src, dst)
-            else:
-                dtype_name = DTYPE_NAMES.get(fmt, "bfloat16")
-                convert(src, dst, fmt, dtype_name)
-            wcfg, sd, logits, greedy, margins, quant_info = golden_for_dir(dst, ids)
-            pm = row_margins(logits)
-            res = {
-                "dir": dst,
-                "cfg": wcfg,
-                "sd": sd,
-                "logits": logits,
-                "quant_info": quant_info,
-                "golden": {
-                    "input_ids": ids,
-                    "greedy": greedy,
-                    "min_margin": float(min(margins)),
-                    "prompt_min_margin": float(pm.min()),
-                    "max_abs_logit": float(np.abs(logits).max()),
-                    "transformers": transformers.__version__,
-                },
-            }
+            res = make(dirname, fmt, src, work, ids)
             results[dirname] = res
-            if min(margins) < MIN_MARGIN or pm.min() < MIN_MARGIN:
-                log(f"  {dirname}: seed {seed} rejected (min_margin {min(margins):.2e}, "
-                    f"prompt {pm.min():.2e})")
-                ok = False
+            if smallest_margin(res) < MIN_MARGIN:
+                log(f"  {dirname}: seed {seed} rejected (smallest margin {smallest_margin(res):.2e})")
                 break
-        if ok:
+        else:
             return seed, results
     raise RuntimeError(f"no seed with healthy margins for {model_name}")
 
@@ -781,16 +837,58 @@ def verify_semantics(model_name, results, ids, log):
         assert diff > 1e-2
 
 
+def write_goldens(d, res):
+    np.save(d / "golden_logits.npy", res["logits"].astype("<f4"))
+    with open(d / "golden.json", "w") as f:
+        json.dump(res["golden"], f, indent=2)
+        f.write("\n")
+    for suffix, (golden, logits) in res["extras"].items():
+        np.save(d / f"golden_{suffix}_logits.npy", logits.astype("<f4"))
+        with open(d / f"golden_{suffix}.json", "w") as f:
+            json.dump(golden, f, indent=2)
+            f.write("\n")
+
+
+def save_group(results, ids, out, log, summary, check=mlx_check):
+    """Write each fixture's goldens, cross-check it with check(dir, cfg, ids, logits) ->
+    (diff in the checkpoint dtype, diff in float32) or None, and copy it to out."""
+    for dirname, res in results.items():
+        d = res["dir"]
+        diffs = check(d, res["cfg"], ids, res["logits"])
+        native, f32 = diffs if diffs else (float("nan"), float("nan"))
+        write_goldens(d, res)
+        dest = out / dirname
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(d, dest)
+        g = res["golden"]
+        qi = ", ".join(f"{k}:{b}b/g{gs}" for k, (b, gs) in sorted(res["quant_info"].items()) if k in ("lm_head", "model.embed_tokens", "model.layers.0.mlp.down_proj", "model.layers.1.self_attn.v_proj"))
+        log(f"  {dirname}: min_margin {g['min_margin']:.4f} prompt_min_margin "
+            f"{g['prompt_min_margin']:.4f} max_abs_logit {g['max_abs_logit']:.2f} "
+            f"mlx diff native {native:.4f} f32 {f32:.2e}"
+            + (f" [{qi}]" if qi else ""))
+        summary.append((dirname, dir_size(dest), g["min_margin"], native, f32))
+
+
 def dir_size(d):
     return sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def print_summary(summary, log):
+    total = 0
+    log("\nfixture                     size(B)  min_margin  mlx_native  mlx_f32")
+    for name, size, mm, nat, f32 in summary:
+        total += size
+        log(f"{name:26s} {size:8d}  {mm:10.4f}  {nat:10.4f}  {f32:.2e}")
+    log(f"total {total} bytes")
+
+
+def start(doc):
+    """A generator's command line (--out, --only) and set-up: (out, only, log)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     args = ap.parse_args()
-    only = [m for m in args.only.split(",") if m]
 
     import torch
 
@@ -800,9 +898,13 @@ def main():
     def log(msg):
         print(msg, flush=True)
 
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args.out, [m for m in args.only.split(",") if m], log
+
+
+def main():
+    out, only, log = start(__doc__)
     ids = prompt_ids()
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
     summary = []
     with tempfile.TemporaryDirectory() as td:
         scratch = Path(td)
@@ -819,30 +921,8 @@ def main():
                 b = results["llama3-sharded-bf16"]
                 assert np.array_equal(a["logits"], b["logits"])
                 assert a["golden"] == b["golden"]
-            for dirname, res in results.items():
-                d = res["dir"]
-                native, f32 = mlx_check(d, res["cfg"], ids, res["logits"])
-                np.save(d / "golden_logits.npy", res["logits"].astype("<f4"))
-                with open(d / "golden.json", "w") as f:
-                    json.dump(res["golden"], f, indent=2)
-                    f.write("\n")
-                dest = out / dirname
-                if dest.exists():
-                    shutil.rmtree(dest)
-                shutil.copytree(d, dest)
-                g = res["golden"]
-                qi = ", ".join(f"{k}:{b}b/g{gs}" for k, (b, gs) in sorted(res["quant_info"].items()) if k in ("lm_head", "model.embed_tokens", "model.layers.0.mlp.down_proj", "model.layers.1.self_attn.v_proj"))
-                log(f"  {dirname}: min_margin {g['min_margin']:.4f} prompt_min_margin "
-                    f"{g['prompt_min_margin']:.4f} max_abs_logit {g['max_abs_logit']:.2f} "
-                    f"mlx diff native {native:.4f} f32 {f32:.2e}"
-                    + (f" [{qi}]" if qi else ""))
-                summary.append((dirname, dir_size(dest), g["min_margin"], native, f32))
-    total = 0
-    log("\nfixture                     size(B)  min_margin  mlx_native  mlx_f32")
-    for name, size, mm, nat, f32 in summary:
-        total += size
-        log(f"{name:26s} {size:8d}  {mm:10.4f}  {nat:10.4f}  {f32:.2e}")
-    log(f"total {total} bytes")
+            save_group(results, ids, out, log, summary)
+    print_summary(summary, log)
     return 0
 
 

@@ -14,9 +14,13 @@ the chosen type. Goldens (golden.json, golden_logits.npy) come from transformers
 float32 on the values gguf's own dequantize() returns, q/k un-permuted.
 
 Run: build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures [--only SOURCE]
+
+write_family_gguf writes arches qwen3, gemma2, gemma3 and phi3 for
+tools/make_family_fixtures.py (which makes those fixtures and their goldens).
 """
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -25,26 +29,132 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_fixtures as mf  # noqa: E402
-from gguf_layout import gguf_name, heads_for, permute, unpermute  # noqa: E402
+from gguf_layout import add_shape, gguf_name, heads_for, permute, unpermute  # noqa: E402
 
 import gguf  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 TYPES = {"f32": Q.F32, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1}
+FAMILY_TYPES = {"f16": Q.F16, "q8_0": Q.Q8_0, "q4_0": Q.Q4_0, "q4_1": Q.Q4_1}
+GGUF_VERSION = gguf.__version__ if hasattr(gguf, "__version__") else "0.19.0"
 SOURCES = {"llama-tied-bf16": TYPES, "qwen2-bf16": TYPES,
            "cohere2-bf16": {"f32": Q.F32, "q4_1": Q.Q4_1}}
+
+FILE_TYPES = {Q.F32: gguf.LlamaFileType.ALL_F32, Q.F16: gguf.LlamaFileType.MOSTLY_F16,
+              Q.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0, Q.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0,
+              Q.Q4_1: gguf.LlamaFileType.MOSTLY_Q4_1}
+
+
+def add_tensor(w, name, v, qtype):
+    """Add float32 v as tensor name: a matrix (not a *_norm.weight) at type qtype, anything
+    else F32, as llama.cpp's converter and llama-quantize store them. Returns the float32
+    values a reader gets back (gguf's own dequantize())."""
+    if v.ndim == 2 and not name.endswith("_norm.weight") and qtype != Q.F32:
+        q = gguf.quants.quantize(v, qtype)
+        w.add_tensor(name, q, raw_dtype=qtype)
+        return gguf.quants.dequantize(q, qtype).reshape(v.shape).astype(np.float32)
+    w.add_tensor(name, np.ascontiguousarray(v, dtype=np.float32))
+    return v
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ==== qwen3, gemma2, gemma3, phi3: convert_hf_to_gguf.py's metadata and tensors ====
+
+GGUF_ARCH = {"qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3"}
+
+
+def add_common(w, cfg, qtype):
+    """The keys every one of these converters writes (TextModel.set_gguf_parameters, or the
+    model's own list), plus vocabulary size and bos/eos ids (no tokenizer is stored)."""
+    add_shape(w, cfg)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_file_type(FILE_TYPES[qtype])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+
+
+def phi3_rope(cfg):
+    """Phi-3's rotary dimensions, attention factor and LongRoPE factor lists, as
+    Phi3MiniModel computes them: rope_dims = int(partial_rotary_factor * hidden) // heads,
+    attn_factor = sqrt(1 + ln(s) / ln(original)) with s = max_position_embeddings /
+    original_max_position_embeddings (1 if s <= 1)."""
+    rs = cfg["rope_scaling"]
+    orig = cfg["original_max_position_embeddings"]
+    dims = int(cfg.get("partial_rotary_factor", 1.0) * cfg["hidden_size"]) // cfg["num_attention_heads"]
+    scale = cfg["max_position_embeddings"] / orig
+    attn = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
+    assert len(rs["long_factor"]) == len(rs["short_factor"]) == dims // 2
+    return dims, attn, rs["long_factor"], rs["short_factor"]
+
+
+def write_family_gguf(path, cfg, tensors, qtype):
+    """A qwen3, gemma2, gemma3_text or phi3 model (cfg: its HF config in the keys mlx-lm's
+    checkpoints use; tensors: float32 with HF names) written to path as convert_hf_to_gguf.py
+    lays it out (tensor types as llama-quantize gives them: every matrix at qtype, vectors
+    and norms F32). Returns the float32 values a reader recovers, by HF name, with Gemma's
+    +1 on the norms taken off again."""
+    arch = GGUF_ARCH[cfg["model_type"]]
+    w = gguf.GGUFWriter(str(path), arch)
+    add_common(w, cfg, qtype)
+    hd = mf.head_dim_of(cfg)
+    if arch in ("qwen3", "gemma2", "gemma3"):
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if arch == "qwen3":
+        w.add_rope_freq_base(cfg["rope_theta"])
+    if arch == "gemma2":  # no rope.freq_base: llama.cpp's default 10000
+        assert cfg.get("rope_theta", 10000.0) == 10000.0
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+        w.add_sliding_window(cfg["sliding_window"])
+    if arch == "gemma3":
+        rs = cfg.get("rope_scaling")
+        if rs:
+            assert rs["rope_type"] == "linear"
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(rs["factor"])
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_rope_freq_base_swa(cfg["rope_local_base_freq"])
+        assert not cfg.get("final_logit_softcapping") and not cfg.get("attn_logit_softcapping")
+        w.add_sliding_window(cfg["sliding_window"])
+    if arch == "phi3":
+        dims, attn, long_f, short_f = phi3_rope(cfg)
+        w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+        w.add_rope_dimension_count(dims)
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_sliding_window(cfg.get("sliding_window") or 0)
+        w.add_rope_scaling_attn_factors(attn)
+        add_tensor(w, "rope_factors_long.weight", np.array(long_f, dtype=np.float32), qtype)
+        add_tensor(w, "rope_factors_short.weight", np.array(short_f, dtype=np.float32), qtype)
+    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), cfg["num_hidden_layers"])
+    gemma = arch in ("gemma2", "gemma3")
+    back = {}
+    for hf, v in sorted(tensors.items()):
+        if arch == "gemma2" and hf == "lm_head.weight":
+            continue  # the converter skips it
+        # Gemma's converters store every *norm.weight as 1 + w (exact in float32 for the
+        # generator's w, so taking 1 off again gives w back)
+        shift = np.float32(1.0 if gemma and hf.endswith("norm.weight") else 0.0)
+        name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        back[hf] = add_tensor(w, name, v.astype(np.float32) + shift, qtype) - shift
+    finish(w)
+    return back
+
 
 def write_one(src_dir, dst_dir, qtype, ids):
     cfg = json.loads((src_dir / "config.json").read_text())
     arch = cfg["model_type"]
     tensors = mf.read_tensors(src_dir)
     w = gguf.GGUFWriter(str(dst_dir / "model.gguf"), arch)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
+    add_shape(w, cfg)
     if arch == "cohere2":
         w.add_layer_norm_eps(cfg["layer_norm_eps"])
         w.add_logit_scale(cfg["logit_scale"])
@@ -60,19 +170,9 @@ def write_one(src_dir, dst_dir, qtype, ids):
     for hf, v in sorted(tensors.items()):
         v = v.astype(np.float32)
         n_head = heads_for(hf, cfg) if arch == "llama" else 0
-        stored = permute(v, n_head) if n_head else v
-        if v.ndim == 2 and qtype != Q.F32:
-            q = gguf.quants.quantize(stored, qtype)
-            w.add_tensor(gguf_name(hf), q, raw_dtype=qtype)
-            deq = gguf.quants.dequantize(q, qtype).reshape(stored.shape).astype(np.float32)
-        else:
-            w.add_tensor(gguf_name(hf), np.ascontiguousarray(stored))
-            deq = stored
+        deq = add_tensor(w, gguf_name(hf), permute(v, n_head) if n_head else v, qtype)
         back[hf] = unpermute(deq, n_head) if n_head else deq
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
     model = mf.build_hf_model(cfg)
     sd = {k: back[k] for k in model.state_dict() if k in back}
@@ -89,7 +189,7 @@ def write_one(src_dir, dst_dir, qtype, ids):
         "max_abs_logit": float(np.abs(logits).max()),
         "source": src_dir.name,
         "transformers": transformers.__version__,
-        "gguf": gguf.__version__ if hasattr(gguf, "__version__") else "0.19.0",
+        "gguf": GGUF_VERSION,
     }
     (dst_dir / "golden.json").write_text(json.dumps(golden, indent=1) + "\n")
     return golden
