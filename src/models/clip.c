@@ -48,17 +48,6 @@ static const weight_spec clip_global_spec[] = {
 
 /* ==== Loading ==== */
 
-static celer_status read_act(const checkpoint *ck, const char *act, backend_act *out, celer_error *e) {
-    if (!act || !strcmp(act, "quick_gelu")) *out = BACKEND_ACT_QUICK_GELU;
-    else if (!strcmp(act, "gelu")) *out = BACKEND_ACT_GELU_ERF;
-    else if (!strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_new")) *out = BACKEND_ACT_GELU_TANH;
-    else
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: vision_config.hidden_act: expected quick_gelu, gelu or gelu_pytorch_tanh, found %s",
-                         ck->config_path, act);
-    return CELER_OK;
-}
-
 /* t->feature from feature_layer: one index or a list, negative counting from the end of
  * hidden_states (n_layer + 1 entries). */
 static celer_status read_feature_layers(const checkpoint *ck, const json_t *fl, clip_tower *t, celer_error *e) {
@@ -109,7 +98,7 @@ celer_status clip_load(celer_model *m, const json_t *vcfg, const json_t *feature
     TRY(config_int(ck, vcfg, "num_channels", 3, &channels, e));
     TRY(config_num(ck, vcfg, "layer_norm_eps", 1e-5, &eps, e));
     TRY(config_str(ck, vcfg, "hidden_act", &act, e));
-    TRY(read_act(ck, act, &t->act, e));
+    TRY(model_act_parse(ck, "vision_config.hidden_act", act, BACKEND_ACT_QUICK_GELU, &t->act, e));
     const char *type = json_string_value(json_object_get(vcfg, "model_type"));
     if (type && strcmp(type, "clip_vision_model") != 0 && strcmp(type, "clip") != 0)
         return error_set(e, CELER_STATUS_UNSUPPORTED,

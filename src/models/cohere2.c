@@ -64,42 +64,17 @@ static const weight_spec cohere2_global_spec[] = {
 
 /* ==== Loading ==== */
 
-/* Marks the sliding layers: layer_types when given, else every pattern-th layer global. */
+/* Marks the sliding layers: layer_types when given, else every fourth layer global. */
 static celer_status cohere2_layer_kinds(celer_model *m, cohere2_weights *w, int64_t window,
                                         celer_error *e) {
-    const checkpoint *ck = &m->ck;
-    const json_t *types = json_object_get(m->cfg, "layer_types");
-    const int64_t n_layer = m->dims.n_layer;
-    if (types && !json_is_null(types)) {
-        if (!json_is_array(types) || (int64_t)json_array_size(types) != n_layer)
-            return error_set(e, CELER_STATUS_BAD_CONFIG,
-                             "%s: layer_types: expected a list of %lld layer types", ck->config_path,
-                             (long long)n_layer);
-        for (int64_t l = 0; l < n_layer; l++) {
-            const char *t = json_string_value(json_array_get(types, (size_t)l));
-            const bool sliding = t && !strcmp(t, "sliding_attention");
-            if (!sliding && !(t && !strcmp(t, "full_attention")))
-                return error_set(e, CELER_STATUS_BAD_CONFIG,
-                                 "%s: layer_types[%lld]: expected \"sliding_attention\" or "
-                                 "\"full_attention\", found %s",
-                                 ck->config_path, (long long)l, t ? t : "a non-string");
-            w->layers[l].attn.window = sliding ? window : 0;
-            w->layers[l].attn.no_rope = !sliding;
-        }
-        return CELER_OK;
+    bool *sliding = arena_alloc(&m->mem, sizeof(bool) * (size_t)m->dims.n_layer);
+    if (!sliding) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    celer_status s = model_layer_kinds(m, 4, sliding, e);
+    for (int64_t l = 0; s == CELER_OK && l < m->dims.n_layer; l++) {
+        w->layers[l].attn.window = sliding[l] ? window : 0;
+        w->layers[l].attn.no_rope = !sliding[l];
     }
-    int64_t pattern;
-    celer_status s = config_int(ck, m->cfg, "sliding_window_pattern", 4, &pattern, e);
-    if (s != CELER_OK) return s;
-    if (pattern <= 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window_pattern: expected > 0, found %lld",
-                         ck->config_path, (long long)pattern);
-    for (int64_t l = 0; l < n_layer; l++) {
-        const bool sliding = (l + 1) % pattern != 0;
-        w->layers[l].attn.window = sliding ? window : 0;
-        w->layers[l].attn.no_rope = !sliding;
-    }
-    return CELER_OK;
+    return s;
 }
 
 static celer_status cohere2_load(celer_model *m, celer_error *e) {

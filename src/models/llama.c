@@ -1,11 +1,12 @@
 /*
- * llama.c - the Llama family: model_type llama (Llama 2/3.x), mistral and qwen2.
+ * llama.c - the Llama family: model_type llama (Llama 2/3.x), mistral, qwen2 and qwen3.
  *
  * RMSNorm, grouped-query attention with RoPE (default, linear, llama3 and YaRN scaling;
  * traditional or half-split pairs), optional sliding window, SwiGLU MLP, optional
- * biases (Llama's attention_bias/mlp_bias, Qwen2's q/k/v bias). Every shape and option is
- * read from config.json and checked against the tensors. One forward body
- * (llama_hidden_states) serves every entry point; the LM head lives in model.c.
+ * biases (Llama's attention_bias/mlp_bias, Qwen2's q/k/v bias), optional per-head RMSNorm
+ * of q and k before RoPE (Qwen3's q_norm and k_norm). Every shape and option is read from
+ * config.json and checked against the tensors. One forward body (llama_hidden_states)
+ * serves every entry point; the LM head lives in model.c.
  */
 #include "models/model.h"
 
@@ -30,12 +31,12 @@ typedef struct llama_weights {
     rope_params rope;
     float attn_scale;
     int64_t dims[TEXT_N_DIMS];     /* the tables' shapes, by enum text_dim */
-    bool flags[4];       /* the tables' options, by enum llama_flag */
+    bool flags[5];       /* the tables' options, by enum llama_flag */
 } llama_weights;
 
 /* ==== Weight tables ==== */
 
-enum llama_flag { HAS_QKV_BIAS, HAS_O_BIAS, HAS_MLP_BIAS, UNTIED };
+enum llama_flag { HAS_QKV_BIAS, HAS_O_BIAS, HAS_MLP_BIAS, UNTIED, HAS_QK_NORM };
 
 #define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(llama_layer, field)}
 #define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(llama_layer, field)}
@@ -49,6 +50,8 @@ static const weight_spec llama_layer_spec[] = {
     VEC("self_attn.v_proj.bias", attn.bv, TEXT_KVD, HAS_QKV_BIAS),
     MAT("self_attn.o_proj", attn.wo, TEXT_D, TEXT_QD, WEIGHT_ALWAYS),
     VEC("self_attn.o_proj.bias", attn.bo, TEXT_D, HAS_O_BIAS),
+    VEC("self_attn.q_norm.weight", attn.q_norm, TEXT_HD, HAS_QK_NORM),
+    VEC("self_attn.k_norm.weight", attn.k_norm, TEXT_HD, HAS_QK_NORM),
     VEC("post_attention_layernorm.weight", mlp_norm, TEXT_D, WEIGHT_ALWAYS),
     MAT("mlp.gate_proj", mlp.gate, TEXT_F, TEXT_D, WEIGHT_ALWAYS),
     VEC("mlp.gate_proj.bias", mlp.b_gate, TEXT_F, HAS_MLP_BIAS),
@@ -74,7 +77,8 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     const json_t *cfg = m->cfg;
     model_dims *dm = &m->dims;
     const char *type = json_string_value(json_object_get(cfg, "model_type"));
-    const bool is_qwen2 = strcmp(type, "qwen2") == 0, is_mistral = strcmp(type, "mistral") == 0;
+    const bool is_qwen3 = strcmp(type, "qwen3") == 0, is_mistral = strcmp(type, "mistral") == 0;
+    const bool is_qwen2 = strcmp(type, "qwen2") == 0; /* q/k/v biases always */
     celer_status s;
     int64_t max_window_layers, window;
     double eps;
@@ -92,9 +96,8 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     TRY(config_str(ck, cfg, "hidden_act", &act, e));
     const bool tie_set = json_is_boolean(json_object_get(cfg, "tie_word_embeddings"));
     TRY(config_bool(ck, cfg, "tie_word_embeddings", false, &tie, e));
-    if (act && strcmp(act, "silu") != 0)
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: hidden_act: expected silu, found %s",
-                         ck->config_path, act);
+    backend_act mlp_act; /* transformers' LlamaMLP gates with ACT2FN[hidden_act] */
+    TRY(model_act_parse(ck, "hidden_act", act, BACKEND_ACT_SILU, &mlp_act, e));
     const json_t *prf = json_object_get(cfg, "partial_rotary_factor");
     if (prf && !json_is_null(prf) && json_number_value(prf) != 1.0)
         return error_set(e, CELER_STATUS_UNSUPPORTED,
@@ -126,14 +129,24 @@ static celer_status llama_load(celer_model *m, celer_error *e) {
     w->flags[HAS_O_BIAS] = attn_bias && !is_qwen2;
     w->flags[HAS_MLP_BIAS] = mlp_bias;
     w->flags[UNTIED] = !tie;
+    w->flags[HAS_QK_NORM] = is_qwen3;
     model_add_text_tables(m, llama_global_spec, sizeof llama_global_spec / sizeof *llama_global_spec, w,
                           llama_layer_spec, sizeof llama_layer_spec / sizeof *llama_layer_spec, w->layers,
                           sizeof *w->layers, w->dims, w->flags);
     TRY(model_bind(m, e));
-    /* Mistral windows every layer; Qwen2 windows layers from max_window_layers on when
+    /* Mistral windows every layer; Qwen2 and Qwen3 window the layers layer_types marks
+     * (transformers 5 writes it), else those from max_window_layers on when
      * use_sliding_window is set; Llama has no window. */
-    for (int64_t l = 0; l < dm->n_layer; l++)
-        if (is_mistral || (is_qwen2 && use_sw && l >= max_window_layers)) w->layers[l].attn.window = window;
+    bool *sliding = arena_alloc(&m->mem, sizeof(bool) * (size_t)dm->n_layer);
+    if (!sliding) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    const bool qwen = is_qwen2 || is_qwen3, types = json_is_array(json_object_get(cfg, "layer_types"));
+    if (qwen && types) TRY(model_layer_kinds(m, 0, sliding, e));
+    for (int64_t l = 0; l < dm->n_layer; l++) {
+        if (qwen && !types) sliding[l] = use_sw && l >= max_window_layers;
+        if (is_mistral || (qwen && sliding[l])) w->layers[l].attn.window = window;
+        w->layers[l].attn.norm_eps = w->eps;
+        w->layers[l].mlp.act = mlp_act;
+    }
 #undef TRY
     char quant[64];
     snprintf(m->desc, sizeof m->desc,
@@ -177,7 +190,7 @@ static const matview *llama_head(const celer_model *m) {
     return w->flags[UNTIED] ? &w->head : &w->embed;
 }
 
-static const char *const llama_types[] = {"llama", "mistral", "qwen2", NULL};
+static const char *const llama_types[] = {"llama", "mistral", "qwen2", "qwen3", NULL};
 
 const model_family llama_family = {
     .model_types = llama_types,

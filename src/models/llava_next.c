@@ -185,13 +185,7 @@ static celer_status llava_load(celer_model *m, celer_error *e) {
                          "%s: vision_feature_select_strategy: expected default or full, found %s", ck->config_path,
                          strategy);
     w->drop_cls = true;
-    if (!proj_act || !strcmp(proj_act, "gelu")) w->proj_act = BACKEND_ACT_GELU_ERF;
-    else if (!strcmp(proj_act, "gelu_pytorch_tanh")) w->proj_act = BACKEND_ACT_GELU_TANH;
-    else if (!strcmp(proj_act, "quick_gelu")) w->proj_act = BACKEND_ACT_QUICK_GELU;
-    else
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: projector_hidden_act: expected gelu, gelu_pytorch_tanh or quick_gelu, found %s",
-                         ck->config_path, proj_act);
+    TRY(model_act_parse(ck, "projector_hidden_act", proj_act, BACKEND_ACT_GELU_ERF, &w->proj_act, e));
 
     /* the text model: another family over the same checkpoint, its names renamed */
     celer_model *t = calloc(1, sizeof *t);

@@ -11,7 +11,7 @@
 
 static int64_t model_matrices(celer_model *m, matview **out, int64_t cap);
 
-static const model_family *const families[] = {&llama_family, &cohere2_family, &llava_next_family};
+static const model_family *const families[] = {&llama_family, &gemma_family, &cohere2_family, &llava_next_family};
 
 const model_family *model_family_for(const char *type) {
     for (size_t i = 0; type && i < sizeof families / sizeof *families; i++)
@@ -346,6 +346,57 @@ void model_embed_step(const celer_model *m, backend *be, const model_step *st, f
     if (st->token) be->ops->embed(be, x, m->family->embedding(m), st->token, st->n, embed_scale(m));
 }
 
+celer_status model_act_parse(const checkpoint *ck, const char *key, const char *name, backend_act def,
+                             backend_act *out, celer_error *e) {
+    static const struct {
+        const char *name;
+        backend_act act;
+    } acts[] = {
+        {"silu", BACKEND_ACT_SILU},           {"swish", BACKEND_ACT_SILU},
+        {"gelu", BACKEND_ACT_GELU_ERF},       {"gelu_pytorch_tanh", BACKEND_ACT_GELU_TANH},
+        {"gelu_new", BACKEND_ACT_GELU_TANH},  {"quick_gelu", BACKEND_ACT_QUICK_GELU},
+    };
+    *out = def;
+    if (!name) return CELER_OK;
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++)
+        if (!strcmp(name, acts[i].name)) {
+            *out = acts[i].act;
+            return CELER_OK;
+        }
+    return error_set(e, CELER_STATUS_UNSUPPORTED,
+                     "%s: %s: expected silu, gelu, gelu_pytorch_tanh, gelu_new or quick_gelu, found %s",
+                     ck->config_path, key, name);
+}
+
+celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sliding, celer_error *e) {
+    const checkpoint *ck = &m->ck;
+    const json_t *types = json_object_get(m->cfg, "layer_types");
+    const int64_t n_layer = m->dims.n_layer;
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || (int64_t)json_array_size(types) != n_layer)
+            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: layer_types: expected a list of %lld layer types",
+                             ck->config_path, (long long)n_layer);
+        for (int64_t l = 0; l < n_layer; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            sliding[l] = t && !strcmp(t, "sliding_attention");
+            if (!sliding[l] && !(t && !strcmp(t, "full_attention")))
+                return error_set(e, CELER_STATUS_BAD_CONFIG,
+                                 "%s: layer_types[%lld]: expected \"sliding_attention\" or \"full_attention\", "
+                                 "found %s",
+                                 ck->config_path, (long long)l, t ? t : "a non-string");
+        }
+        return CELER_OK;
+    }
+    int64_t pattern;
+    celer_status s = config_int(ck, m->cfg, "sliding_window_pattern", default_pattern, &pattern, e);
+    if (s != CELER_OK) return s;
+    if (pattern <= 0)
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window_pattern: expected > 0, found %lld",
+                         ck->config_path, (long long)pattern);
+    for (int64_t l = 0; l < n_layer; l++) sliding[l] = (l + 1) % pattern != 0;
+    return CELER_OK;
+}
+
 void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n) {
     be->ops->matmul(be, y, w, x, n);
     if (b) be->ops->add_bias(be, y, b, n, w->rows);
@@ -362,7 +413,7 @@ static void model_linear_multi(backend *be, float *const *ys, const matview *con
 void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]) {
     const model_dims *dm = &m->dims;
     dims[TEXT_D] = dm->d, dims[TEXT_QD] = dm->h * dm->hd, dims[TEXT_KVD] = dm->hk * dm->hd;
-    dims[TEXT_F] = dm->f, dims[TEXT_V] = dm->v;
+    dims[TEXT_F] = dm->f, dims[TEXT_V] = dm->v, dims[TEXT_HD] = dm->hd;
 }
 
 void model_add_text_tables(celer_model *m, const weight_spec *global, int64_t n_global, void *w,

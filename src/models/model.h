@@ -87,6 +87,7 @@ typedef struct weight_table {
 #define MODEL_MAX_TABLES 8
 #define MODEL_MAX_PREPARED 4
 #define MODEL_MAX_RENAMES 4
+#define MODEL_MAX_ROPE_KINDS 4
 
 /* A checkpoint layout: the first rule whose from is a prefix of a canonical name
  * replaces that prefix by to. */
@@ -267,9 +268,27 @@ celer_status model_read_dims(celer_model *m, celer_error *e);
  * rope_parameters), following transformers' modeling_rope_utils; tables in m->mem. */
 celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out, celer_error *e);
 
+/* RoPE of dims rotated values a head (<= hd, even) with base theta and the scaling block
+ * scaling (rope_scaling's keys: rope_type or type, factor, ...; NULL or "default": none),
+ * for families whose layers differ (Gemma 3's local and global layers) or rotate part of
+ * a head (Phi-3's partial_rotary_factor). Counts a kind in m->rope_kinds. */
+celer_status model_rope_from(celer_model *m, const json_t *scaling, double theta, int64_t dims, bool traditional,
+                             rope_params *out, celer_error *e);
+
 /* x[n, d] = the step's input rows: token rows looked up in the embedding table,
  * embedding rows copied (a row is an embedding row when token is NULL or token[r] < 0). */
 void model_embed_step(const celer_model *m, backend *be, const model_step *st, float *x);
+
+/* *out = the activation Hugging Face calls name (silu, gelu, gelu_pytorch_tanh, gelu_new,
+ * quick_gelu), or def where name is NULL; else one line naming key (the config field). */
+celer_status model_act_parse(const checkpoint *ck, const char *key, const char *name, backend_act def,
+                             backend_act *out, celer_error *e);
+
+/* sliding[n_layer]: whether each layer attends through a sliding window, from m->cfg's
+ * layer_types ("sliding_attention" or "full_attention") where present, else from
+ * sliding_window_pattern (default_pattern where absent): every pattern-th layer
+ * (counting from 1) global, the others sliding. */
+celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sliding, celer_error *e);
 
 /* y[n, w.rows] = x[n, w.cols] @ W^T (+ b[w.rows] when b is set). */
 void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n);
@@ -294,7 +313,7 @@ typedef struct mlp_block {
 } mlp_block;
 
 /* The shapes a text family's weight tables index (weight_spec rows/cols). */
-enum text_dim { TEXT_D, TEXT_QD, TEXT_KVD, TEXT_F, TEXT_V, TEXT_N_DIMS };
+enum text_dim { TEXT_D, TEXT_QD, TEXT_KVD, TEXT_F, TEXT_V, TEXT_HD, TEXT_N_DIMS };
 void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]);
 
 /* Adds a text family's tables: global[n_global] (canonical names from the root) over the
@@ -341,6 +360,7 @@ celer_status reject_tensor(const celer_model *m, const char *name, const char *w
                            celer_error *e);
 
 extern const model_family llama_family;
+extern const model_family gemma_family;
 extern const model_family cohere2_family;
 extern const model_family llava_next_family;
 

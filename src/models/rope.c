@@ -13,12 +13,13 @@
 
 /* ==== RoPE frequencies ==== */
 
-/* inv_freq[hd/2] and the cos/sin factor for the rope_scaling block (NULL: plain RoPE),
- * following the definitions of Hugging Face transformers' modeling_rope_utils. */
-static celer_status rope_frequencies(celer_model *m, const json_t *scaling, double theta,
+/* inv_freq[dims/2] and the cos/sin factor for the rope_scaling block (NULL: plain RoPE)
+ * of dims rotated values a head, following the definitions of Hugging Face transformers'
+ * modeling_rope_utils. */
+static celer_status rope_frequencies(celer_model *m, const json_t *scaling, double theta, int64_t dims,
                                      float *inv_freq, float *mscale, celer_error *e) {
     const checkpoint *ck = &m->ck;
-    const int64_t hd = m->dims.hd, half = hd / 2;
+    const int64_t hd = dims, half = hd / 2;
     for (int64_t i = 0; i < half; i++) inv_freq[i] = (float)(1.0 / pow(theta, (double)(2 * i) / (double)hd));
     *mscale = 1.0f;
     if (!scaling || json_is_null(scaling)) return CELER_OK;
@@ -111,6 +112,21 @@ static celer_status rope_frequencies(celer_model *m, const json_t *scaling, doub
                      ck->config_path, type);
 }
 
+celer_status model_rope_from(celer_model *m, const json_t *scaling, double theta, int64_t dims, bool traditional,
+                             rope_params *out, celer_error *e) {
+    if (dims <= 0 || dims > m->dims.hd || dims % 2)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: rotary dimensions: expected an even number in [2, head_dim %lld], found %lld",
+                         m->ck.config_path, (long long)m->dims.hd, (long long)dims);
+    /* a weight vector: a backend with memory of its own reads its mirror */
+    float *inv_freq = arena_alloc(&m->vectors, sizeof(float) * (size_t)(dims / 2));
+    if (!inv_freq) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    *out = (rope_params){.inv_freq = inv_freq, .dims = dims == m->dims.hd ? 0 : dims, .mscale = 1.0f,
+                         .traditional = traditional};
+    if (m->rope_kinds < MODEL_MAX_ROPE_KINDS) m->rope_kinds++;
+    return rope_frequencies(m, scaling, theta, dims, inv_freq, &out->mscale, e);
+}
+
 celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out, celer_error *e) {
     const checkpoint *ck = &m->ck;
     const json_t *cfg = m->cfg;
@@ -123,11 +139,7 @@ celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out,
     double theta;
     celer_status s = config_num(ck, params ? params : cfg, "rope_theta", 10000.0, &theta, e);
     if (s != CELER_OK) return s;
-    /* a weight vector: a backend with memory of its own reads its mirror */
-    float *inv_freq = arena_alloc(&m->vectors, sizeof(float) * (size_t)(m->dims.hd / 2));
-    if (!inv_freq) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    *out = (rope_params){.inv_freq = inv_freq, .mscale = 1.0f, .traditional = traditional};
-    return rope_frequencies(m, scaling, theta, inv_freq, &out->mscale, e);
+    return model_rope_from(m, scaling, theta, m->dims.hd, traditional, out, e);
 }
 
 celer_status model_read_dims(celer_model *m, celer_error *e) {
