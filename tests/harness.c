@@ -117,8 +117,13 @@ static int32_t *ids_from(const json_t *a, int64_t *n) {
 
 int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **greedy,
                 int64_t *n_greedy) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/golden.json", dir);
+    return golden_read_named(dir, "golden", input, n_input, greedy, n_greedy);
+}
+
+int golden_read_named(const char *dir, const char *name, int32_t **input, int64_t *n_input, int32_t **greedy,
+                      int64_t *n_greedy) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
     json_t *g = json_load_file(path, 0, NULL);
     if (!g) return -1;
     *input = ids_from(json_object_get(g, "input_ids"), n_input);

@@ -67,6 +67,9 @@ float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols);
 /* Reads golden.json of a fixture: input ids and greedy ids (malloc'd). 0 on success. */
 int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **greedy,
                 int64_t *n_greedy);
+/* The same of <name>.json (golden_short.json: a fixture's second prompt). */
+int golden_read_named(const char *dir, const char *name, int32_t **input, int64_t *n_input, int32_t **greedy,
+                      int64_t *n_greedy);
 
 /* Runs a shell command, its stdout into out[cap] (NUL-terminated); returns the exit
  * status, or 128 when it died by a signal. */

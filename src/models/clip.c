@@ -16,8 +16,8 @@
 
 enum clip_dim { DIM_VD, DIM_VF, DIM_PATCH, DIM_POS, DIM_ONE };
 
-#define MAT(name, field, r, c) {name, WEIGHT_MATRIX, r, c, WEIGHT_ALWAYS, offsetof(clip_layer, field)}
-#define VEC(name, field, r) {name, WEIGHT_VECTOR, r, 0, WEIGHT_ALWAYS, offsetof(clip_layer, field)}
+#define MAT(name, field, r, c) {name, WEIGHT_MATRIX, r, c, WEIGHT_ALWAYS, offsetof(clip_layer, field), 0, 0}
+#define VEC(name, field, r) {name, WEIGHT_VECTOR, r, 0, WEIGHT_ALWAYS, offsetof(clip_layer, field), 0, 0}
 static const weight_spec clip_layer_spec[] = {
     VEC("layer_norm1.weight", ln1_w, DIM_VD),
     VEC("layer_norm1.bias", ln1_b, DIM_VD),
@@ -39,11 +39,11 @@ static const weight_spec clip_layer_spec[] = {
 #undef MAT
 #undef VEC
 static const weight_spec clip_global_spec[] = {
-    {"embeddings.patch_embedding", WEIGHT_KERNEL, DIM_VD, DIM_PATCH, WEIGHT_ALWAYS, offsetof(clip_tower, patch_w)},
-    {"embeddings.class_embedding", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, class_emb)},
-    {"embeddings.position_embedding", WEIGHT_MATRIX, DIM_POS, DIM_VD, WEIGHT_ALWAYS, offsetof(clip_tower, pos_emb)},
-    {"pre_layrnorm.weight", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, pre_w)},
-    {"pre_layrnorm.bias", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, pre_b)},
+    {"embeddings.patch_embedding", WEIGHT_KERNEL, DIM_VD, DIM_PATCH, WEIGHT_ALWAYS, offsetof(clip_tower, patch_w), 0, 0},
+    {"embeddings.class_embedding", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, class_emb), 0, 0},
+    {"embeddings.position_embedding", WEIGHT_MATRIX, DIM_POS, DIM_VD, WEIGHT_ALWAYS, offsetof(clip_tower, pos_emb), 0, 0},
+    {"pre_layrnorm.weight", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, pre_w), 0, 0},
+    {"pre_layrnorm.bias", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, pre_b), 0, 0},
 };
 
 /* ==== Loading ==== */

@@ -36,8 +36,8 @@ typedef struct cohere2_weights {
 
 enum cohere2_flag { HAS_ATTN_BIAS, HAS_NORM_BIAS, UNTIED };
 
-#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(cohere2_layer, field)}
-#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(cohere2_layer, field)}
+#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(cohere2_layer, field), 0, 0}
+#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(cohere2_layer, field), 0, 0}
 static const weight_spec cohere2_layer_spec[] = {
     VEC("input_layernorm.weight", norm_w, TEXT_D, WEIGHT_ALWAYS),
     VEC("input_layernorm.bias", norm_b, TEXT_D, HAS_NORM_BIAS),
@@ -56,10 +56,10 @@ static const weight_spec cohere2_layer_spec[] = {
 #undef MAT
 #undef VEC
 static const weight_spec cohere2_global_spec[] = {
-    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(cohere2_weights, embed)},
-    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(cohere2_weights, norm_w)},
-    {"model.norm.bias", WEIGHT_VECTOR, TEXT_D, 0, HAS_NORM_BIAS, offsetof(cohere2_weights, norm_b)},
-    {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(cohere2_weights, head)},
+    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(cohere2_weights, embed), 0, 0},
+    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(cohere2_weights, norm_w), 0, 0},
+    {"model.norm.bias", WEIGHT_VECTOR, TEXT_D, 0, HAS_NORM_BIAS, offsetof(cohere2_weights, norm_b), 0, 0},
+    {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(cohere2_weights, head), 0, 0},
 };
 
 /* ==== Loading ==== */

@@ -47,8 +47,8 @@ typedef struct gemma_weights {
 
 enum gemma_flag { HAS_QK_NORM, UNTIED };
 
-#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(gemma_layer, field)}
-#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(gemma_layer, field)}
+#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(gemma_layer, field), 0, 0}
+#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(gemma_layer, field), 0, 0}
 static const weight_spec gemma_layer_spec[] = {
     VEC("input_layernorm.weight", attn_norm, TEXT_D, WEIGHT_ALWAYS),
     MAT("self_attn.q_proj", attn.wq, TEXT_QD, TEXT_D, WEIGHT_ALWAYS),
@@ -67,9 +67,9 @@ static const weight_spec gemma_layer_spec[] = {
 #undef MAT
 #undef VEC
 static const weight_spec gemma_global_spec[] = {
-    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(gemma_weights, embed)},
-    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(gemma_weights, norm)},
-    {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(gemma_weights, head)},
+    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(gemma_weights, embed), 0, 0},
+    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(gemma_weights, norm), 0, 0},
+    {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(gemma_weights, head), 0, 0},
 };
 
 /* ==== Loading ==== */

@@ -41,13 +41,13 @@ enum llava_dim { DIM_TD, DIM_FEAT };
 enum llava_flag { HAS_PROJ_BIAS };
 
 static const weight_spec llava_proj_spec[] = {
-    {"linear_1", WEIGHT_MATRIX, DIM_TD, DIM_FEAT, WEIGHT_ALWAYS, offsetof(llava_weights, proj1)},
-    {"linear_1.bias", WEIGHT_VECTOR, DIM_TD, 0, HAS_PROJ_BIAS, offsetof(llava_weights, proj1_b)},
-    {"linear_2", WEIGHT_MATRIX, DIM_TD, DIM_TD, WEIGHT_ALWAYS, offsetof(llava_weights, proj2)},
-    {"linear_2.bias", WEIGHT_VECTOR, DIM_TD, 0, HAS_PROJ_BIAS, offsetof(llava_weights, proj2_b)},
+    {"linear_1", WEIGHT_MATRIX, DIM_TD, DIM_FEAT, WEIGHT_ALWAYS, offsetof(llava_weights, proj1), 0, 0},
+    {"linear_1.bias", WEIGHT_VECTOR, DIM_TD, 0, HAS_PROJ_BIAS, offsetof(llava_weights, proj1_b), 0, 0},
+    {"linear_2", WEIGHT_MATRIX, DIM_TD, DIM_TD, WEIGHT_ALWAYS, offsetof(llava_weights, proj2), 0, 0},
+    {"linear_2.bias", WEIGHT_VECTOR, DIM_TD, 0, HAS_PROJ_BIAS, offsetof(llava_weights, proj2_b), 0, 0},
 };
 static const weight_spec llava_newline_spec[] = {
-    {"image_newline", WEIGHT_VECTOR, DIM_TD, 0, WEIGHT_ALWAYS, offsetof(llava_weights, newline)},
+    {"image_newline", WEIGHT_VECTOR, DIM_TD, 0, WEIGHT_ALWAYS, offsetof(llava_weights, newline), 0, 0},
 };
 
 /* ==== Loading ==== */

@@ -413,7 +413,9 @@ static void model_linear_multi(backend *be, float *const *ys, const matview *con
 void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]) {
     const model_dims *dm = &m->dims;
     dims[TEXT_D] = dm->d, dims[TEXT_QD] = dm->h * dm->hd, dims[TEXT_KVD] = dm->hk * dm->hd;
-    dims[TEXT_F] = dm->f, dims[TEXT_V] = dm->v, dims[TEXT_HD] = dm->hd;
+    dims[TEXT_F] = dm->f, dims[TEXT_V] = dm->v, dims[TEXT_HD] = dm->hd, dims[TEXT_ZERO] = 0;
+    dims[TEXT_QK] = dims[TEXT_QD] + dims[TEXT_KVD], dims[TEXT_QKV] = dims[TEXT_QK] + dims[TEXT_KVD];
+    dims[TEXT_FF] = 2 * dm->f;
 }
 
 void model_add_text_tables(celer_model *m, const weight_spec *global, int64_t n_global, void *w,

@@ -59,6 +59,8 @@ typedef enum weight_kind {
     WEIGHT_MATRIX, /* module.weight (+ .scales/.biases when affine) -> matview */
     WEIGHT_VECTOR, /* one tensor -> const float * (fp32 copy) */
     WEIGHT_KERNEL, /* module.weight, a dense convolution kernel [rows, ...] -> matview [rows, prod(...)] */
+    WEIGHT_PART,   /* rows [first, first + rows) of a matrix stored fused with others (Phi-3's
+                    * qkv_proj, gate_up_proj) of total rows -> matview of its own */
 } weight_kind;
 
 #define WEIGHT_ALWAYS (-1)   /* required */
@@ -70,6 +72,7 @@ typedef struct weight_spec {
     int8_t rows, cols; /* indices into the table's dims; a vector has dims[rows] values */
     int8_t when;       /* WEIGHT_ALWAYS, WEIGHT_OPTIONAL, or i: present iff flags[i] */
     size_t offset;     /* of the matview or const float * in the struct it fills */
+    int8_t first, total; /* WEIGHT_PART: indices into the table's dims */
 } weight_spec;
 
 typedef struct weight_table {
@@ -268,6 +271,13 @@ celer_status model_read_dims(celer_model *m, celer_error *e);
  * rope_parameters), following transformers' modeling_rope_utils; tables in m->mem. */
 celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out, celer_error *e);
 
+/* Phi-3's longrope: inv_freq = 1 / (factor[i] theta^(2i/dims)) with the short and the
+ * long factor lists of scaling, cos and sin times the attention factor (given, else
+ * sqrt(1 + ln(max / orig) / ln(orig))); *orig = original_max_position_embeddings, past
+ * which a step takes the long factors. Counts two kinds in m->rope_kinds. */
+celer_status model_read_longrope(celer_model *m, const json_t *scaling, double theta, int64_t dims,
+                                 rope_params *short_rp, rope_params *long_rp, int64_t *orig, celer_error *e);
+
 /* RoPE of dims rotated values a head (<= hd, even) with base theta and the scaling block
  * scaling (rope_scaling's keys: rope_type or type, factor, ...; NULL or "default": none),
  * for families whose layers differ (Gemma 3's local and global layers) or rotate part of
@@ -313,7 +323,10 @@ typedef struct mlp_block {
 } mlp_block;
 
 /* The shapes a text family's weight tables index (weight_spec rows/cols). */
-enum text_dim { TEXT_D, TEXT_QD, TEXT_KVD, TEXT_F, TEXT_V, TEXT_HD, TEXT_N_DIMS };
+/* TEXT_ZERO, TEXT_QK (qd + kvd), TEXT_QKV (qd + 2 kvd) and TEXT_FF (2 f) place the parts
+ * of fused matrices (WEIGHT_PART). */
+enum text_dim { TEXT_D, TEXT_QD, TEXT_KVD, TEXT_F, TEXT_V, TEXT_HD, TEXT_ZERO, TEXT_QK, TEXT_QKV, TEXT_FF,
+                TEXT_N_DIMS };
 void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]);
 
 /* Adds a text family's tables: global[n_global] (canonical names from the root) over the

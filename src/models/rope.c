@@ -127,6 +127,60 @@ celer_status model_rope_from(celer_model *m, const json_t *scaling, double theta
     return rope_frequencies(m, scaling, theta, dims, inv_freq, &out->mscale, e);
 }
 
+/* factors[n] from the list key of obj, each > 0. */
+static celer_status read_factors(const checkpoint *ck, const json_t *obj, const char *key, int64_t n, double *out,
+                                 celer_error *e) {
+    const json_t *a = json_object_get(obj, key);
+    if (!json_is_array(a) || (int64_t)json_array_size(a) != n)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: rope_scaling.%s: expected a list of %lld factors (rotary dimensions / 2), found %s",
+                         ck->config_path, key, (long long)n,
+                         json_is_array(a) ? "a list of another length" : "no list");
+    for (int64_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, (size_t)i);
+        out[i] = json_number_value(v);
+        if (!json_is_number(v) || !(out[i] > 0))
+            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: rope_scaling.%s[%lld]: expected a number > 0",
+                             ck->config_path, key, (long long)i);
+    }
+    return CELER_OK;
+}
+
+celer_status model_read_longrope(celer_model *m, const json_t *scaling, double theta, int64_t dims,
+                                 rope_params *short_rp, rope_params *long_rp, int64_t *orig, celer_error *e) {
+    const checkpoint *ck = &m->ck;
+    const int64_t half = dims / 2;
+    double attn_factor, factor, sf[512], lf[512];
+    celer_status s;
+    if (half > 512)
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: longrope over %lld rotary dimensions (at most 1024)",
+                         ck->config_path, (long long)dims);
+    if ((s = model_rope_from(m, NULL, theta, dims, false, short_rp, e)) != CELER_OK ||
+        (s = model_rope_from(m, NULL, theta, dims, false, long_rp, e)) != CELER_OK)
+        return s;
+    if ((s = config_int(ck, m->cfg, "original_max_position_embeddings", m->dims.n_ctx_train, orig, e)) != CELER_OK ||
+        (s = config_int(ck, scaling, "original_max_position_embeddings", *orig, orig, e)) != CELER_OK ||
+        (s = read_factors(ck, scaling, "short_factor", half, sf, e)) != CELER_OK ||
+        (s = read_factors(ck, scaling, "long_factor", half, lf, e)) != CELER_OK ||
+        (s = config_num(ck, scaling, "factor", (double)m->dims.n_ctx_train / (double)(*orig > 0 ? *orig : 1), &factor,
+                        e)) != CELER_OK ||
+        (s = config_num(ck, scaling, "attention_factor", -1.0, &attn_factor, e)) != CELER_OK)
+        return s;
+    if (*orig <= 0)
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: original_max_position_embeddings: expected > 0",
+                         ck->config_path);
+    /* transformers: sqrt(1 + ln(factor) / ln(original)) unless given; 1 for factor <= 1 */
+    if (attn_factor < 0) attn_factor = factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log((double)*orig));
+    float *si = (float *)short_rp->inv_freq, *li = (float *)long_rp->inv_freq;
+    for (int64_t i = 0; i < half; i++) {
+        const double base = pow(theta, (double)(2 * i) / (double)dims);
+        si[i] = (float)(1.0 / (sf[i] * base));
+        li[i] = (float)(1.0 / (lf[i] * base));
+    }
+    short_rp->mscale = long_rp->mscale = (float)attn_factor;
+    return CELER_OK;
+}
+
 celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out, celer_error *e) {
     const checkpoint *ck = &m->ck;
     const json_t *cfg = m->cfg;

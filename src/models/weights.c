@@ -194,6 +194,33 @@ static celer_status bind_kernel(const celer_model *m, const char *canonical, int
     return CELER_OK;
 }
 
+/* Rows [r0, r0 + n) of w as a matrix of their own (codes, scales and biases of an affine
+ * matrix are row-major, so a run of rows is one range of each). */
+static matview matview_rows(const matview *w, int64_t r0, int64_t n) {
+    matview v = *w;
+    v.rows = n;
+    if (!w->quant_bits) {
+        v.data = (const uint8_t *)w->data + (size_t)(r0 * w->cols) * dtype_size(w->type);
+        return v;
+    }
+    const size_t groups = (size_t)(r0 * (w->cols / w->group)) * dtype_size(w->scale_type);
+    v.data = (const uint8_t *)w->data + (size_t)(r0 * w->cols * w->quant_bits / 8);
+    v.scales = (const uint8_t *)w->scales + groups;
+    v.biases = (const uint8_t *)w->biases + groups;
+    return v;
+}
+
+/* One part of a fused matrix: the stored tensor must have exactly dims[total] rows. */
+static celer_status bind_part(const celer_model *m, const char *name, const int64_t *dims, const weight_spec *sp,
+                              matview *out, celer_error *e) {
+    matview whole;
+    celer_status s = bind_matrix(m, name, dims[sp->total], dims[sp->cols], &whole, e);
+    if (s != CELER_OK) return s;
+    CELER_ASSERT(dims[sp->first] + dims[sp->rows] <= dims[sp->total]);
+    *out = matview_rows(&whole, dims[sp->first], dims[sp->rows]);
+    return CELER_OK;
+}
+
 /* ==== Tables ==== */
 
 void model_add_table(celer_model *m, const weight_table *t) {
@@ -218,6 +245,7 @@ static celer_status bind_spec(celer_model *m, const weight_table *t, const weigh
     if (sp->kind == WEIGHT_KERNEL)
         return bind_kernel(m, name, t->dims[sp->rows], t->dims[sp->cols], (matview *)(base + sp->offset), e);
     matview *w = (matview *)(base + sp->offset);
+    if (sp->kind == WEIGHT_PART) return bind_part(m, name, t->dims, sp, w, e);
     if (!present) {
         char tensor[220], real[240];
         snprintf(tensor, sizeof tensor, "%s.weight", name);
