@@ -270,6 +270,34 @@ int main(void) {
     edit_config(dir, "layer_norm_bias", json_true());
     expect_error("cohere2 missing norm bias", dir, NEEDLES("missing tensor", "norm.bias"));
 
+    dir = copy_fixture("gemma3-text-bf16", "g3_types");
+    edit_config(dir, "layer_types", json_pack("[s, s, s, s, s, s]", "sliding_attention", "sliding_attention",
+                                              "sliding_attention", "chunked_attention", "sliding_attention",
+                                              "full_attention"));
+    expect_error("gemma3 layer type", dir, NEEDLES("layer_types[3]", "chunked_attention"));
+
+    dir = copy_fixture("gemma3-text-bf16", "g3_pattern");
+    edit_config(dir, "sliding_window_pattern", json_integer(0));
+    expect_error("gemma3 sliding pattern", dir, NEEDLES("sliding_window_pattern", "expected > 0", "found 0"));
+
+    dir = copy_fixture("gemma2-bf16", "g2_qpas");
+    edit_config(dir, "query_pre_attn_scalar", json_integer(0));
+    expect_error("gemma2 query scalar", dir, NEEDLES("query_pre_attn_scalar", "expected > 0"));
+
+    dir = copy_fixture("qwen3-bf16", "q3_types");
+    edit_config(dir, "layer_types", json_pack("[s]", "full_attention"));
+    expect_error("qwen3 layer_types length", dir, NEEDLES("layer_types", "list of 2"));
+
+    dir = copy_fixture("phi4-mini-bf16", "odd_rot");
+    edit_config(dir, "partial_rotary_factor", json_real(0.7));
+    expect_error("phi rotary fraction giving an odd dimension", dir,
+                 NEEDLES("partial_rotary_factor", "gives 11 rotary dimensions"));
+
+    dir = copy_fixture("phi3-bf16", "longrope_len");
+    edit_config(dir, "rope_scaling", json_pack("{s:s, s:[f,f,f,f,f,f,f,f], s:[f,f,f]}", "type", "longrope", "short_factor",
+                                               1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "long_factor", 1.0, 2.0, 3.0));
+    expect_error("phi3 longrope factor length", dir, NEEDLES("rope_scaling.long_factor", "list of 8"));
+
     dir = copy_fixture("llava-mistral-f32", "full");
     edit_config(dir, "vision_feature_select_strategy", json_string("full"));
     expect_error("llava strategy full", dir, NEEDLES("vision_feature_select_strategy", "full", "expected default"));

@@ -49,11 +49,76 @@ static void map_field(const gguf_file *g, json_t *cfg, const char *arch, const c
     if (kv_number(g, key, &v)) json_object_set_new(cfg, field, real ? json_real(v) : json_integer((json_int_t)v));
 }
 
+/* Gemma: softcaps, the local RoPE base, and the query scale llama.cpp applies (GGUF has
+ * no key for query_pre_attn_scalar): 1/sqrt(key_length), but hidden / heads for the 27B
+ * sizes (gemma2 of 46 layers, gemma3 of 62). */
+static void gemma_config(const gguf_file *g, json_t *cfg, const char *arch) {
+    map_field(g, cfg, arch, "attn_logit_softcapping", "attn_logit_softcapping", true);
+    map_field(g, cfg, arch, "final_logit_softcapping", "final_logit_softcapping", true);
+    map_field(g, cfg, arch, "rope.freq_base_swa", "rope_local_base_freq", true);
+    const json_int_t layers = json_integer_value(json_object_get(cfg, "num_hidden_layers"));
+    const json_int_t d = json_integer_value(json_object_get(cfg, "hidden_size"));
+    const json_int_t h = json_integer_value(json_object_get(cfg, "num_attention_heads"));
+    const json_t *kl = json_object_get(cfg, "head_dim");
+    const bool big = (!strcmp(arch, "gemma2") && layers == 46) || (!strcmp(arch, "gemma3") && layers == 62);
+    if (big && h > 0) json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(d / h));
+    else if (kl) json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(json_integer_value(kl)));
+    else if (h > 0) json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(d / h));
+}
+
+/* factors[n] of an F32 tensor as a JSON list, or NULL (e set) when it is not one. */
+static json_t *factor_list(const checkpoint *ck, const gguf_tensor *t, int64_t n, celer_error *e) {
+    if (t->ggml_type != GGML_F32 || t->ndim != 1 || t->ne[0] != n) {
+        error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: expected F32 [%lld] (rotary dimensions / 2)",
+                  ck->config_path, t->name, (long long)n);
+        return NULL;
+    }
+    json_t *a = json_array();
+    for (int64_t i = 0; a && i < n; i++) {
+        float v;
+        memcpy(&v, t->data + 4 * i, 4);
+        json_array_append_new(a, json_real(v));
+    }
+    return a;
+}
+
+/* Phi-3: rotary dimensions as partial_rotary_factor, and longrope from the factor tensors
+ * (rope_factors_short/long), the original context and the stored attention factor. */
+static celer_status phi3_config(checkpoint *ck, const gguf_file *g, json_t *cfg, celer_error *e) {
+    double v, rot;
+    const json_int_t d = json_integer_value(json_object_get(cfg, "hidden_size"));
+    const json_int_t h = json_integer_value(json_object_get(cfg, "num_attention_heads"));
+    const int64_t hd = h > 0 ? d / h : 0;
+    if (!kv_number(g, "phi3.rope.dimension_count", &rot)) rot = (double)hd;
+    if (hd > 0) json_object_set_new(cfg, "partial_rotary_factor", json_real(rot / (double)hd));
+    const json_t *sw = json_object_get(cfg, "sliding_window");
+    if (sw && json_integer_value(sw) <= 0) json_object_del(cfg, "sliding_window"); /* 0: no window */
+    const gguf_tensor *ls = gguf_find_tensor(g, "rope_factors_short.weight"), *ll = gguf_find_tensor(g, "rope_factors_long.weight");
+    if (!ls && !ll) return CELER_OK;
+    if (!ls || !ll)
+        return error_set(e, CELER_STATUS_BAD_FILE, "%s: rope_factors_short.weight and rope_factors_long.weight: expected both",
+                         ck->config_path);
+    json_t *rs = json_object(), *sf = factor_list(ck, ls, (int64_t)rot / 2, e), *lf = sf ? factor_list(ck, ll, (int64_t)rot / 2, e) : NULL;
+    if (!rs || !sf || !lf) {
+        json_decref(rs), json_decref(sf), json_decref(lf);
+        return e->msg[0] ? CELER_STATUS_BAD_FILE : error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    json_object_set_new(rs, "type", json_string("longrope"));
+    json_object_set_new(rs, "short_factor", sf);
+    json_object_set_new(rs, "long_factor", lf);
+    if (kv_number(g, "phi3.rope.scaling.original_context_length", &v))
+        json_object_set_new(cfg, "original_max_position_embeddings", json_integer((json_int_t)v));
+    if (kv_number(g, "phi3.rope.scaling.attn_factor", &v)) json_object_set_new(rs, "attention_factor", json_real(v));
+    json_object_set_new(cfg, "rope_scaling", rs);
+    return CELER_OK;
+}
+
 static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char *arch, celer_error *e) {
     json_t *cfg = json_object();
     if (!cfg) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     ck->config = cfg;
-    json_object_set_new(cfg, "model_type", json_string(arch));
+    /* a gemma3 file holds the text model alone */
+    json_object_set_new(cfg, "model_type", json_string(strcmp(arch, "gemma3") ? arch : "gemma3_text"));
     map_field(g, cfg, arch, "embedding_length", "hidden_size", false);
     map_field(g, cfg, arch, "feed_forward_length", "intermediate_size", false);
     map_field(g, cfg, arch, "attention.head_count", "num_attention_heads", false);
@@ -72,9 +137,14 @@ static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char 
         if (t && t->ndim == 2) json_object_set_new(cfg, "vocab_size", json_integer(t->ne[1]));
     }
     json_object_set_new(cfg, "tie_word_embeddings", json_boolean(!gguf_find_tensor(g, "output.weight")));
+    map_field(g, cfg, arch, "attention.sliding_window", "sliding_window", false);
+    if (!strncmp(arch, "gemma", 5)) gemma_config(g, cfg, arch);
+    if (!strcmp(arch, "phi3")) {
+        celer_status s = phi3_config(ck, g, cfg, e);
+        if (s != CELER_OK) return s;
+    }
     if (!strcmp(arch, "cohere2")) {
         map_field(g, cfg, arch, "logit_scale", "logit_scale", true);
-        map_field(g, cfg, arch, "attention.sliding_window", "sliding_window", false);
         map_field(g, cfg, arch, "attention.layer_norm_epsilon", "layer_norm_eps", true);
         /* llama.cpp: an integer pattern (every n-th layer global, default 4) or one
          * flag per layer (true: sliding) */
@@ -109,14 +179,35 @@ static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char 
 
 /* GGUF tensor name -> Hugging Face module path (without .weight/.bias), and whether
  * its rows carry llama.cpp's interleaved-RoPE permutation (q or k of arch llama). */
-static bool map_name(const char *gname, char *module, size_t size, char *suffix, int *qk) {
-    static const struct { const char *g, *hf; int qk; } layer_map[] = {
+typedef struct name_map {
+    const char *g, *hf;
+    int qk;
+} name_map;
+
+/* Names that differ by arch, looked up before the common ones. */
+static const name_map gemma_map[] = {
+    {"post_attention_norm", "post_attention_layernorm", 0},
+    {"ffn_norm", "pre_feedforward_layernorm", 0},
+    {"post_ffw_norm", "post_feedforward_layernorm", 0},
+    {NULL, NULL, 0},
+};
+static const name_map phi3_map[] = {
+    {"attn_qkv", "self_attn.qkv_proj", 0}, /* rows q, k, v as Phi-3 stores them */
+    {"ffn_up", "mlp.gate_up_proj", 0},     /* rows gate, then up */
+    {NULL, NULL, 0},
+};
+
+static bool map_name(const char *arch, const char *gname, char *module, size_t size, char *suffix, int *qk) {
+    static const name_map layer_map[] = {
         {"attn_norm", "input_layernorm", 0},   {"ffn_norm", "post_attention_layernorm", 0},
         {"attn_q", "self_attn.q_proj", 1},     {"attn_k", "self_attn.k_proj", 2},
         {"attn_v", "self_attn.v_proj", 0},     {"attn_output", "self_attn.o_proj", 0},
         {"ffn_gate", "mlp.gate_proj", 0},      {"ffn_up", "mlp.up_proj", 0},
-        {"ffn_down", "mlp.down_proj", 0},
+        {"ffn_down", "mlp.down_proj", 0},      {"attn_q_norm", "self_attn.q_norm", 0},
+        {"attn_k_norm", "self_attn.k_norm", 0}, {NULL, NULL, 0},
     };
+    const name_map *maps[2] = {!strncmp(arch, "gemma", 5) ? gemma_map : !strcmp(arch, "phi3") ? phi3_map : NULL,
+                               layer_map};
     const char *dot = strrchr(gname, '.');
     if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
     snprintf(suffix, 8, "%s", dot + 1);
@@ -127,14 +218,15 @@ static bool map_name(const char *gname, char *module, size_t size, char *suffix,
     if (!strncmp(gname, "output", base) && base == 6) return snprintf(module, size, "lm_head"), true;
     int layer, n = 0;
     if (sscanf(gname, "blk.%d.%n", &layer, &n) != 1 || n == 0 || layer < 0) return false;
-    for (size_t i = 0; i < sizeof layer_map / sizeof *layer_map; i++) {
-        const size_t len = strlen(layer_map[i].g);
-        if ((size_t)n + len == base && !strncmp(gname + n, layer_map[i].g, len)) {
-            snprintf(module, size, "model.layers.%d.%s", layer, layer_map[i].hf);
-            *qk = layer_map[i].qk;
-            return true;
+    for (int k = 0; k < 2; k++)
+        for (const name_map *p = maps[k]; p && p->g; p++) {
+            const size_t len = strlen(p->g);
+            if ((size_t)n + len == base && !strncmp(gname + n, p->g, len)) {
+                snprintf(module, size, "model.layers.%d.%s", layer, p->hf);
+                *qk = p->qk;
+                return true;
+            }
         }
-    }
     return false;
 }
 
@@ -247,7 +339,7 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
         int qk;
         if (!strcmp(gt->name, "rope_freqs.weight"))
             return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor rope_freqs.weight: RoPE frequency factors are not supported yet", ck->config_path);
-        if (!map_name(gt->name, module, sizeof module, suffix, &qk)) continue; /* not a weight celer reads */
+        if (!map_name(arch, gt->name, module, sizeof module, suffix, &qk)) continue; /* not a weight celer reads */
         const int64_t n_head = permuted ? (qk == 1 ? (int64_t)heads : qk == 2 ? (int64_t)kv_heads : 0) : 0;
         if (gt->ndim > 2)
             return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: %d dimensions (expected 1 or 2)", ck->config_path, gt->name, gt->ndim);
@@ -280,8 +372,12 @@ celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error 
     const gguf_kv *a = gguf_find_kv(ck->gguf, "general.architecture");
     char arch[32] = "";
     if (a && a->val.type == GGUF_TYPE_STRING && a->val.str_len < sizeof arch) memcpy(arch, a->val.str, a->val.str_len);
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "cohere2")) {
-        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: general.architecture: expected llama, qwen2 or cohere2, found %s", path,
+    static const char *const archs[] = {"llama", "qwen2", "qwen3", "cohere2", "gemma2", "gemma3", "phi3"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) known = known || !strcmp(arch, archs[i]);
+    if (!known) {
+        s = error_set(e, CELER_STATUS_UNSUPPORTED,
+                      "%s: general.architecture: expected llama, qwen2, qwen3, cohere2, gemma2, gemma3 or phi3, found %s", path,
                       a ? (arch[0] ? arch : "a non-string or over-long value") : "nothing");
         goto fail;
     }

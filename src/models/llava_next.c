@@ -125,18 +125,9 @@ static celer_status detect_layout(const celer_model *m, llava_layout *lay, celer
     static const char *const projs[] = {"multi_modal_projector.", "model.multi_modal_projector.", NULL};
     static const char *const newlines[] = {"", "model.", NULL};
     memset(lay, 0, sizeof *lay);
-    if (checkpoint_find(&m->ck, "model.language_model.embed_tokens.weight", NULL)) {
-        lay->text[0] = (name_rule){"model.", "model.language_model."};
-        lay->n_text = 1;
-    } else if (checkpoint_find(&m->ck, "language_model.model.embed_tokens.weight", NULL)) {
-        lay->text[0] = (name_rule){"", "language_model."};
-        lay->n_text = 1;
-    } else {
-        return error_set(e, CELER_STATUS_BAD_FILE,
-                         "%s: missing tensor language_model.model.embed_tokens.weight (or "
-                         "model.language_model.embed_tokens.weight): not a LLaVA-NeXT checkpoint layout celer knows",
-                         m->ck.dir);
-    }
+    celer_status s = model_text_layout(m, &lay->text[0], e);
+    if (s != CELER_OK) return s;
+    lay->n_text = 1;
     lay->tower = probe(m, towers, "embeddings.patch_embedding.weight");
     lay->proj = probe(m, projs, "linear_1.weight");
     lay->newline = probe(m, newlines, "image_newline");
@@ -188,21 +179,7 @@ static celer_status llava_load(celer_model *m, celer_error *e) {
     TRY(model_act_parse(ck, "projector_hidden_act", proj_act, BACKEND_ACT_GELU_ERF, &w->proj_act, e));
 
     /* the text model: another family over the same checkpoint, its names renamed */
-    celer_model *t = calloc(1, sizeof *t);
-    if (!t) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    pthread_mutex_init(&t->prep_mu, NULL);
-    m->text = t;
-    t->ck = m->ck;
-    t->borrowed_ck = true;
-    t->cfg = tcfg;
-    memcpy(t->rename, lay.text, sizeof lay.text);
-    t->n_rename = lay.n_text;
-    t->family = model_family_for(json_string_value(json_object_get(tcfg, "model_type")));
-    CELER_ASSERT(t->family != NULL && t->family != &llava_next_family);
-    TRY(t->family->load(t, e));
-    m->dims = t->dims;
-    memcpy(m->eos, t->eos, sizeof m->eos);
-    m->n_eos = t->n_eos;
+    TRY(model_load_text(m, tcfg, lay.text, lay.n_text, e));
     if (image_token >= m->dims.v)
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: image_token_index %lld outside the vocabulary of %lld",
                          ck->config_path, (long long)image_token, (long long)m->dims.v);
@@ -222,7 +199,7 @@ static celer_status llava_load(celer_model *m, celer_error *e) {
 #undef TRY
     const clip_tower *ct = &w->tower;
     snprintf(m->desc, sizeof m->desc, "llava_next: %.160s; CLIP %lld layers (%lld run), d=%lld, %lldpx/%lld%s",
-             t->desc, (long long)ct->n_layer, (long long)ct->n_run, (long long)ct->vd, (long long)ct->image_size,
+             m->text->desc, (long long)ct->n_layer, (long long)ct->n_run, (long long)ct->vd, (long long)ct->image_size,
              (long long)ct->patch, ct->channels_last ? ", channels-last patches" : "");
     return CELER_OK;
 }

@@ -11,7 +11,16 @@
 
 static int64_t model_matrices(celer_model *m, matview **out, int64_t cap);
 
-static const model_family *const families[] = {&llama_family, &gemma_family, &cohere2_family, &llava_next_family};
+static const model_family *const families[] = {&llama_family, &gemma_family, &gemma3_family, &cohere2_family,
+                                                  &llava_next_family};
+
+void model_types_known(char *out, size_t size) {
+    size_t at = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        for (const char *const *t = families[i]->model_types; *t; t++)
+            if (at < size) at += (size_t)snprintf(out + at, size - at, "%s%s", at ? ", " : "", *t);
+}
 
 const model_family *model_family_for(const char *type) {
     for (size_t i = 0; type && i < sizeof families / sizeof *families; i++)
@@ -36,9 +45,10 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
         goto fail;
     }
     if (!(m->family = model_family_for(type))) {
-        s = error_set(e, CELER_STATUS_UNSUPPORTED,
-                      "%s: model_type: expected llama, mistral, qwen2, cohere2 or llava_next, found %s",
-                      m->ck.config_path, type);
+        char types[256];
+        model_types_known(types, sizeof types);
+        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: model_type: expected one of %s, found %s", m->ck.config_path,
+                      types, type);
         goto fail;
     }
     if ((s = m->family->load(m, e)) != CELER_OK) goto fail;
@@ -75,6 +85,9 @@ static void each_weight(const celer_model *m, weight_fn fn, void *arg) {
         const weight_table *t = &m->tables[k];
         for (int64_t i = 0; i < t->count; i++)
             for (int64_t j = 0; j < t->n_spec; j++) {
+                /* an entry the flags rule out may share its field with one they keep (a
+                 * fused matrix's part and the split matrix) */
+                if (t->spec[j].when >= 0 && !t->flags[t->spec[j].when]) continue;
                 void *field = (char *)t->base + (size_t)i * t->stride + t->spec[j].offset;
                 const bool bound = t->spec[j].kind == WEIGHT_VECTOR ? *(const float **)field != NULL
                                                                     : ((matview *)field)->data != NULL;
@@ -335,6 +348,45 @@ static float embed_scale(const celer_model *m) {
 void model_embed(const celer_model *m, backend *be, const int32_t *ids, int64_t n, float *embd) {
     m = TEXT_MODEL(m);
     be->ops->embed(be, embd, m->family->embedding(m), ids, n, embed_scale(m));
+}
+
+/* ==== Wrappers: a text model inside a vision-language checkpoint ==== */
+
+celer_status model_text_layout(const celer_model *m, name_rule *rule, celer_error *e) {
+    if (checkpoint_find(&m->ck, "model.language_model.embed_tokens.weight", NULL))
+        *rule = (name_rule){"model.", "model.language_model."};
+    else if (checkpoint_find(&m->ck, "language_model.model.embed_tokens.weight", NULL))
+        *rule = (name_rule){"", "language_model."};
+    else
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: missing tensor language_model.model.embed_tokens.weight (or "
+                         "model.language_model.embed_tokens.weight): not a vision-language layout celer knows",
+                         m->ck.dir);
+    return CELER_OK;
+}
+
+celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule *rules, int n_rules,
+                             celer_error *e) {
+    CELER_ASSERT(n_rules <= MODEL_MAX_RENAMES);
+    celer_model *t = calloc(1, sizeof *t);
+    if (!t) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    pthread_mutex_init(&t->prep_mu, NULL);
+    m->text = t;
+    t->ck = m->ck;
+    t->borrowed_ck = true;
+    t->cfg = tcfg;
+    memcpy(t->rename, rules, sizeof *rules * (size_t)n_rules);
+    t->n_rename = n_rules;
+    t->family = model_family_for(json_string_value(json_object_get(tcfg, "model_type")));
+    if (!t->family || t->family->encode_image)
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: text_config.model_type: not a text model celer runs",
+                         m->ck.config_path);
+    celer_status s = t->family->load(t, e);
+    if (s != CELER_OK) return s;
+    m->dims = t->dims;
+    memcpy(m->eos, t->eos, sizeof m->eos);
+    m->n_eos = t->n_eos;
+    return CELER_OK;
 }
 
 /* ==== Pieces shared by the families ==== */

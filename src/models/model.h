@@ -1,5 +1,5 @@
 /*
- * model.h - a loaded model and the model contract (DESIGN.md section 2) at the level
+ * model.h - a loaded model and the model contract (docs/architecture.md, "The model contract") at the level
  * below the engine: each entry point runs the family's one hidden_states body over a
  * prepared step, then the LM head on exactly the rows somebody reads.
  *
@@ -18,7 +18,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-/* Shapes every family shares (STYLE.md rule 5 letters). */
+/* Shapes every family shares (docs/architecture.md, "Names and shapes"). */
 typedef struct model_dims {
     int64_t v, d, n_layer, h, hk, hd, f;
     int64_t n_ctx_train;
@@ -48,7 +48,7 @@ typedef struct model_kv {
 
 typedef struct model_family model_family;
 
-/* ==== Weight tables (DESIGN.md: a family is a table) ====
+/* ==== Weight tables (docs/architecture.md: a family is a table) ====
  *
  * A family describes its weights once, as tables; the same tables drive binding at load,
  * the parameter count and the list of matrices the fast kernels repack. Names are the
@@ -192,6 +192,17 @@ struct model_family {
 
 /* The family that runs model_type, or NULL. */
 const model_family *model_family_for(const char *type);
+/* "llama, mistral, ..." : every model_type a family runs, for errors. */
+void model_types_known(char *out, size_t size);
+
+/* The rename rule of a vision-language checkpoint's text model: transformers >= 4.52
+ * (model.language_model.*) or the original names (language_model.model.*). */
+celer_status model_text_layout(const celer_model *m, name_rule *rule, celer_error *e);
+/* m->text = the family of tcfg's model_type over m's checkpoint, its names renamed by
+ * rules[n_rules]; m takes the text model's dims and end-of-sequence ids. tcfg must live as
+ * long as m (m->owned_json). */
+celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule *rules, int n_rules,
+                             celer_error *e);
 
 /* An op of backend_ops a forward calls, by its place in the table, with its name. */
 typedef struct model_op {
@@ -357,7 +368,7 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
 /* "<quant>" of a matrix for descriptions: "4-bit g64", "bf16". */
 const char *model_quant_desc(const matview *w, char *out, size_t size);
 
-/* ==== Weight binding shared by families (STYLE.md rule 10) ==== */
+/* ==== Weight binding shared by families (docs/architecture.md, "Weights and families") ==== */
 
 /* Binds module.weight as W[rows, cols] (canonical names, renamed by m's layout): dense F32/F16/BF16, or MLX affine codes with
  * module.scales and module.biases. Quantization comes from config.json's block and the
@@ -374,6 +385,7 @@ celer_status reject_tensor(const celer_model *m, const char *name, const char *w
 
 extern const model_family llama_family;
 extern const model_family gemma_family;
+extern const model_family gemma3_family;
 extern const model_family cohere2_family;
 extern const model_family llava_next_family;
 
