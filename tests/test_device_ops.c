@@ -1140,6 +1140,7 @@ static void attention_double(double *out, const float *q, const void *kp, const 
                     dot += (double)qi[c] * (f16 ? f16_to_f32(((const uint16_t *)kp)[at + c])
                                                 : ((const float *)kp)[at + c]);
                 sc[j] = dot * ar->scale;
+                if (ar->softcap > 0) sc[j] = ar->softcap * tanh(sc[j] / ar->softcap);
                 mx = fmax(mx, sc[j]);
             }
             for (int64_t j = lo; j <= p; j++) sum += (sc[j] = exp(sc[j] - mx));
@@ -1176,7 +1177,7 @@ static double rel_to_double(const float *a, const double *b, int64_t m) {
 /* One case: sequences of random K and V in shuffled blocks (stored by each backend's own
  * kv_store), random queries; the device against the reference backend and against the
  * double oracle, each relative to the largest value of what it is compared with. */
-static void attention_case(const att_case *c, double tol_ref, double tol_oracle) {
+static void attention_case(const att_case *c, float softcap, double tol_ref, double tol_oracle) {
     const int64_t n = c->n, kvd = c->hk * c->hd, qd = c->h * c->hd, bs = c->bs;
     int64_t blocks = 0, cols = 0, max_len = 0; /* max_len: a bound of every row's position + 1 */
     for (int s = 0; s < c->n_seq; s++) {
@@ -1245,6 +1246,7 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
                             .hk = c->hk,
                             .hd = c->hd,
                             .scale = 1.0f / sqrtf((float)c->hd),
+                            .softcap = softcap,
                             .seqs = c->n_seq, /* test_attention's cases leave both 0 (not counted) */
                             .keys = max_len};
     attn_rows drows = rows;
@@ -1259,10 +1261,10 @@ static void attention_case(const att_case *c, double tol_ref, double tol_oracle)
     for (int s = 0; s < c->n_seq; s++) keys = c->len[s] > keys ? c->len[s] : keys;
     char what[160];
     snprintf(what, sizeof what,
-             "attention %s: %lld %s rows, %d seq <= %d, %lld/%lld x %lld bs %lld%s%s%s", c->path,
+             "attention %s: %lld %s rows, %d seq <= %d, %lld/%lld x %lld bs %lld%s%s%s%s", c->path,
              (long long)n, layouts[c->layout], c->n_seq, (int)keys, (long long)c->h,
              (long long)c->hk, (long long)c->hd, (long long)bs, c->window ? " win" : "",
-             c->qscale > 2.0f ? " peaked" : "", c->f16 ? "" : " fp32");
+             c->qscale > 2.0f ? " peaked" : "", c->f16 ? "" : " fp32", softcap > 0 ? " softcap" : "");
     report(what, diff, tol_ref);
     snprintf(what, sizeof what, "  ... against the double oracle (the reference: %.3g)",
              rel_to_double(out, oracle, n * qd));
@@ -1342,8 +1344,12 @@ static void test_attention_paths(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bool fast = cases[i].n >= FAST_ROWS; /* prefill rows: a device's fp16 fast path */
-        attention_case(&cases[i], fast ? 1e-3 : 4e-6, fast ? 1e-3 : 2e-6);
+        attention_case(&cases[i], 0.0f, fast ? 1e-3 : 4e-6, fast ? 1e-3 : 2e-6);
     }
+    /* soft-capped scores (Gemma 2) on each path: prefill rows take the exact kernels */
+    const size_t capped[] = {0, 5, 21, 24, 30, 35, 36, 38};
+    for (size_t i = 0; i < sizeof capped / sizeof capped[0]; i++)
+        attention_case(&cases[capped[i]], 1.5f, 4e-6, 2e-6);
 }
 
 /* ==== attention_full ==== */

@@ -1,5 +1,5 @@
 /*
- * backend.h - the op interface model code is written against (DESIGN.md section 2), and
+ * backend.h - the op interface model code is written against (docs/architecture.md, "The model contract"), and
  * the registry of backend classes (cpu, cuda).
  *
  * A backend runs each op over whole batches of rows on memory it owns: activations, KV

@@ -4,7 +4,7 @@
  * fills a table; an ISA may reuse a narrower ISA's entry where it has nothing better.
  * Every entry is tested against the scalar reference (tests/test_cpu_kernels.c).
  *
- * Shapes follow STYLE.md: y rows are tokens (stride ldy), columns are output rows.
+ * Shapes follow docs/architecture.md ("Names and shapes"): y rows are tokens (stride ldy), columns are output rows.
  */
 #ifndef CELER_BACKEND_CPU_KERNELS_H
 #define CELER_BACKEND_CPU_KERNELS_H

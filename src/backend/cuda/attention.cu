@@ -53,11 +53,13 @@ __device__ static float kv_load(const void *p, bool f16, int64_t i) {
     return f16 ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
 }
 
-/* out[hd] = softmax(q . K[lo..hi] * scale) V[lo..hi] for one query vector; keys and values
- * at row keys.row(j) of pools [*, kvd], head offset koff. */
+/* out[hd] = softmax(q . K[lo..hi] * scale) V[lo..hi] for one query vector, each score
+ * soft-capped to cap tanh(s / cap) where cap > 0; keys and values at row keys.row(j) of
+ * pools [*, kvd], head offset koff. */
 template <typename Keys>
 __device__ static void attend(float *out, const float *q, const void *kpool, const void *vpool, bool f16,
-                              Keys keys, int64_t lo, int64_t hi, int64_t kvd, int64_t koff, int hd, float scale) {
+                              Keys keys, int64_t lo, int64_t hi, int64_t kvd, int64_t koff, int hd, float scale,
+                              float cap) {
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     __shared__ float part_o[ATT_WARPS][32 * ATT_MAX_PER_LANE];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -76,6 +78,7 @@ __device__ static void attend(float *out, const float *q, const void *kpool, con
             if (c < hd) dot += qv[i] * kv_load(kpool, f16, base + c);
         }
         for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        if (cap > 0.0f) dot = cap * tanhf(dot / cap);
         const float mn = fmaxf(m, dot), corr = expf(m - mn), p = expf(dot - mn);
         l = l * corr + p;
         for (int i = 0; i < ATT_MAX_PER_LANE; i++) {
@@ -107,7 +110,7 @@ __global__ static void k_attention(float *out, const float *q, const void *kpool
     const paged_keys keys = {ar.tables + (int64_t)ar.seq[r] * ar.table_cols, ar.block_size};
     const int64_t qd = ar.h * ar.hd;
     attend(out + r * qd + head * ar.hd, q + r * qd + head * ar.hd, kpool, vpool, f16, keys,
-           first_key((int)p, ar.window), p, kvd, (head / group) * ar.hd, (int)ar.hd, ar.scale);
+           first_key((int)p, ar.window), p, kvd, (head / group) * ar.hd, (int)ar.hd, ar.scale, ar.softcap);
 }
 
 /* ==== Decode: split keys, merged in order ==== */
@@ -193,7 +196,10 @@ __global__ static void k_decode(float *out, float *part, const float *q, const _
                 for (int o = gl / 2; o > 0; o >>= 1) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
             if (lane_k == 0 && j < cnt)
 #pragma unroll
-                for (int g = 0; g < HPB; g++) sc[g][j] = dot[g] * ar.scale;
+                for (int g = 0; g < HPB; g++) {
+                    const float v = dot[g] * ar.scale;
+                    sc[g][j] = ar.softcap > 0.0f ? ar.softcap * tanhf(v / ar.softcap) : v;
+                }
         }
         __syncthreads();
         /* each head's softmax update by one warp, in a fixed order */
@@ -339,7 +345,7 @@ __global__ static void k_attention_full(float *out, const float *q, const float 
     const int64_t r = blockIdx.y, head = blockIdx.x, group = h / hk, kvd = hk * hd, qd = h * hd;
     const plain_keys keys = {r / seg * seg};
     attend(out + r * qd + head * hd, q + r * qd + head * hd, k, v, false, keys, 0, seg - 1, kvd, (head / group) * hd,
-           (int)hd, scale);
+           (int)hd, scale, 0.0f);
 }
 
 void cuda_attention_full(cudaStream_t s, float *out, const float *q, const float *k, const float *v, int64_t n,

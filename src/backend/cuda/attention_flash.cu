@@ -26,7 +26,7 @@
  * added to the running scores and outputs in ordinary fp32. Exponentials are expf of the
  * scaled score minus the running max, as the reference computes them.
  *
- * The fast kernels (FAST, steps of FAST_FROM_ROWS rows and more: prefill, DESIGN.md's fp16
+ * The fast kernels (FAST, steps of FAST_FROM_ROWS rows and more: prefill, the fp16
  * fast path as for the dense products) take the query and the probabilities as one fp16
  * each, scaled the same way, and chain the tensor cores' sums over a tile: a third of the
  * instructions, on tiles of twice the keys. Their scores are in base 2 (the scale times
@@ -223,6 +223,7 @@ __device__ static void flash_load_kv(__half *kt, __half *vt, const __half *kpool
 struct row_pair {
     int lo[2 * FLASH_MT], hi[2 * FLASH_MT];
     float fac[2 * FLASH_MT];
+    float cap; /* exact kernels: scores soft-capped to cap tanh(s / cap); 0 none */
 };
 
 /* A fragment of P for keys 16 kk .. 16 kk + 15 from the probabilities s (two 8-key chunks
@@ -320,7 +321,8 @@ __device__ static void flash_tile(float acc[][HD / 8][4], float m[], float l[], 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = 2 * mt + e / 2, j = k0 + c * 8 + 2 * t + (e & 1);
-                const float v = FAST ? s[mt][c][e] : s[mt][c][e] * rp.fac[r];
+                float v = FAST ? s[mt][c][e] : s[mt][c][e] * rp.fac[r];
+                if (!FAST && rp.cap > 0.0f) v = rp.cap * tanhf(v / rp.cap);
                 s[mt][c][e] = whole || (j >= rp.lo[r] && j <= rp.hi[r]) ? v : -INFINITY;
                 mx[r] = fmaxf(mx[r], s[mt][c][e]);
             }
@@ -499,6 +501,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS, flash_shape<HD, KIND>::M
             whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, o));
         }
         row_pair rp;
+        rp.cap = ar.softcap;
 #pragma unroll
         for (int r = 0; r < 2 * MT; r++) {
             const int i = wrow + g + 8 * r; /* row index r = 2 mt + w: rows g + 8 w + 16 mt */
@@ -597,7 +600,9 @@ void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void
     const int64_t group = ar->h / ar->hk;
     const int hq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
     const int64_t x = ar->h / hq, bm = 16 * (FLASH_WARPS / hq); /* a fast block's rows */
-    int kind = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f ? FLASH_FAST : FLASH_EXACT; /* the fast max is of unscaled scores */
+    /* the fast max is of unscaled scores, so a soft-cap (a function of the scaled ones) takes
+     * the exact kernels */
+    int kind = ar->n >= FAST_FROM_ROWS && ar->scale > 0.0f && ar->softcap == 0.0f ? FLASH_FAST : FLASH_EXACT;
     const int sms = cuda_sm_count(132);
     if (kind == FLASH_FAST && ar->hd <= 128 && x * ((ar->n + bm - 1) / bm) >= (int64_t)WIDE_FROM_BLOCKS_PER_SM * sms)
         kind = FLASH_WIDE;

@@ -24,7 +24,7 @@ extern "C" {
 
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 
-/* The assertion tier (STYLE.md rule 11): the failed call and CUDA's reason, then
+/* The assertion tier (docs/architecture.md, "Errors"): the failed call and CUDA's reason, then
  * celer_assert_fail's file:line and abort. */
 void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
     if (err == cudaSuccess) return;
@@ -507,10 +507,9 @@ static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float 
 static void cuda_op_attention(backend *be, float *out, const float *q, const void *kpool, const void *vpool,
                               const attn_rows *rows) {
     const attn_rows *r = rows;
-    CELER_ASSERT(r->softcap == 0.0f); /* no attention_softcap: such models are refused at load */
     /* the decode splits, not r->keys: a recorded step is replayed while they stay the same */
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
-              r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->seqs, cuda_attention_splits(cb_of(be), r)))
+              r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->softcap, r->seqs, cuda_attention_splits(cb_of(be), r)))
         return;
     cuda_attention(cb_of(be), out, q, kpool, vpool, rows);
 }
@@ -636,7 +635,7 @@ static const backend_ops cuda_ops = {
     .layernorm = cuda_op_layernorm,
     .rope = cuda_op_rope,
     .kv_store = cuda_op_kv_store,
-    .attention_softcap = false, /* no soft-capping in the attention kernels yet */
+    .attention_softcap = true,
     .attention = cuda_op_attention,
     .attention_full = cuda_op_attention_full,
     .glu = cuda_op_glu,

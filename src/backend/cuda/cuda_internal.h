@@ -167,7 +167,7 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w);
 
 /* ==== Products (matmul.cu) ==== */
 
-/* Steps of at least this many rows (prefill) take the fp16 fast paths (DESIGN.md,
+/* Steps of at least this many rows (prefill) take the fp16 fast paths (docs/architecture.md,
  * numerics): affine products on cuBLAS over fp16 weights and x (matmul.cu), and flash
  * attention's single fp16 query and probabilities (attention_flash.cu). */
 #define FAST_FROM_ROWS 128

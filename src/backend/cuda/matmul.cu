@@ -6,7 +6,7 @@
  * tensor-core GEMM (affine_gemm.cu); both give fp32-level results (codes exact on the
  * tensor cores, x as fp16 hi + lo, scales and biases applied per group in fp32). From
  * DENSE_FROM_ROWS rows (prefill), W is rounded to fp16 a chunk of rows at a time and x
- * once, and cuBLAS multiplies them with fp32 sums: the fast path of DESIGN.md's numerics,
+ * once, and cuBLAS multiplies them with fp32 sums: the fast path of docs/architecture.md's numerics,
  * like the CPU's int8 activations (its error is bounded by the tests), and the way to
  * the tensor cores' dense rate, which the exact products reach a fifth of. The chunks go
  * through two buffers: while cuBLAS reads one, the side stream dequantizes the next chunk
