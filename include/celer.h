@@ -3,7 +3,7 @@
  *
  * Everything an outside program (the CLI, the server, an embedding application) needs is
  * here: opaque handles for a loaded model and an inference context, a transparent batch
- * struct, and the model contract of DESIGN.md section 2. Nothing here exposes tensors,
+ * struct, and the model contract of docs/architecture.md ("The model contract"). Nothing here exposes tensors,
  * kernels or backends.
  *
  * Usage:
@@ -165,7 +165,7 @@ celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id);
 /* Positions sequence seq_id holds in the cache. */
 int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
 
-/* ==== Batches and the model contract (DESIGN.md section 2) ==== */
+/* ==== Batches and the model contract (docs/architecture.md, "The model contract") ==== */
 
 /* n rows; each row is appended to its sequence at the next position. A row is a token
  * id, or an input embedding: every row when token is NULL, else the rows whose token is

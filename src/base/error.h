@@ -1,5 +1,5 @@
 /*
- * error.h - the three error tiers of STYLE.md rule 11, below everything else.
+ * error.h - the three error tiers of docs/architecture.md ("Errors"), below everything else.
  *
  * CELER_ASSERT is for programmer bugs (prints file:line, aborts). Recoverable
  * conditions return a celer_status and leave one detailed line in a celer_error the

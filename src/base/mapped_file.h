@@ -1,7 +1,7 @@
 /*
  * mapped_file.h - read-only memory maps of whole files.
  *
- * The map is PROT_READ: weights are never written through it (STYLE.md rule 8).
+ * The map is PROT_READ: weights are never written through it (docs/architecture.md, "Weights and families").
  */
 #ifndef CELER_BASE_MAPPED_FILE_H
 #define CELER_BASE_MAPPED_FILE_H

@@ -21,7 +21,7 @@
  * per second (the image rows are encoded before the clock starts).
  *
  * It does not compare runs, pick winners or check outputs: figures are for side-by-side
- * runs on one machine (DESIGN.md section 8). Only the public API is used.
+ * runs on one machine (docs/benchmarks.md). Only the public API is used.
  */
 #define _DEFAULT_SOURCE
 #include "cli/cli.h"

@@ -1,7 +1,7 @@
 /*
  * kv_cache.h - the paged KV cache: fixed-size blocks of positions from one pool shared by
  * every sequence, a block table per sequence, and the prefix cache over full blocks
- * (DESIGN.md section 2).
+ * (docs/architecture.md, "The model contract").
  *
  * K and V per layer (fp16 or fp32), [n_blocks * block_size, hk * hd] each, sized once at
  * creation.
