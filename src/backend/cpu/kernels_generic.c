@@ -104,16 +104,6 @@ static void f16_to_f32_row(float *y, const uint16_t *x, int64_t n) {
 }
 
 
-static void layernorm(float *y, const float *x, const float *w, const float *b, int64_t d,
-                      float eps) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < d; i++) sum += x[i];
-    const float mean = sum / (float)d;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < d; i++) ss += (x[i] - mean) * (x[i] - mean);
-    const float inv = 1.0f / sqrtf(ss / (float)d + eps);
-    for (int64_t i = 0; i < d; i++) y[i] = (x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
-}
 
 
 const cpu_kernels cpu_kernels_generic = {
@@ -126,7 +116,7 @@ const cpu_kernels cpu_kernels_generic = {
     .exp_sum = exp_sum,
     .glu = ref_glu,
     .f16_to_f32 = f16_to_f32_row,
-    .layernorm = layernorm,
+    .layernorm = ref_layernorm,
     .act = ref_act,
 };
 
