@@ -240,6 +240,19 @@ static void unit_tests(void) {
     expect_vars("{{ enable_thinking }} {{ custom.k }}", "{\"enable_thinking\": false, \"custom\": {\"k\": 3}}",
                 "False 3");
     expect("{{ strftime_now('%d %b %Y') }}", "26 Jul 2024");
+    /* reasoning under any of its names is aliased as transformers does, keys in its order */
+    {
+        celer_error e = {{0}};
+        char *out = render_ex("{% for m in messages %}{{ m.keys() | list }}{{ m.thinking }}|{% endfor %}",
+                              "[{\"role\": \"assistant\", \"content\": \"c\", \"reasoning\": \"r\"},"
+                              " {\"role\": \"assistant\", \"thinking\": null, \"reasoning_content\": \"x\"},"
+                              " {\"role\": \"user\", \"content\": \"u\", \"reasoning\": null}]",
+                              NULL, false, &e);
+        const char *want = "['thinking', 'role', 'content', 'reasoning', 'reasoning_content']r|"
+                           "['thinking', 'role', 'reasoning_content']None|['role', 'content', 'reasoning']|";
+        CHECK(out && !strcmp(out, want), "reasoning aliases\n  got:  [%s]\n  want: [%s]", out ? out : e.msg, want);
+        free(out);
+    }
     /* errors name the line and column */
     expect_error("line one\n{{ 'x' | wordcount }}", "template line 2 column 10: unknown filter 'wordcount'");
     expect_error("{% for m in messages %}\nno end", "template line 1 column 1: unclosed 'for' block");

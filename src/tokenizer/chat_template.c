@@ -563,6 +563,28 @@ static celer_status from_json(rctx *r, const json_t *j, val *out, int depth) {
     return rerr(r, NULL, "unexpected JSON value");
 }
 
+/* As transformers does before rendering: a message whose reasoning is under any of its names
+ * (the first of reasoning_content, thinking, reasoning that is not null) gets it as
+ * reasoning_content, and as thinking unless it has that key, which goes first: the message
+ * becomes {"thinking": r, **message, "reasoning_content": r}. */
+static celer_status alias_reasoning(rctx *r, val *msg) {
+    static const char *const names[] = {"reasoning_content", "thinking", "reasoning"};
+    if (msg->t != V_DICT) return CELER_OK;
+    const val *reasoning = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !reasoning; i++) {
+        const val *v = dict_find(msg->d, names[i], strlen(names[i]));
+        if (v && v->t != V_NONE) reasoning = v;
+    }
+    if (!reasoning) return CELER_OK;
+    vdict *d = ralloc(r, sizeof *d);
+    if (!d || !dict_set(r, d, cstr("thinking"), *reasoning)) return OOM(r, NULL);
+    for (size_t i = 0; i < msg->d->n; i++)
+        if (!dict_set(r, d, msg->d->k[i], msg->d->v[i])) return OOM(r, NULL);
+    if (!dict_set(r, d, cstr("reasoning_content"), *reasoning)) return OOM(r, NULL);
+    msg->d = d;
+    return CELER_OK;
+}
+
 /* ==== Evaluation ==== */
 
 static celer_status eval(rctx *r, const ct_node *n, val *out);
@@ -1703,6 +1725,8 @@ celer_status chat_template_render(const chat_template *t, const json_t *messages
         goto done;
     }
     if ((st = from_json(&r, messages, &msgs, 0)) != CELER_OK) goto done;
+    for (size_t i = 0; i < msgs.l->n && st == CELER_OK; i++) st = alias_reasoning(&r, &msgs.l->v[i]);
+    if (st != CELER_OK) goto done;
     static const struct {
         const char *name;
         int f;
