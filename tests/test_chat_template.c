@@ -204,6 +204,8 @@ static void unit_tests(void) {
     expect("{{ none is none }} {{ 'a' is string }} {{ {} is mapping }} {{ [] is iterable }} {{ 3 is odd }} "
            "{{ x is undefined }} {{ 1 is number }} {{ false is false }} {{ 6 is divisibleby(3) }}",
            "True True True True True True True True True");
+    expect("{{ x is iterable }} {{ x is sequence }} {{ x is callable }} {{ x is mapping }} {{ 3 is iterable }}",
+           "True True True False False");
     /* filters */
     expect("{{ '  a b \\n' | trim }}|{{ 'abc' | upper }}|{{ 'ABC' | lower }}|{{ 'hello world' | title }}|"
            "{{ 'hELLO' | capitalize }}",

@@ -985,15 +985,16 @@ static celer_status run_test(rctx *r, const ct_node *n, const char *name, val v,
     else if (!strcmp(name, "none")) *out = v.t == V_NONE;
     else if (!strcmp(name, "string")) *out = v.t == V_STR;
     else if (!strcmp(name, "mapping")) *out = v.t == V_DICT;
-    else if (!strcmp(name, "iterable")) *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT;
-    else if (!strcmp(name, "sequence")) *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT;
+    /* Jinja's Undefined iterates as empty, has a length and can be called (to fail) */
+    else if (!strcmp(name, "iterable") || !strcmp(name, "sequence"))
+        *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT || v.t == V_UNDEF;
     else if (!strcmp(name, "number")) *out = is_num(v);
     else if (!strcmp(name, "integer")) *out = v.t == V_INT;
     else if (!strcmp(name, "float")) *out = v.t == V_FLOAT;
     else if (!strcmp(name, "boolean")) *out = v.t == V_BOOL;
     else if (!strcmp(name, "true")) *out = v.t == V_BOOL && v.i;
     else if (!strcmp(name, "false")) *out = v.t == V_BOOL && !v.i;
-    else if (!strcmp(name, "callable")) *out = v.t == V_MACRO || v.t == V_METHOD || v.t == V_FUNC;
+    else if (!strcmp(name, "callable")) *out = v.t == V_MACRO || v.t == V_METHOD || v.t == V_FUNC || v.t == V_UNDEF;
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) {
         if (!is_num(v)) return rerr(r, n, "test '%s' needs a number", name);
         bool odd = v.t == V_FLOAT ? fmod(v.f, 2) != 0 : v.i % 2 != 0;
