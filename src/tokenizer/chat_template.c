@@ -1844,9 +1844,35 @@ celer_status chat_template_from_dir(const char *dir, char **template_src, char *
 celer_status celer_chat_template_render(const char *template_src, const char *messages_json,
                                         int add_generation_prompt, const char *bos_token,
                                         const char *eos_token, char **out, char *err, size_t err_size) {
+    return celer_chat_template_render_vars(template_src, messages_json, NULL, add_generation_prompt, bos_token,
+                                           eos_token, out, err, err_size);
+}
+
+/* vars_json parsed into *vars: a JSON object naming none of the variables the other
+ * arguments set. */
+static celer_status parse_vars(const char *vars_json, json_t **vars, celer_error *e) {
+    static const char *const reserved[] = {"messages", "add_generation_prompt", "bos_token", "eos_token"};
+    json_error_t je;
+    *vars = json_loads(vars_json, JSON_REJECT_DUPLICATES, &je);
+    if (!*vars)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "template variables: line %d column %d: %s", je.line,
+                         je.column, je.text);
+    if (!json_is_object(*vars))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "template variables: expected a JSON object");
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+        if (json_object_get(*vars, reserved[i]))
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "template variables: \"%s\" is set by its own argument, not here", reserved[i]);
+    return CELER_OK;
+}
+
+celer_status celer_chat_template_render_vars(const char *template_src, const char *messages_json,
+                                             const char *vars_json, int add_generation_prompt,
+                                             const char *bos_token, const char *eos_token, char **out, char *err,
+                                             size_t err_size) {
     celer_error e = {{0}};
     chat_template *t = NULL;
-    json_t *doc = NULL;
+    json_t *doc = NULL, *vars = NULL;
     *out = NULL;
     celer_status st = CELER_OK;
     if (!template_src || !messages_json) {
@@ -1866,14 +1892,16 @@ celer_status celer_chat_template_render(const char *template_src, const char *me
                        "messages: expected an array of messages or an object with a \"messages\" array");
         goto done;
     }
+    if (vars_json && (st = parse_vars(vars_json, &vars, &e)) != CELER_OK) goto done;
     if ((st = chat_template_parse(template_src, strlen(template_src), &t, &e)) != CELER_OK) goto done;
     chat_template_opts o = {.add_generation_prompt = add_generation_prompt != 0, .bos_token = bos_token,
-                            .eos_token = eos_token};
+                            .eos_token = eos_token, .vars = vars};
     st = chat_template_render(t, msgs, &o, out, NULL, &e);
 done:
     if (st != CELER_OK) error_copy(&e, err, err_size);
     chat_template_free(t);
     json_decref(doc);
+    json_decref(vars);
     return st;
 }
 
