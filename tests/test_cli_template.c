@@ -178,19 +178,21 @@ int main(void) {
         SKIP_REQUIRED("%s", llama2);
     }
     /* --chat-template-kwargs and the body's chat_template_kwargs and tools */
-    write_text(msgs, "[{\"role\": \"user\", \"content\": \"hi\"}]");
-    snprintf(args, sizeof args, "template -m '%s' --messages %s --chat-template-kwargs '[1]'", model, msgs);
-    check_fails("kwargs not an object", args, "--chat-template-kwargs: expected a JSON object");
-    snprintf(args, sizeof args, "template -m '%s' --messages %s --chat-template-kwargs '{\"a\": '", model, msgs);
-    check_fails("kwargs not JSON", args, "--chat-template-kwargs");
-    snprintf(args, sizeof args, "template -m '%s' --messages %s --chat-template-kwargs '{\"messages\": []}'", model,
-             msgs);
-    check_fails("kwargs setting messages", args, "\"messages\" is set by its own argument");
-    write_text(msgs, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"chat_template_kwargs\": 1}");
-    snprintf(args, sizeof args, "template -m '%s' --messages %s", model, msgs);
-    check_fails("body kwargs not an object", args, "chat_template_kwargs: expected an object");
-    write_text(msgs, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"tools\": {}}");
-    check_fails("body tools not an array", args, "tools: expected an array");
+    static const struct {
+        const char *body, *flag, *needle;
+    } refusals[] = {
+        {"[{\"role\": \"user\", \"content\": \"hi\"}]", "--chat-template-kwargs '[1]'",
+         "--chat-template-kwargs: expected a JSON object"},
+        {"[]", "--chat-template-kwargs '{\"a\": '", "--chat-template-kwargs"},
+        {"[]", "--chat-template-kwargs '{\"messages\": []}'", "\"messages\" is set by its own argument"},
+        {"{\"messages\": [], \"chat_template_kwargs\": 1}", "", "chat_template_kwargs: expected an object"},
+        {"{\"messages\": [], \"tools\": {}}", "", "tools: expected an array"},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        write_text(msgs, refusals[i].body);
+        snprintf(args, sizeof args, "template -m '%s' --messages %s %s", model, msgs, refusals[i].flag);
+        check_fails(refusals[i].needle, args, refusals[i].needle);
+    }
     /* the body's kwargs over the flag's, and what the template sees of them */
     char jinja[4096];
     snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", dir);
@@ -217,15 +219,18 @@ int main(void) {
         }
         snprintf(to, sizeof to, "%s/chat_template.jinja", gdir);
         write_text(to, "{{ raise_exception('enable_thinking=' ~ enable_thinking) }}");
-        snprintf(args, sizeof args, "generate -m %s -p hi -n 1 --chat-template-kwargs '{\"enable_thinking\": false}'",
-                 gdir);
-        check_fails("generate --chat-template-kwargs", args, "enable_thinking=False");
-        snprintf(args, sizeof args, "run %s -p hi -n 1 --chat-template-kwargs '{\"enable_thinking\": true}'", gdir);
-        check_fails("run --chat-template-kwargs", args, "enable_thinking=True");
-        snprintf(args, sizeof args, "generate -m %s --text hi --chat-template-kwargs '{}'", gdir);
-        check_fails("generate --text --chat-template-kwargs", args, "only renders -p TEXT");
-        snprintf(args, sizeof args, "generate -m %s -p hi --chat-template-kwargs 5", gdir);
-        check_fails("generate --chat-template-kwargs 5", args, "expected a JSON object");
+        static const struct {
+            const char *args, *needle; /* args: a format taking the model directory */
+        } uses[] = {
+            {"generate -m %s -p hi -n 1 --chat-template-kwargs '{\"enable_thinking\": false}'", "enable_thinking=False"},
+            {"run %s -p hi -n 1 --chat-template-kwargs '{\"enable_thinking\": true}'", "enable_thinking=True"},
+            {"generate -m %s --text hi --chat-template-kwargs '{}'", "only renders -p TEXT"},
+            {"generate -m %s -p hi --chat-template-kwargs 5", "expected a JSON object"},
+        };
+        for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++) {
+            snprintf(args, sizeof args, uses[i].args, gdir);
+            check_fails(uses[i].args, args, uses[i].needle);
+        }
         for (int i = 0; i < 5; i++) {
             snprintf(to, sizeof to, "%s/%s", gdir, files[i]);
             unlink(to);
