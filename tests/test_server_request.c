@@ -559,7 +559,8 @@ static void check_template_kwargs(void) {
     char *vars;
     bool ok = parse(REQUEST_CHAT, "{" MSG "}", &r, &e);
     CHECK(ok && !r.template_kwargs, "no chat_template_kwargs: none kept");
-    CHECK(ok && request_template_vars(NULL, &r, &vars) && !vars, "no kwargs anywhere: no variables");
+    CHECK(ok && request_template_vars(NULL, &r, &vars) && !vars,
+          "no kwargs anywhere: no variables");
     CHECK(ok && request_template_vars("{\"a\":1}", &r, &vars) && vars && !strcmp(vars, "{\"a\":1}"),
           "the server's kwargs alone: %s", ok && vars ? vars : "(none)");
     if (ok) free(vars), request_free(&r);
@@ -567,8 +568,10 @@ static void check_template_kwargs(void) {
     CHECK(ok && !r.template_kwargs, "empty chat_template_kwargs: none kept");
     if (ok) request_free(&r);
     ok = parse(REQUEST_CHAT,
-               "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"x\":[1,\"é\"]}}", &r, &e);
-    CHECK(ok && r.template_kwargs && !strcmp(r.template_kwargs, "{\"enable_thinking\":false,\"x\":[1,\"é\"]}"),
+               "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"x\":[1,\"é\"]}}", &r,
+               &e);
+    CHECK(ok && r.template_kwargs &&
+              !strcmp(r.template_kwargs, "{\"enable_thinking\":false,\"x\":[1,\"é\"]}"),
           "chat_template_kwargs kept: %s", ok && r.template_kwargs ? r.template_kwargs : e.message);
     CHECK(ok && request_template_vars(NULL, &r, &vars) && vars && !strcmp(vars, r.template_kwargs),
           "the request's kwargs alone");
@@ -592,7 +595,8 @@ static void check_template_kwargs(void) {
                                    .engine = celer_engine_default_params()};
         char err[256] = "";
         server *s = server_start(&cfg, err, sizeof err);
-        CHECK(!s && strstr(err, want[i]), "server_start with --chat-template-kwargs %s: %s", bad[i], err);
+        CHECK(!s && strstr(err, want[i]), "server_start with --chat-template-kwargs %s: %s", bad[i],
+              err);
         if (s) server_destroy(s);
     }
 }
