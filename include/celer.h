@@ -386,6 +386,16 @@ celer_status celer_chat_template_render(const char *template_src, const char *me
                                         const char *eos_token, char **out, char *err,
                                         size_t err_size);
 
+/* The same with extra template variables: vars_json (NULL for none) is a JSON object whose
+ * members the template sees as globals, as apply_chat_template's keyword arguments, e.g.
+ * {"enable_thinking": false} (what vLLM and llama-server take as "chat_template_kwargs")
+ * or {"tools": [...]}. "messages", "add_generation_prompt", "bos_token" and "eos_token"
+ * come from the other arguments and are refused here. */
+celer_status celer_chat_template_render_vars(const char *template_src, const char *messages_json,
+                                             const char *vars_json, int add_generation_prompt,
+                                             const char *bos_token, const char *eos_token,
+                                             char **out, char *err, size_t err_size);
+
 /* The chat template of a model: in a checkpoint directory chat_template.jinja, else the
  * chat_template of tokenizer_config.json; in a .gguf file tokenizer.chat_template. Also
  * its bos/eos token texts. Each out string is malloc'd, NULL when

@@ -2,7 +2,8 @@
  * test_server_request.c - the server's request parser (src/server/request.c): every
  * field's accepted and rejected forms, the field each error names and its status; the
  * image_url content parts (data: URLs, the strict base64 decoder against an independent
- * encoder, the parts the template sees); the response builders (UTF-8 repair, error,
+ * encoder, the parts the template sees); chat_template_kwargs and how it combines with
+ * the server's --chat-template-kwargs; the response builders (UTF-8 repair, error,
  * chunk and logprob shapes); the metrics text;
  * and, without a model, the HTTP plumbing (404, 405, 401, 413, /health while loading).
  * Generation over a real model is left to the end-to-end suite.
@@ -519,6 +520,14 @@ static void check_flags_and_unsupported(void) {
          "response_format.type");
     chat("\"response_format\":{\"type\":\"xml\"}", false, "response_format.type");
     chat("\"response_format\":\"text\"", false, "response_format");
+    chat("\"chat_template_kwargs\":{\"enable_thinking\":false}", true, "");
+    chat("\"chat_template_kwargs\":null", true, "");
+    chat("\"chat_template_kwargs\":{}", true, "");
+    chat("\"chat_template_kwargs\":\"enable_thinking\"", false, "chat_template_kwargs");
+    chat("\"chat_template_kwargs\":[]", false, "chat_template_kwargs");
+    chat("\"chat_template_kwargs\":{\"tools\":[]}", false, "chat_template_kwargs.tools");
+    chat("\"chat_template_kwargs\":{\"messages\":[]}", false, "chat_template_kwargs.messages");
+    chat("\"chat_template_kwargs\":{\"bos_token\":\"x\"}", false, "chat_template_kwargs.bos_token");
 
     server_request r;
     request_error e;
@@ -541,6 +550,55 @@ static void check_flags_and_unsupported(void) {
     completion("\"echo\":false", true, "");
     completion("\"best_of\":2", false, "best_of");
     completion("\"suffix\":\"x\"", false, "suffix");
+}
+
+/* chat_template_kwargs kept as JSON text, and over the server's default kwargs */
+static void check_template_kwargs(void) {
+    server_request r;
+    request_error e;
+    char *vars;
+    bool ok = parse(REQUEST_CHAT, "{" MSG "}", &r, &e);
+    CHECK(ok && !r.template_kwargs, "no chat_template_kwargs: none kept");
+    CHECK(ok && request_template_vars(NULL, &r, &vars) && !vars,
+          "no kwargs anywhere: no variables");
+    CHECK(ok && request_template_vars("{\"a\":1}", &r, &vars) && vars && !strcmp(vars, "{\"a\":1}"),
+          "the server's kwargs alone: %s", ok && vars ? vars : "(none)");
+    if (ok) free(vars), request_free(&r);
+    ok = parse(REQUEST_CHAT, "{" MSG ",\"chat_template_kwargs\":{}}", &r, &e);
+    CHECK(ok && !r.template_kwargs, "empty chat_template_kwargs: none kept");
+    if (ok) request_free(&r);
+    ok = parse(REQUEST_CHAT,
+               "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"x\":[1,\"é\"]}}", &r,
+               &e);
+    CHECK(ok && r.template_kwargs &&
+              !strcmp(r.template_kwargs, "{\"enable_thinking\":false,\"x\":[1,\"é\"]}"),
+          "chat_template_kwargs kept: %s", ok && r.template_kwargs ? r.template_kwargs : e.message);
+    CHECK(ok && request_template_vars(NULL, &r, &vars) && vars && !strcmp(vars, r.template_kwargs),
+          "the request's kwargs alone");
+    if (ok) free(vars);
+    CHECK(ok && request_template_vars("{\"enable_thinking\":true,\"d\":2}", &r, &vars) && vars &&
+              !strcmp(vars, "{\"enable_thinking\":false,\"d\":2,\"x\":[1,\"é\"]}"),
+          "the request's kwargs over the server's: %s", ok && vars ? vars : "(none)");
+    if (ok) free(vars), request_free(&r);
+
+    /* the server's own default is checked when it starts */
+    const char *bad[] = {"[1]", "{\"tools\": []}", "{\"x\": ", "{\"add_generation_prompt\": true}"};
+    const char *want[] = {"expected an object", "--chat-template-kwargs.tools", "not valid JSON",
+                          "--chat-template-kwargs.add_generation_prompt"};
+    for (int i = 0; i < 4; i++) {
+        const server_config cfg = {.host = "127.0.0.1",
+                                   .port = 0,
+                                   .model_path = "/x/model.gguf",
+                                   .max_body_bytes = 4096,
+                                   .quiet = true,
+                                   .chat_template_kwargs = bad[i],
+                                   .engine = celer_engine_default_params()};
+        char err[256] = "";
+        server *s = server_start(&cfg, err, sizeof err);
+        CHECK(!s && strstr(err, want[i]), "server_start with --chat-template-kwargs %s: %s", bad[i],
+              err);
+        if (s) server_destroy(s);
+    }
 }
 
 static void check_prompts(void) {
@@ -798,6 +856,7 @@ int main(void) {
     check_numbers();
     check_stop_and_bias();
     check_flags_and_unsupported();
+    check_template_kwargs();
     check_prompts();
     check_builders();
     check_metrics();

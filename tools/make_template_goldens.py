@@ -6,7 +6,8 @@ tokenizer_config.json in ../shared/tokenizers) and every conversation of
 tests/templates/conversations.json, with and without add_generation_prompt, this writes
 what transformers' own chat-template renderer (render_jinja_template: a sandboxed Jinja
 environment with trim_blocks and lstrip_blocks) produces, or the message of the
-exception the template raised, to tests/templates/golden_<name>.json.
+exception the template raised (and its type: TemplateError for raise_exception), to
+tests/templates/golden_<name>.json.
 strftime_now is pinned to 2024-07-26 so the goldens do not depend on the day.
 
 Run: build/venv/bin/python tools/make_template_goldens.py [--shared ../shared]
@@ -32,6 +33,13 @@ TABLE = {
     "mistral_v1": ("mistral_v1.jinja", "<s>", "</s>"),
     "mistral_v3": ("mistral_v3.jinja", "<s>", "</s>"),
     "cohere2": ("cohere2.jinja", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
+    "gemma2": ("gemma2.jinja", "<bos>", "<eos>"),
+    "gemma3": ("gemma3.jinja", "<bos>", "<eos>"),
+    "phi3": ("phi3.jinja", "<s>", "<|endoftext|>"),
+    "phi3_5": ("phi3_5.jinja", "<s>", "<|endoftext|>"),
+    "phi4_mini": ("phi4_mini.jinja", "<|endoftext|>", "<|endoftext|>"),
+    "phi4": ("phi4.jinja", "<|endoftext|>", "<|im_end|>"),
+    "qwen3_1_7b": ("qwen3_1_7b.jinja", None, "<|im_end|>"),
 }
 
 
@@ -61,7 +69,9 @@ def render(template, conv, agp, bos, eos):
             add_generation_prompt=agp, **kwargs)
         return {"output": out[0]}
     except Exception as e:  # a template's raise_exception, or anything else it rejects
-        return {"error": str(e)}
+        # raise_exception raises jinja2's TemplateError itself; anything else (TypeError, UndefinedError,
+        # ...) is the template failing on input it does not handle, whose wording is Python's
+        return {"error": str(e), "error_type": type(e).__name__}
 
 
 def main():

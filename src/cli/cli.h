@@ -50,15 +50,19 @@ celer_tokenizer *cli_open_tokenizer(const char *model_path);
 int64_t cli_context_size(const cli_model_opts *o, const celer_model *m, int64_t n_prompt,
                          int64_t n_predict);
 
-/* Prompt flags: -p/--prompt, --system, --no-chat-template. */
+/* Prompt flags: -p/--prompt, --system, --no-chat-template, --chat-template-kwargs. */
 typedef struct cli_prompt_opts {
     const char *prompt;
     const char *system;
     bool no_template;
-    int n_images; /* image parts placed before the text of the user turn */
+    int n_images;                /* image parts placed before the text of the user turn */
+    const char *template_kwargs; /* extra template variables, a JSON object, or NULL */
 } cli_prompt_opts;
 
 bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i);
+/* The value of --chat-template-kwargs: dies unless text is a JSON object (the template's
+ * extra variables, {"enable_thinking": false}, as llama-server's flag of that name). */
+const char *cli_template_kwargs(const char *text);
 /* Sampling flags: --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, --seed. */
 bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i);
 

@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,17 +148,29 @@ int64_t cli_context_size(const cli_model_opts *o, const celer_model *m, int64_t 
     return cap;
 }
 
+const char *cli_template_kwargs(const char *text) {
+    json_error_t je;
+    json_t *v = json_loads(text, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!v) cli_die("--chat-template-kwargs: column %d: %s", je.column, je.text);
+    const bool object = json_is_object(v);
+    json_decref(v);
+    if (!object) cli_die("--chat-template-kwargs: expected a JSON object, as {\"enable_thinking\": false}");
+    return text;
+}
+
 bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (!strcmp(a, "--no-chat-template")) {
         o->no_template = true;
         return true;
     }
-    const bool prompt = !strcmp(a, "-p") || !strcmp(a, "--prompt"), sys = !strcmp(a, "--system");
-    if (!prompt && !sys) return false;
+    const bool prompt = !strcmp(a, "-p") || !strcmp(a, "--prompt"), sys = !strcmp(a, "--system"),
+               kwargs = !strcmp(a, "--chat-template-kwargs");
+    if (!prompt && !sys && !kwargs) return false;
     if (*i + 1 >= argc) cli_die("%s: expected a value", a);
     if (prompt) o->prompt = argv[++*i];
-    else o->system = argv[++*i];
+    else if (sys) o->system = argv[++*i];
+    else o->template_kwargs = cli_template_kwargs(argv[++*i]);
     return true;
 }
 

@@ -23,8 +23,8 @@
 static const char usage_text[] =
     "usage: celer generate -m MODEL (-p TEXT | --text TEXT | --ids 1,2,3) [--image FILE]... [-n N]\n"
     "       [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
-    "       [--seed S] [--system TEXT] [--no-chat-template] [--output-ids] [--ignore-eos] [-t THREADS]\n"
-    "       [-c CTX]";
+    "       [--seed S] [--system TEXT] [--chat-template-kwargs JSON] [--no-chat-template] [--output-ids]\n"
+    "       [--ignore-eos] [-t THREADS] [-c CTX]";
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts o = {0};
@@ -49,6 +49,8 @@ int cmd_generate(int argc, char **argv) {
     }
     if ((ids_arg != NULL) + (po.prompt != NULL) + (text != NULL) != 1)
         cli_die("generate: give exactly one of -p TEXT, --text TEXT and --ids 1,2,3\n%s", usage_text);
+    if (po.template_kwargs && (!po.prompt || po.no_template))
+        cli_die("--chat-template-kwargs: the chat template only renders -p TEXT (not --text, --ids or --no-chat-template)");
     if (n_predict < -1 || n_predict == 0) cli_die("-n: expected a positive count or -1 (until EOS or the context is full)");
     if (ids_arg) print_ids = true;
 

@@ -19,14 +19,15 @@
 
 static const char usage_text[] =
     "usage: celer run [MODEL] [-p TEXT] [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-    "       [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS] [-c CTX]";
+    "       [--min-p P] [--repeat-penalty R] [--seed S] [--chat-template-kwargs JSON] [-t THREADS] [-c CTX]";
 
 /* One assistant turn over the history; appends the reply to it. */
-static void turn(cli_session *s, const char *model_path, json_t *history, int64_t n_predict, int32_t *out, double t_load) {
+static void turn(cli_session *s, const cli_prompt_opts *po, const char *model_path, json_t *history, int64_t n_predict,
+                 int32_t *out, double t_load) {
     char *text = json_dumps(history, 0), err[512];
     if (!text) cli_die("the message is not valid UTF-8");
     int64_t n;
-    int32_t *ids = cli_chat_ids(model_path, s->tok, text, &n);
+    int32_t *ids = cli_chat_ids(model_path, s->tok, text, po->template_kwargs, &n);
     free(text);
     cli_stats st;
     const int64_t got = cli_session_reply(s, ids, n, n_predict, false, false, out, &st);
@@ -73,7 +74,7 @@ int cmd_run(int argc, char **argv) {
         json_t *user = json_pack("{s:s, s:s}", "role", "user", "content", po.prompt);
         if (!user) cli_die("-p: the prompt is not valid UTF-8");
         json_array_append_new(history, user);
-        turn(&s, o.model, history, n_predict, out, t_load);
+        turn(&s, &po, o.model, history, n_predict, out, t_load);
     } else {
         const bool tty = isatty(STDIN_FILENO);
         char *line = NULL;
@@ -97,7 +98,7 @@ int cmd_run(int argc, char **argv) {
                 continue;
             }
             json_array_append_new(history, msg);
-            turn(&s, o.model, history, n_predict, out, -1);
+            turn(&s, &po, o.model, history, n_predict, out, -1);
         }
         free(line);
     }

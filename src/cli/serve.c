@@ -19,7 +19,7 @@ static const char usage_text[] =
     "TOTAL_KV_POSITIONS]\n"
     "       [--ctx-per-seq N] [--batch-tokens N] [--max-queue N] [-t N] [--no-prefix-cache]\n"
     "       [--api-key K[,K2..] | --api-key-file F] [--alias NAME] [--metrics]\n"
-    "       [--cors-origin ORIGIN] [--max-body-bytes 8388608]";
+    "       [--cors-origin ORIGIN] [--max-body-bytes 8388608] [--chat-template-kwargs JSON]";
 
 #define MAX_KEYS 256
 
@@ -112,6 +112,8 @@ int cmd_serve(int argc, char **argv) {
             cfg.alias = v;
         else if (!strcmp(a, "--cors-origin"))
             cfg.cors_origin = v;
+        else if (!strcmp(a, "--chat-template-kwargs"))
+            cfg.chat_template_kwargs = cli_template_kwargs(v);
         else
             cli_die("serve: unknown option %s\n%s", a, usage_text);
         i += !flag_only;

@@ -19,11 +19,13 @@ double cli_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const char *messages_json, int64_t *n) {
+int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const char *messages_json,
+                      const char *template_kwargs, int64_t *n) {
     char err[512], *prompt, *src, *bos, *eos;
     int32_t *ids;
     if (celer_chat_template_load(model_path, &src, &bos, &eos, err, sizeof err) != CELER_OK) cli_die("%s", err);
-    if (celer_chat_template_render(src, messages_json, 1, bos, eos, &prompt, err, sizeof err) != CELER_OK)
+    if (celer_chat_template_render_vars(src, messages_json, template_kwargs, 1, bos, eos, &prompt, err,
+                                        sizeof err) != CELER_OK)
         cli_die("%s", err);
     free(src), free(bos), free(eos);
     if (celer_tokenize(tok, prompt, strlen(prompt), false, &ids, n, err, sizeof err) != CELER_OK) cli_die("%s", err);
@@ -60,7 +62,7 @@ int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const 
         char *text = json_dumps(msgs, 0);
         json_decref(msgs);
         if (!text) cli_die("out of memory");
-        ids = cli_chat_ids(model_path, tok, text, n);
+        ids = cli_chat_ids(model_path, tok, text, o->template_kwargs, n);
         free(text);
     }
     if (*n == 0) cli_die("-p: the prompt is empty");

@@ -104,8 +104,14 @@ static bool build_prompt(exchange *ex, int32_t **ids, int64_t *n, request_error 
         if (!s->tmpl_src)
             return fail400(e, "messages",
                            "the model has no chat template; use /v1/completions with a prompt");
-        if (celer_chat_template_render(s->tmpl_src, r->messages_json, 1, s->tmpl_bos, s->tmpl_eos,
-                                       &prompt, err, sizeof err) != CELER_OK)
+        char *vars;
+        if (!request_template_vars(s->cfg.chat_template_kwargs, r, &vars))
+            return request_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        const celer_status ts =
+            celer_chat_template_render_vars(s->tmpl_src, r->messages_json, vars, 1, s->tmpl_bos,
+                                            s->tmpl_eos, &prompt, err, sizeof err);
+        free(vars);
+        if (ts != CELER_OK)
             return request_fail(e, 400, "invalid_request_error", NULL, "messages",
                                 "messages: the chat template failed: %s", err);
         text = prompt, len = strlen(prompt);

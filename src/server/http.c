@@ -459,6 +459,16 @@ server *server_start(const server_config *cfg, char *err, size_t err_size) {
     else
         model_name_of(cfg->model_path ? cfg->model_path : "model", s->model_name,
                       sizeof s->model_name);
+    if (cfg->chat_template_kwargs) {
+        json_t *kw = json_loads(cfg->chat_template_kwargs, JSON_REJECT_DUPLICATES, NULL);
+        request_error re = {.message = "--chat-template-kwargs: not valid JSON"};
+        const bool ok = kw && request_check_template_kwargs(kw, "--chat-template-kwargs", &re);
+        json_decref(kw);
+        if (!ok) {
+            snprintf(err, err_size, "%s", re.message);
+            goto fail;
+        }
+    }
     char port[16];
     snprintf(port, sizeof port, "%d", cfg->port);
     const int gai = getaddrinfo(cfg->host, port, &hints, &ai);

@@ -41,6 +41,7 @@ bool request_fail(request_error *e, int status, const char *type, const char *co
 
 void request_free(server_request *r) {
     free(r->messages_json);
+    free(r->template_kwargs);
     for (int32_t i = 0; i < r->n_images; i++) free(r->images[i].data);
     free(r->images);
     free(r->text);
@@ -599,11 +600,57 @@ static bool parse_unsupported(const json_t *root, request_error *e) {
     return true;
 }
 
+bool request_check_template_kwargs(const json_t *kwargs, const char *param, request_error *e) {
+    static const char *const reserved[] = {
+        "messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "documents"};
+    if (!json_is_object(kwargs))
+        return BAD(e, param, "%s: expected an object, found %s", param,
+                   kwargs ? found(kwargs) : "nothing");
+    for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++) {
+        if (!json_object_get(kwargs, reserved[i])) continue;
+        char name[160];
+        snprintf(name, sizeof name, "%s.%s", param, reserved[i]);
+        if (i >= 4)
+            return BAD(e, name, "%s: \"%s\" is a request field of its own, not a template variable",
+                       name, reserved[i]);
+        return BAD(e, name, "%s: the server sets \"%s\" itself", name, reserved[i]);
+    }
+    return true;
+}
+
+/* chat_template_kwargs (vLLM's and llama-server's field) -> r->template_kwargs. */
+static bool parse_template_kwargs(const json_t *root, server_request *r, request_error *e) {
+    const json_t *kw = field_get(root, "chat_template_kwargs");
+    if (!kw) return true;
+    if (!request_check_template_kwargs(kw, "chat_template_kwargs", e)) return false;
+    if (json_object_size(kw) && !(r->template_kwargs = json_dumps(kw, JSON_COMPACT)))
+        return out_of_memory(e);
+    return true;
+}
+
+bool request_template_vars(const char *defaults, const server_request *r, char **out) {
+    *out = NULL;
+    if (!defaults || !r->template_kwargs) {
+        const char *one = r->template_kwargs ? r->template_kwargs : defaults;
+        if (!one) return true;
+        const size_t n = strlen(one) + 1;
+        if (!(*out = malloc(n))) return false;
+        memcpy(*out, one, n);
+        return true;
+    }
+    json_t *vars = json_loads(defaults, 0, NULL), *kw = json_loads(r->template_kwargs, 0, NULL);
+    if (vars && kw && json_object_update(vars, kw) == 0) *out = json_dumps(vars, JSON_COMPACT);
+    json_decref(vars);
+    json_decref(kw);
+    return *out != NULL;
+}
+
 static bool parse_chat(const json_t *root, const request_limits *lim, server_request *r,
                        request_error *e) {
     r->max_tokens = -1;
-    if (!parse_messages(root, lim, r, e) || !parse_unsupported(root, e) ||
-        !parse_common(root, lim, r, e) || !field_bool(root, "logprobs", &r->logprobs, e))
+    if (!parse_messages(root, lim, r, e) || !parse_template_kwargs(root, r, e) ||
+        !parse_unsupported(root, e) || !parse_common(root, lim, r, e) ||
+        !field_bool(root, "logprobs", &r->logprobs, e))
         return false;
     int64_t k = -1;
     if (!field_int(root, "top_logprobs", 0, CELER_MAX_TOP_LOGPROBS, &k, e)) return false;

@@ -17,6 +17,7 @@
 
 #include "celer.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,9 @@ typedef struct server_request {
      * {"type": "image"} and {"type": "text", "text": ...}, as transformers' processors
      * give them to the template. */
     char *messages_json;
+    /* chat: "chat_template_kwargs", extra template variables as a JSON object's text
+     * ({"enable_thinking": false}), or NULL when absent */
+    char *template_kwargs;
     request_image *images; /* [n_images] the image parts of all messages, in order */
     int32_t n_images;
     /* completion: a text prompt (text != NULL) or token ids; tokenize: the text */
@@ -98,6 +102,19 @@ typedef struct request_error {
 bool request_parse(request_kind kind, const char *body, size_t len, const request_limits *lim,
                    server_request *out, request_error *e);
 void request_free(server_request *r);
+
+/* Checks kwargs, extra chat template variables named param in errors: a JSON object
+ * that sets none of the variables the server gives the template itself (messages,
+ * add_generation_prompt, bos_token, eos_token) nor tools and documents, which are request
+ * fields of their own. */
+bool request_check_template_kwargs(const json_t *kwargs, const char *param, request_error *e);
+
+/* The template variables of chat request r on a server whose default kwargs are
+ * defaults (checked JSON object text, or NULL): r's chat_template_kwargs over them, as
+ * vLLM's --default-chat-template-kwargs and llama-server's --chat-template-kwargs combine
+ * with the request's. *out (malloc'd JSON text) is NULL when there are none. Returns false
+ * only when out of memory. */
+bool request_template_vars(const char *defaults, const server_request *r, char **out);
 
 /* Decodes strict base64 (RFC 4648 section 4: the standard alphabet, padded with '=' to a
  * multiple of 4 characters, no whitespace, unused bits zero) src[n] into out, which has

@@ -33,6 +33,9 @@ typedef struct server_config {
     double drain_seconds;       /* on SIGINT/SIGTERM, how long running requests may finish */
     bool quiet;                 /* no log line per request on stderr */
     celer_engine_params engine; /* n_ctx comes with server_load */
+    /* extra chat template variables for every chat request (a JSON object's text, which
+     * server_start checks), under each request's chat_template_kwargs; or NULL */
+    const char *chat_template_kwargs;
 } server_config;
 
 typedef struct server server;

@@ -9,11 +9,11 @@
  * read-only lists and dicts (only namespace objects change). Unknown filters, tests,
  * methods and functions fail with the template line and column. Loop iterations,
  * macro recursion, memory and output size are bounded. Not here: parsing (see
- * chat_template_parse.c), autoescaping, string % formatting, str.format.
+ * chat_template_parse.c), finding a model's template and the public API
+ * (chat_template_load.c), autoescaping, string % formatting, str.format.
  */
 #define _DEFAULT_SOURCE
 #include "tokenizer/chat_template_impl.h"
-#include "tokenizer/tok_gguf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include <utf8proc.h>
 
 #define MAX_STEPS 5000000     /* statements and loop iterations per render */
@@ -71,9 +70,11 @@ struct loopst {
     const val *items;
 };
 
+typedef struct method_def method_def;
+
 struct method {
     val self;
-    const char *name;
+    const method_def *def; /* its row of the method table */
 };
 
 enum { F_RAISE, F_NAMESPACE, F_RANGE, F_DICT, F_STRFTIME };
@@ -563,6 +564,28 @@ static celer_status from_json(rctx *r, const json_t *j, val *out, int depth) {
     return rerr(r, NULL, "unexpected JSON value");
 }
 
+/* As transformers does before rendering: a message whose reasoning is under any of its names
+ * (the first of reasoning_content, thinking, reasoning that is not null) gets it as
+ * reasoning_content, and as thinking unless it has that key, which goes first: the message
+ * becomes {"thinking": r, **message, "reasoning_content": r}. */
+static celer_status alias_reasoning(rctx *r, val *msg) {
+    static const char *const names[] = {"reasoning_content", "thinking", "reasoning"};
+    if (msg->t != V_DICT) return CELER_OK;
+    const val *reasoning = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !reasoning; i++) {
+        const val *v = dict_find(msg->d, names[i], strlen(names[i]));
+        if (v && v->t != V_NONE) reasoning = v;
+    }
+    if (!reasoning) return CELER_OK;
+    vdict *d = ralloc(r, sizeof *d);
+    if (!d || !dict_set(r, d, cstr("thinking"), *reasoning)) return OOM(r, NULL);
+    for (size_t i = 0; i < msg->d->n; i++)
+        if (!dict_set(r, d, msg->d->k[i], msg->d->v[i])) return OOM(r, NULL);
+    if (!dict_set(r, d, cstr("reasoning_content"), *reasoning)) return OOM(r, NULL);
+    msg->d = d;
+    return CELER_OK;
+}
+
 /* ==== Evaluation ==== */
 
 static celer_status eval(rctx *r, const ct_node *n, val *out);
@@ -583,39 +606,32 @@ static val lookup(rctx *r, const char *name, size_t len) {
 
 static bool assign(rctx *r, const char *name, size_t len, val v) { return dict_set(r, &r->sc->vars, mkstr(name, len), v); }
 
-static celer_status bound(rctx *r, const ct_node *n, val self, const char *name, val *out) {
+static const method_def *find_method(vt self, const char *name);
+
+/* obj.name as a bound method when obj's type has one of that name (*bound_ then true). */
+static celer_status bind_method(rctx *r, const ct_node *n, val obj, const char *name, val *out, bool *bound_) {
+    const method_def *d = find_method(obj.t, name);
+    *bound_ = d != NULL;
+    if (!d) return CELER_OK;
     method *m = ralloc(r, sizeof *m);
     if (!m) return OOM(r, n);
-    m->self = self, m->name = name;
+    m->self = obj, m->def = d;
     *out = (val){.t = V_METHOD, .m = m};
     return CELER_OK;
 }
 
-static bool name_in(const char *name, const char *const *list) {
-    for (; *list; list++)
-        if (!strcmp(name, *list)) return true;
-    return false;
-}
-
-static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "split",
-                                          "upper", "lower", "title", "capitalize", "replace", "join",
-                                          "count", "find", NULL};
-static const char *const dict_methods[] = {"get", "items", "keys", "values", NULL};
-
 static celer_status get_attr(rctx *r, const ct_node *n, val obj, const char *name, val *out) {
+    if (obj.t == V_UNDEF) return rerr(r, n, "undefined value has no attribute '%s'", name);
+    bool is_method;
+    TRY(bind_method(r, n, obj, name, out, &is_method));
+    if (is_method) return CELER_OK;
     switch (obj.t) {
-    case V_UNDEF: return rerr(r, n, "undefined value has no attribute '%s'", name);
     case V_DICT:
-        if (name_in(name, dict_methods)) return bound(r, n, obj, name, out);
-        /* fall through */
     case V_NS: {
         val *v = dict_find(obj.d, name, strlen(name));
         *out = v ? *v : undef;
         return CELER_OK;
     }
-    case V_STR:
-        if (name_in(name, str_methods)) return bound(r, n, obj, name, out);
-        break;
     case V_LOOP: {
         loopst *l = obj.loop;
         int64_t i = l->index0, len = l->length;
@@ -628,7 +644,6 @@ static celer_status get_attr(rctx *r, const ct_node *n, val obj, const char *nam
         else if (!strcmp(name, "length")) *out = mkint(len);
         else if (!strcmp(name, "previtem")) *out = i > 0 ? l->items[i - 1] : undef;
         else if (!strcmp(name, "nextitem")) *out = i + 1 < len ? l->items[i + 1] : undef;
-        else if (!strcmp(name, "cycle")) return bound(r, n, obj, "cycle", out);
         else return rerr(r, n, "unknown loop attribute '%s'", name);
         return CELER_OK;
     }
@@ -963,15 +978,16 @@ static celer_status run_test(rctx *r, const ct_node *n, const char *name, val v,
     else if (!strcmp(name, "none")) *out = v.t == V_NONE;
     else if (!strcmp(name, "string")) *out = v.t == V_STR;
     else if (!strcmp(name, "mapping")) *out = v.t == V_DICT;
-    else if (!strcmp(name, "iterable")) *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT;
-    else if (!strcmp(name, "sequence")) *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT;
+    /* Jinja's Undefined iterates as empty, has a length and can be called (to fail) */
+    else if (!strcmp(name, "iterable") || !strcmp(name, "sequence"))
+        *out = v.t == V_STR || v.t == V_LIST || v.t == V_DICT || v.t == V_UNDEF;
     else if (!strcmp(name, "number")) *out = is_num(v);
     else if (!strcmp(name, "integer")) *out = v.t == V_INT;
     else if (!strcmp(name, "float")) *out = v.t == V_FLOAT;
     else if (!strcmp(name, "boolean")) *out = v.t == V_BOOL;
     else if (!strcmp(name, "true")) *out = v.t == V_BOOL && v.i;
     else if (!strcmp(name, "false")) *out = v.t == V_BOOL && !v.i;
-    else if (!strcmp(name, "callable")) *out = v.t == V_MACRO || v.t == V_METHOD || v.t == V_FUNC;
+    else if (!strcmp(name, "callable")) *out = v.t == V_MACRO || v.t == V_METHOD || v.t == V_FUNC || v.t == V_UNDEF;
     else if (!strcmp(name, "odd") || !strcmp(name, "even")) {
         if (!is_num(v)) return rerr(r, n, "test '%s' needs a number", name);
         bool odd = v.t == V_FLOAT ? fmod(v.f, 2) != 0 : v.i % 2 != 0;
@@ -1276,90 +1292,144 @@ static celer_status apply_filter(rctx *r, const ct_node *n, const char *f, val v
     return CELER_OK;
 }
 
-/* ==== Calls ==== */
+/* ==== Methods ==== */
+
+typedef celer_status (*method_fn)(rctx *r, const ct_node *n, val self, const method_def *d, const args *a,
+                                  val *out);
+
+struct method_def {
+    const char *name;
+    vt self; /* the type whose method it is */
+    method_fn fn;
+    int mode;
+};
+
+/* The methods of strings, dicts and loops: each takes its object, its row of the method
+ * table (name and mode) and the call's arguments. */
+
+static celer_status m_get(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    val key = arg(a, 0, NULL, undef);
+    val *v = key.t == V_STR ? dict_find(s.d, key.s.p, key.s.n) : NULL;
+    *out = v ? *v : arg(a, 1, NULL, none);
+    return CELER_OK;
+}
+
+static celer_status m_items(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    return apply_filter(r, n, "items", s, a, out);
+}
+
+/* mode 0 keys, 1 values */
+static celer_status m_keys(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    val *l = list_alloc(r, s.d->n, out);
+    if (!l) return OOM(r, n);
+    memcpy(l, d->mode ? s.d->v : s.d->k, s.d->n * sizeof *l);
+    return CELER_OK;
+}
+
+static celer_status m_cycle(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    size_t np = n_positional(a);
+    if (!np) return rerr(r, n, "loop.cycle needs arguments");
+    *out = arg(a, (size_t)(s.loop->index0 % (int64_t)np), NULL, undef);
+    return CELER_OK;
+}
+
+/* mode bit 1: strip the left, bit 2: the right */
+static celer_status m_strip(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    val chars = arg(a, 0, NULL, undef);
+    if (chars.t != V_UNDEF && chars.t != V_NONE) TRY(need_str(r, n, chars, d->name));
+    *out = py_strip(s, chars, d->mode & 1, d->mode & 2);
+    return CELER_OK;
+}
+
+/* mode 0 startswith, 1 endswith; the argument is a string or a tuple of them */
+static celer_status m_affix(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    val x = arg(a, 0, NULL, undef);
+    const val *alts = x.t == V_LIST ? x.l->v : &x;
+    const size_t k = x.t == V_LIST ? x.l->n : 1;
+    bool res = false;
+    for (size_t i = 0; i < k; i++) {
+        TRY(need_str(r, n, alts[i], d->name));
+        res = res || (d->mode ? ends_with(s, alts[i]) : starts_with(s, alts[i]));
+    }
+    *out = mkbool(res);
+    return CELER_OK;
+}
+
+static celer_status m_split(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    return do_split(r, n, s, arg(a, 0, "sep", none), arg(a, 1, "maxsplit", none), out);
+}
+
+/* py_case's modes: 0 lower, 1 upper, 3 capitalize */
+static celer_status m_case(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    return py_case(r, n, s, d->mode, out);
+}
+
+/* str.title: every letter after a non-letter is upper-cased, the others lower-cased */
+static celer_status m_title(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    sbuf sb = {0};
+    bool prev_cased = false;
+    for (size_t i = 0; i < s.s.n;) {
+        uint32_t c = utf8_next(s.s.p, s.s.n, &i);
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
+        bool cased = p->category == UTF8PROC_CATEGORY_LU || p->category == UTF8PROC_CATEGORY_LL ||
+                     p->category == UTF8PROC_CATEGORY_LT;
+        uint32_t o = (uint32_t)(prev_cased ? utf8proc_tolower((utf8proc_int32_t)c) : utf8proc_toupper((utf8proc_int32_t)c));
+        prev_cased = cased;
+        char enc[4];
+        utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)o, (utf8proc_uint8_t *)enc);
+        if (!sb_put(&sb, enc, (size_t)k)) return free(sb.p), OOM(r, n);
+    }
+    return sb_take(r, &sb, n, out);
+}
+
+static celer_status m_replace(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    return do_replace(r, n, s, arg(a, 0, NULL, undef), arg(a, 1, NULL, undef), arg(a, 2, "count", none), out);
+}
+
+static celer_status m_join(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    return do_join(r, n, arg(a, 0, NULL, undef), s, none, out);
+}
+
+static celer_status m_find(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    val x = arg(a, 0, NULL, undef);
+    TRY(need_str(r, n, x, d->name));
+    const char *f = find_sub(s.s.p, s.s.n, x.s.p, x.s.n);
+    *out = mkint(f ? (int64_t)utf8_len(s.s.p, (size_t)(f - s.s.p)) : -1);
+    return CELER_OK;
+}
+
+static celer_status m_count(rctx *r, const ct_node *n, val s, const method_def *d, const args *a, val *out) {
+    val x = arg(a, 0, NULL, undef);
+    TRY(need_str(r, n, x, d->name));
+    int64_t c = 0;
+    if (!x.s.n) c = (int64_t)utf8_len(s.s.p, s.s.n) + 1;
+    else
+        for (const char *p = s.s.p, *f; (f = find_sub(p, s.s.n - (size_t)(p - s.s.p), x.s.p, x.s.n)); p = f + x.s.n) c++;
+    *out = mkint(c);
+    return CELER_OK;
+}
+
+static const method_def methods[] = {
+    {"get", V_DICT, m_get, 0},           {"items", V_DICT, m_items, 0},     {"keys", V_DICT, m_keys, 0},
+    {"values", V_DICT, m_keys, 1},       {"cycle", V_LOOP, m_cycle, 0},     {"strip", V_STR, m_strip, 3},
+    {"lstrip", V_STR, m_strip, 1},       {"rstrip", V_STR, m_strip, 2},     {"startswith", V_STR, m_affix, 0},
+    {"endswith", V_STR, m_affix, 1},     {"split", V_STR, m_split, 0},      {"lower", V_STR, m_case, 0},
+    {"upper", V_STR, m_case, 1},         {"capitalize", V_STR, m_case, 3},  {"title", V_STR, m_title, 0},
+    {"replace", V_STR, m_replace, 0},    {"join", V_STR, m_join, 0},        {"find", V_STR, m_find, 0},
+    {"count", V_STR, m_count, 0},
+};
+
+static const method_def *find_method(vt self, const char *name) {
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (methods[i].self == self && !strcmp(methods[i].name, name)) return &methods[i];
+    return NULL;
+}
 
 static celer_status call_method(rctx *r, const ct_node *n, method *m, const args *a, val *out) {
-    val s = m->self;
-    const char *nm = m->name;
-    val a0 = arg(a, 0, NULL, undef), a1 = arg(a, 1, NULL, undef);
-    if (s.t == V_DICT) {
-        if (!strcmp(nm, "get")) {
-            if (a0.t != V_STR) return *out = arg(a, 1, NULL, none), CELER_OK;
-            val *v = dict_find(s.d, a0.s.p, a0.s.n);
-            *out = v ? *v : arg(a, 1, NULL, none);
-            return CELER_OK;
-        }
-        if (!strcmp(nm, "items")) return apply_filter(r, n, "items", s, a, out);
-        val *l = list_alloc(r, s.d->n, out);
-        if (!l) return OOM(r, n);
-        memcpy(l, nm[0] == 'k' ? s.d->k : s.d->v, s.d->n * sizeof *l);
-        return CELER_OK;
-    }
-    if (s.t == V_LOOP) {
-        size_t np = n_positional(a);
-        if (!np) return rerr(r, n, "loop.cycle needs arguments");
-        *out = arg(a, (size_t)(s.loop->index0 % (int64_t)np), NULL, undef);
-        return CELER_OK;
-    }
-    /* string methods */
-    if (!strcmp(nm, "strip") || !strcmp(nm, "lstrip") || !strcmp(nm, "rstrip")) {
-        if (a0.t != V_UNDEF && a0.t != V_NONE) TRY(need_str(r, n, a0, nm));
-        *out = py_strip(s, a0, nm[0] != 'r', nm[0] != 'l');
-        return CELER_OK;
-    }
-    if (!strcmp(nm, "startswith") || !strcmp(nm, "endswith")) {
-        bool sw = nm[0] == 's', res = false;
-        if (a0.t == V_LIST) {
-            for (size_t i = 0; i < a0.l->n; i++) {
-                TRY(need_str(r, n, a0.l->v[i], nm));
-                res = res || (sw ? starts_with(s, a0.l->v[i]) : ends_with(s, a0.l->v[i]));
-            }
-        } else {
-            TRY(need_str(r, n, a0, nm));
-            res = sw ? starts_with(s, a0) : ends_with(s, a0);
-        }
-        *out = mkbool(res);
-        return CELER_OK;
-    }
-    if (!strcmp(nm, "split")) return do_split(r, n, s, arg(a, 0, "sep", none), arg(a, 1, "maxsplit", none), out);
-    if (!strcmp(nm, "upper") || !strcmp(nm, "lower") || !strcmp(nm, "title") || !strcmp(nm, "capitalize")) {
-        if (nm[0] == 't') {
-            /* str.title: every letter after a non-letter is upper-cased */
-            sbuf sb = {0};
-            bool prev_cased = false;
-            for (size_t i = 0; i < s.s.n;) {
-                uint32_t c = utf8_next(s.s.p, s.s.n, &i);
-                const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)c);
-                bool cased = p->category == UTF8PROC_CATEGORY_LU || p->category == UTF8PROC_CATEGORY_LL ||
-                             p->category == UTF8PROC_CATEGORY_LT;
-                uint32_t o = (uint32_t)(prev_cased ? utf8proc_tolower((utf8proc_int32_t)c) : utf8proc_toupper((utf8proc_int32_t)c));
-                prev_cased = cased;
-                char enc[4];
-                utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)o, (utf8proc_uint8_t *)enc);
-                if (!sb_put(&sb, enc, (size_t)k)) return free(sb.p), OOM(r, n);
-            }
-            return sb_take(r, &sb, n, out);
-        }
-        return py_case(r, n, s, nm[0] == 'l' ? 0 : nm[0] == 'u' ? 1 : 3, out);
-    }
-    if (!strcmp(nm, "replace")) return do_replace(r, n, s, a0, a1, arg(a, 2, "count", none), out);
-    if (!strcmp(nm, "join")) return do_join(r, n, a0, s, none, out);
-    if (!strcmp(nm, "count") || !strcmp(nm, "find")) {
-        TRY(need_str(r, n, a0, nm));
-        if (nm[0] == 'f') {
-            const char *f = find_sub(s.s.p, s.s.n, a0.s.p, a0.s.n);
-            *out = mkint(f ? (int64_t)utf8_len(s.s.p, (size_t)(f - s.s.p)) : -1);
-            return CELER_OK;
-        }
-        int64_t c = 0;
-        if (!a0.s.n) c = (int64_t)utf8_len(s.s.p, s.s.n) + 1;
-        else
-            for (const char *p = s.s.p, *f; (f = find_sub(p, s.s.n - (size_t)(p - s.s.p), a0.s.p, a0.s.n)); p = f + a0.s.n) c++;
-        *out = mkint(c);
-        return CELER_OK;
-    }
-    return rerr(r, n, "unknown method '%s' of %s", nm, type_name(s));
+    return m->def->fn(r, n, m->self, m->def, a, out);
 }
+
+/* ==== Calls ==== */
 
 static celer_status render_body(rctx *r, const ct_node *body, sbuf *into);
 
@@ -1703,6 +1773,8 @@ celer_status chat_template_render(const chat_template *t, const json_t *messages
         goto done;
     }
     if ((st = from_json(&r, messages, &msgs, 0)) != CELER_OK) goto done;
+    for (size_t i = 0; i < msgs.l->n && st == CELER_OK; i++) st = alias_reasoning(&r, &msgs.l->v[i]);
+    if (st != CELER_OK) goto done;
     static const struct {
         const char *name;
         int f;
@@ -1747,118 +1819,4 @@ done:
     *out = b.p;
     if (out_len) *out_len = b.n;
     return CELER_OK;
-}
-
-/* ==== Templates of model directories ==== */
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    sbuf b = {0};
-    char tmp[65536];
-    size_t k;
-    bool ok = true;
-    while (ok && (k = fread(tmp, 1, sizeof tmp, f)) > 0) ok = sb_put(&b, tmp, k);
-    ok = ok && !ferror(f);
-    fclose(f);
-    if (!ok) return free(b.p), NULL;
-    if (!b.p) b.p = calloc(1, 1);
-    *len = b.n;
-    return b.p;
-}
-
-static char *dup_token(const json_t *v) {
-    if (json_is_object(v)) v = json_object_get(v, "content");
-    return json_is_string(v) ? strdup(json_string_value(v)) : NULL;
-}
-
-celer_status chat_template_from_dir(const char *dir, char **template_src, char **bos_token, char **eos_token,
-                                    celer_error *e) {
-    *template_src = *bos_token = *eos_token = NULL;
-    char path[4096];
-    size_t len;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    json_error_t je;
-    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
-    if (!cfg && access(path, F_OK) == 0)
-        return error_set(e, CELER_STATUS_BAD_FILE, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
-    if (cfg) {
-        *bos_token = dup_token(json_object_get(cfg, "bos_token"));
-        *eos_token = dup_token(json_object_get(cfg, "eos_token"));
-    }
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    *template_src = read_file(path, &len);
-    if (!*template_src && cfg) {
-        const json_t *ct = json_object_get(cfg, "chat_template");
-        if (json_is_array(ct)) {
-            size_t i;
-            const json_t *x;
-            const json_t *found = NULL;
-            json_array_foreach(ct, i, x) {
-                const json_t *nm = json_object_get(x, "name");
-                if (json_is_string(nm) && !strcmp(json_string_value(nm), "default")) found = json_object_get(x, "template");
-            }
-            ct = found;
-        }
-        if (json_is_string(ct)) *template_src = strdup(json_string_value(ct));
-    }
-    json_decref(cfg);
-    if (!*template_src) {
-        free(*bos_token), free(*eos_token);
-        *bos_token = *eos_token = NULL;
-        return error_set(e, CELER_STATUS_BAD_FILE,
-                         "%s: no chat template (neither chat_template.jinja nor a chat_template field in "
-                         "tokenizer_config.json)",
-                         dir);
-    }
-    return CELER_OK;
-}
-
-/* ==== Public API (celer.h) ==== */
-
-celer_status celer_chat_template_render(const char *template_src, const char *messages_json,
-                                        int add_generation_prompt, const char *bos_token,
-                                        const char *eos_token, char **out, char *err, size_t err_size) {
-    celer_error e = {{0}};
-    chat_template *t = NULL;
-    json_t *doc = NULL;
-    *out = NULL;
-    celer_status st = CELER_OK;
-    if (!template_src || !messages_json) {
-        st = error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "template and messages are required");
-        goto done;
-    }
-    json_error_t je;
-    doc = json_loads(messages_json, 0, &je);
-    if (!doc) {
-        st = error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "messages: line %d column %d: %s", je.line, je.column,
-                       je.text);
-        goto done;
-    }
-    const json_t *msgs = json_is_object(doc) ? json_object_get(doc, "messages") : doc;
-    if (!json_is_array(msgs)) {
-        st = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
-                       "messages: expected an array of messages or an object with a \"messages\" array");
-        goto done;
-    }
-    if ((st = chat_template_parse(template_src, strlen(template_src), &t, &e)) != CELER_OK) goto done;
-    chat_template_opts o = {.add_generation_prompt = add_generation_prompt != 0, .bos_token = bos_token,
-                            .eos_token = eos_token};
-    st = chat_template_render(t, msgs, &o, out, NULL, &e);
-done:
-    if (st != CELER_OK) error_copy(&e, err, err_size);
-    chat_template_free(t);
-    json_decref(doc);
-    return st;
-}
-
-celer_status celer_chat_template_load(const char *model_path, char **template_src, char **bos_token,
-                                      char **eos_token, char *err, size_t err_size) {
-    celer_error e = {{0}};
-    const size_t n = strlen(model_path);
-    const bool gguf = n > 5 && strcmp(model_path + n - 5, ".gguf") == 0;
-    celer_status st = gguf ? chat_template_from_gguf(model_path, template_src, bos_token, eos_token, &e)
-                           : chat_template_from_dir(model_path, template_src, bos_token, eos_token, &e);
-    if (st != CELER_OK) error_copy(&e, err, err_size);
-    return st;
 }

@@ -4,11 +4,14 @@
  *
  * Rendering follows transformers' environment (trim_blocks and lstrip_blocks on, the
  * sandbox's immutable lists and dicts, raise_exception, strftime_now, a tojson that keeps
- * non-ASCII text). A construct, filter, test or method outside the subset is an error that
+ * non-ASCII text) and what apply_chat_template does to the messages first (a message's
+ * reasoning, under any of reasoning_content, thinking and reasoning, is given under the
+ * first two). A construct, filter, test or method outside the subset is an error that
  * names the template line and column; it is never skipped. Loops, recursion and output
- * size are bounded. Not here: template inheritance, include/import, autoescaping,
- * call blocks, and reading templates out of .gguf files (chat_template_from_dir is the
- * place to add that).
+ * size are bounded. Not here: template inheritance, include/import, autoescaping and
+ * call blocks. The parser is chat_template_parse.c, the evaluator chat_template.c, and
+ * chat_template_load.c finds a model's template (here for directories, tok_gguf.h for
+ * .gguf files) and holds the public API of celer.h.
  */
 #ifndef CELER_TOKENIZER_CHAT_TEMPLATE_H
 #define CELER_TOKENIZER_CHAT_TEMPLATE_H

@@ -204,6 +204,23 @@ def test_chat_content_parts(srv):
     eq(parts.usage.prompt_tokens, plain.usage.prompt_tokens, "prompt_tokens of text parts vs string")
 
 
+def test_chat_template_kwargs(srv):
+    """chat_template_kwargs (vLLM's and llama-server's field) reaches the template: SmolLM2's
+    ignores enable_thinking, so the prompt is the same; names the server sets are refused."""
+    c = oa(srv)
+    plain = chat(c, "What color is the sky?", max_tokens=4)
+    kw = c.chat.completions.create(model=ALIAS, temperature=0, max_tokens=4,
+                                   messages=[{"role": "user", "content": "What color is the sky?"}],
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    eq(kw.usage.prompt_tokens, plain.usage.prompt_tokens, "prompt_tokens with an unused kwarg")
+    for kwargs, param in (({"tools": []}, "chat_template_kwargs.tools"), ("x", "chat_template_kwargs")):
+        r = post_json(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                   "max_tokens": 1, "chat_template_kwargs": kwargs})
+        eq(r.status_code, 400, f"status for chat_template_kwargs {kwargs!r}")
+        eq(error_of(r.json())["param"], param, "error.param")
+    server_still_serves(srv)
+
+
 def test_image_part_text_only_model(srv):
     """A text-only model answers an image part with a 400 that names it text-only."""
     url = "data:image/png;base64," + base64.b64encode(vlm_image_bytes("a")).decode()
@@ -1189,6 +1206,7 @@ def main():
         ("chat_stream", test_chat_stream),
         ("chat_stream_raw_sse", test_chat_stream_raw_sse),
         ("chat_content_parts", test_chat_content_parts),
+        ("chat_template_kwargs", test_chat_template_kwargs),
         ("image_part_text_only_model_400", test_image_part_text_only_model),
         ("completions_string_prompt", test_completions_string),
         ("completions_token_id_prompt", test_completions_token_ids),
