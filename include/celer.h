@@ -52,6 +52,10 @@ typedef enum celer_status {
     CELER_STATUS_OUT_OF_MEMORY,
     CELER_STATUS_BUSY,             /* the request queue is full; try again later */
     CELER_STATUS_NOT_FOUND,        /* no request with that id */
+    CELER_STATUS_DEVICE,           /* the device failed a step; the context works on (the
+                                      next call runs again) */
+    CELER_STATUS_DEVICE_LOST,      /* the device is unusable: every later call on the
+                                      context fails with the same message */
     CELER_STATUS_COUNT_
 } celer_status;
 
