@@ -169,7 +169,13 @@ celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id);
 /* Positions sequence seq_id holds in the cache. */
 int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
 
-/* ==== Batches and the model contract (DESIGN.md section 2) ==== */
+/* ==== Batches and the model contract (DESIGN.md section 2) ====
+ *
+ * Every call below that runs the model either succeeds or changes no sequence: a device
+ * failure during the call (CELER_STATUS_DEVICE, CELER_STATUS_OUT_OF_MEMORY, or
+ * CELER_STATUS_DEVICE_LOST after which every later call fails the same way) commits no
+ * position, leaves the outputs unspecified, and celer_context_last_error names the
+ * failed device call. */
 
 /* n rows; each row is appended to its sequence at the next position. A row is a token
  * id, or an input embedding: every row when token is NULL, else the rows whose token is
