@@ -33,13 +33,9 @@ static const int32_t prompt[10] = {1, 15, 27, 3, 44, 9, 61, 22, 5, 38};
 /* A context made while CELER_FAULT_STEP is fault (NULL: none). */
 static celer_context *ctx_new(const char *fault, int64_t n_batch, int64_t kv_positions) {
     if (fault) setenv("CELER_FAULT_STEP", fault, 1);
-    celer_context_params cp = celer_context_default_params();
-    cp.n_ctx = 64;
-    cp.n_seq = 1;
+    celer_context_params cp = harness_context_params(64, 1, device);
     cp.n_batch = n_batch;
     cp.kv_positions = kv_positions;
-    cp.n_threads = 2;
-    cp.device = device;
     celer_context *ctx = NULL;
     char err[512];
     const celer_status s = celer_context_create(model, &cp, &ctx, err, sizeof err);
@@ -118,39 +114,32 @@ static void test_recoverable(void) {
     celer_context_destroy(ctx);
 }
 
-/* Out of device memory at the first step: OUT_OF_MEMORY, then the prefill works. */
-static void test_oom(void) {
-    celer_context *ctx = ctx_new("1:oom", 0, 0);
+/* A prompt of n tokens (its reference last logits want) in a context made with fault,
+ * n_batch and kv_positions: the first call fails with status and commits nothing; the
+ * same call again gives want. */
+static void fail_then_retry(const char *what, const char *fault, int64_t n_batch, int64_t kv_positions, int64_t n,
+                            const float *want, celer_status status) {
+    celer_context *ctx = ctx_new(fault, n_batch, kv_positions);
     if (!ctx) return;
     float *l = malloc(sizeof(float) * (size_t)V);
-    celer_batch b = celer_batch_tokens(prompt, 7);
-    const celer_status s = celer_forward_last_logits(ctx, &b, 6, l);
-    CHECK(s == CELER_STATUS_OUT_OF_MEMORY && celer_seq_length(ctx, 0) == 0,
-          "%s: oom step: status %s (%s), length %lld", device, celer_status_str(s), celer_context_last_error(ctx),
+    const celer_batch b = celer_batch_tokens(prompt, n);
+    const celer_status s = celer_forward_last_logits(ctx, &b, n - 1, l);
+    CHECK(s == status && celer_seq_length(ctx, 0) == 0, "%s: %s: status %s (%s), expected %s; length %lld", device,
+          what, celer_status_str(s), celer_context_last_error(ctx), celer_status_str(status),
           (long long)celer_seq_length(ctx, 0));
-    CHECK(celer_forward_last_logits(ctx, &b, 6, l) == CELER_OK && close_to(l, ref[0]), "%s: after oom: %s", device,
-          celer_context_last_error(ctx));
+    CHECK(celer_forward_last_logits(ctx, &b, n - 1, l) == CELER_OK && close_to(l, want) &&
+              celer_seq_length(ctx, 0) == n,
+          "%s: %s, the call again: %s", device, what, celer_context_last_error(ctx));
     free(l);
     celer_context_destroy(ctx);
 }
 
-/* A 10-token prompt in steps of 4 rows fails in its second step: its first step wrote
- * the cache, but nothing is committed and the pool's one block comes back, so the prompt
- * runs again in the same pool. */
-static void test_chunk_gives_blocks_back(void) {
-    celer_context *ctx = ctx_new("2", 4, 16);
-    if (!ctx) return;
-    float *l = malloc(sizeof(float) * (size_t)V);
-    celer_batch b = celer_batch_tokens(prompt, 10);
-    const celer_status s = celer_forward_last_logits(ctx, &b, 9, l);
-    CHECK(s == CELER_STATUS_DEVICE && celer_seq_length(ctx, 0) == 0,
-          "%s: second chunk: status %s (%s), length %lld", device, celer_status_str(s), celer_context_last_error(ctx),
-          (long long)celer_seq_length(ctx, 0));
-    CHECK(celer_forward_last_logits(ctx, &b, 9, l) == CELER_OK && close_to(l, ref[3]) &&
-              celer_seq_length(ctx, 0) == 10,
-          "%s: the prompt again in a pool of one block: %s", device, celer_context_last_error(ctx));
-    free(l);
-    celer_context_destroy(ctx);
+/* Out of device memory at the first step; then a 10-token prompt in steps of 4 rows that
+ * fails in its second step: its first step wrote the cache, but nothing is committed and
+ * the pool's one block comes back, so the prompt runs again in the same pool. */
+static void test_oom_and_chunks(void) {
+    fail_then_retry("out of memory", "1:oom", 0, 0, 7, ref[0], CELER_STATUS_OUT_OF_MEMORY);
+    fail_then_retry("second chunk, pool of one block", "2", 4, 16, 10, ref[3], CELER_STATUS_DEVICE);
 }
 
 /* A lost device at the decode step: that call and every later one fail with the same
@@ -333,8 +322,7 @@ static void test_new_context_on_lost_device(void) {
 static void run_all(bool gpu) {
     if (!make_reference()) return;
     test_recoverable();
-    test_oom();
-    test_chunk_gives_blocks_back();
+    test_oom_and_chunks();
     test_engine_recoverable();
     /* a lost GPU stays lost for this process: one sticky test, last (the server suite
      * loses the device in processes of its own) */
