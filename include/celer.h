@@ -52,6 +52,10 @@ typedef enum celer_status {
     CELER_STATUS_OUT_OF_MEMORY,
     CELER_STATUS_BUSY,             /* the request queue is full; try again later */
     CELER_STATUS_NOT_FOUND,        /* no request with that id */
+    CELER_STATUS_DEVICE,           /* the device failed a step; the context works on (the
+                                      next call runs again) */
+    CELER_STATUS_DEVICE_LOST,      /* the device is unusable: every later call on the
+                                      context fails with the same message */
     CELER_STATUS_COUNT_
 } celer_status;
 
@@ -165,7 +169,13 @@ celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id);
 /* Positions sequence seq_id holds in the cache. */
 int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
 
-/* ==== Batches and the model contract (docs/architecture.md, "The model contract") ==== */
+/* ==== Batches and the model contract (docs/architecture.md, "The model contract") ====
+ *
+ * Every call below that runs the model either succeeds or changes no sequence: a device
+ * failure during the call (CELER_STATUS_DEVICE, CELER_STATUS_OUT_OF_MEMORY, or
+ * CELER_STATUS_DEVICE_LOST after which every later call fails the same way) commits no
+ * position, leaves the outputs unspecified, and celer_context_last_error names the
+ * failed device call. */
 
 /* n rows; each row is appended to its sequence at the next position. A row is a token
  * id, or an input embedding: every row when token is NULL, else the rows whose token is
@@ -493,6 +503,8 @@ typedef enum celer_finish_reason {
     CELER_FINISH_STOP,      /* an EOS/stop id or a stop string */
     CELER_FINISH_LENGTH,    /* max_tokens, or the sequence filled n_ctx */
     CELER_FINISH_CANCELLED, /* celer_engine_cancel */
+    CELER_FINISH_ERROR,     /* a model step failed (celer_engine_step returned its status;
+                               celer_engine_last_error says why) */
 } celer_finish_reason;
 
 /* What one step produced for one choice of one request. Pointers are valid only during
@@ -512,6 +524,7 @@ typedef struct celer_event {
     int64_t prompt_tokens;  /* the prompt's length */
     int64_t cached_tokens;  /* prompt positions taken from the prefix cache, never computed */
     int64_t completion_tokens;
+    const char *error;      /* CELER_FINISH_ERROR: why, one line (else NULL) */
 } celer_event;
 
 typedef void (*celer_event_fn)(void *user, const celer_event *ev);
@@ -527,7 +540,10 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
 celer_status celer_engine_cancel(celer_engine *eng, uint64_t id);
 
 /* Runs one scheduler step and calls fn for each event. A failure of the model step ends
- * the affected requests (never the engine): it returns the status and the last error. */
+ * the affected requests (never the engine): every choice of each request that had rows in
+ * the step ends with CELER_FINISH_ERROR, nothing of the step is kept, and the step returns
+ * the status with the last error. Other requests go on at the next step (after
+ * CELER_STATUS_DEVICE_LOST, they fail there in turn). */
 celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user);
 
 /* Whether any request is waiting or running. */

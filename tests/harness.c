@@ -269,3 +269,12 @@ const char *harness_device(void) {
     const char *d = getenv("CELER_TEST_DEVICE");
     return d && *d ? d : NULL;
 }
+
+celer_context_params harness_context_params(int64_t n_ctx, int32_t n_seq, const char *device) {
+    celer_context_params cp = celer_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_seq = n_seq;
+    cp.n_threads = 2;
+    cp.device = device;
+    return cp;
+}

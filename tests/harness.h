@@ -34,6 +34,10 @@ int harness_done(const char *name);
  * "cuda:1", set by make test-cuda), or NULL. */
 const char *harness_device(void);
 
+/* The parameters the model tests make contexts with: n_ctx positions for each of n_seq
+ * sequences on device (NULL: the default), two threads, the rest as default. */
+celer_context_params harness_context_params(int64_t n_ctx, int32_t n_seq, const char *device);
+
 /* The fixture root: $CELER_FIXTURES or tests/fixtures. */
 const char *fixture_root(void);
 /* "<root>/<name>" in a static buffer. */

@@ -12,7 +12,7 @@ for t in "$build"/tests/test_*; do
     run_one "$(basename "$t")" "$t"
 done
 # The engine path a GPU takes (inputs moved up, rows moved down), on the CPU backend.
-for t in test_contract test_engine test_parity test_vlm; do
+for t in test_contract test_engine test_parity test_vlm test_faults; do
     [ -x "$build/tests/$t" ] && run_one "$t (staged)" env CELER_CPU_STAGED=1 "$build/tests/$t"
 done
 # The reader of the CUDA trace build's timelines (tools/cuda_trace.py) on a made-up trace.

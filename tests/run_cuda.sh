@@ -2,9 +2,10 @@
 # The GPU suite (make test-cuda), on a machine with the device: every backend op against
 # the reference backend (test_device_ops), every fixture against the transformers goldens
 # and the model contract on the device (test_parity, test_vlm, test_contract:
-# CELER_TEST_DEVICE), the engine wholly on the device (test_engine: CELER_DEVICE), the
-# real model's KL against the CPU reference (test_real_kl), the server suite with every
-# server on the device (tests/server/run.sh: CELER_DEVICE), the affine product kernels'
+# CELER_TEST_DEVICE), CUDA errors as statuses (test_faults: CELER_FAULT_STEP), the engine
+# wholly on the device (test_engine: CELER_DEVICE), the real model's KL against the CPU
+# reference (test_real_kl), the server suite with every server on the device (its fault
+# servers lose the device for real) (tests/server/run.sh: CELER_DEVICE), the affine product kernels'
 # own test when built (BUILD/cuda/test_affine), and a decode step's trace when the trace
 # build is there (BUILD/trace/celer). Same summary lines as run.sh.
 #   bash tests/run_cuda.sh [BUILD] [DEVICE]      DEVICE: cuda (default), cuda:N
@@ -18,6 +19,8 @@ for t in test_device_ops test_parity test_vlm test_contract test_real_kl; do
     run_one "$t ($device)" "$build/tests/$t"
 done
 run_one "test_engine ($device)" env CELER_DEVICE="$device" "$build/tests/test_engine"
+# failed steps as statuses: CELER_FAULT_STEP's real CUDA errors (the lost device last)
+run_one "test_faults ($device)" "$build/tests/test_faults"
 # the OpenAI-compatible server end to end, every model on the device (celer serve reads CELER_DEVICE)
 run_one "test_server ($device)" env CELER_DEVICE="$device" bash tests/server/run.sh "$build"
 [ -x "$build/cuda/test_affine" ] && run_one "test_affine ($device)" "$build/cuda/test_affine"

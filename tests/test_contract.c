@@ -35,11 +35,7 @@ static const char *device = "cpu";
 static double same = 1e-6; /* relative difference that counts as equal on device */
 
 static celer_context *ctx_new(int64_t n_ctx, int32_t n_seq) {
-    celer_context_params cp = celer_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_seq = n_seq;
-    cp.n_threads = 2;
-    cp.device = device;
+    const celer_context_params cp = harness_context_params(n_ctx, n_seq, device);
     celer_context *ctx = NULL;
     char err[512];
     if (celer_context_create(model, &cp, &ctx, err, sizeof err) != CELER_OK) CHECK(false, "%s", err);

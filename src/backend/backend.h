@@ -18,6 +18,17 @@
  * So between begin and end, ops are the only effects a step may have. download waits for
  * the work queued before it.
  *
+ * Failures. Ops return nothing: a backend that fails (a device error, out of device memory)
+ * records the first failure in be->fault (backend_fail) and the rest of the step does
+ * nothing: later ops, uploads and downloads are skipped (a download leaves dst as it is),
+ * alloc answers NULL, and end answers true (never "again"). The caller asks backend_status
+ * after a step's end and its downloads (or after any call outside steps): it reports the
+ * failure once, with its line, and clears it, so the next step runs. A sticky failure (the
+ * device is unusable, as after an illegal address on a GPU) is never cleared: every later
+ * call does nothing and backend_status reports the same failure again. A host backend
+ * never fails on its own; CELER_FAULT_STEP (backend_fault_init) makes any backend fail a
+ * given step on purpose, for tests.
+ *
  * attention reads the paged KV cache causally (text models); attention_full has no cache
  * and no mask (a vision encoder): its n rows form n / seg independent segments of seg
  * consecutive rows (n % seg == 0, one image tile each), and every row attends to every
@@ -74,6 +85,23 @@ typedef enum backend_act {
 typedef struct backend backend;
 typedef struct backend_class backend_class;
 
+/* What a step fails on purpose as (CELER_FAULT_STEP=N[:error|:oom|:sticky]). */
+typedef enum backend_fault_kind {
+    BACKEND_FAULT_ERROR,  /* a device error the next step recovers from (CELER_STATUS_DEVICE) */
+    BACKEND_FAULT_OOM,    /* out of device memory (CELER_STATUS_OUT_OF_MEMORY) */
+    BACKEND_FAULT_STICKY, /* the device is lost (CELER_STATUS_DEVICE_LOST) */
+} backend_fault_kind;
+
+/* A backend's failure state (the header's "Failures"). */
+typedef struct backend_fault {
+    celer_status status; /* the first failure not yet reported, or CELER_OK */
+    bool sticky;         /* the device is unusable: reported at every backend_status */
+    char msg[CELER_ERROR_LEN];
+    int64_t steps;       /* steps begun (a step run again counts once) */
+    int64_t inject_step; /* the step that fails on purpose, or 0 */
+    backend_fault_kind inject_kind;
+} backend_fault;
+
 /* A class's prepared copy of a model's weights; each class extends it. */
 typedef struct backend_weights {
     const backend_class *cls;
@@ -101,7 +129,8 @@ typedef struct backend_ops {
     /* bytes of the backend's own work buffers (NULL: none worth counting) */
     int64_t (*work_bytes)(const backend *be);
     /* ---- steps ---- */
-    /* a step of rows rows starts; its end: false when the ops must be called again */
+    /* a step of rows rows starts; its end: false when the ops must be called again (never
+     * once the backend failed) */
     void (*begin)(backend *be, int64_t rows);
     bool (*end)(backend *be);
 
@@ -188,6 +217,7 @@ struct backend {
     bool kv_f16; /* the KV pools hold fp16 values (else fp32); fixed at creation */
     bool host;   /* ops address host memory: callers' own buffers may be passed in */
     const backend_weights *weights; /* the prepared set ops look matrices up in, or NULL */
+    backend_fault fault;            /* zeroed at creation, then backend_fault_init */
 };
 
 /* ==== Weights and classes ==== */
@@ -245,6 +275,31 @@ celer_status backend_find(const char *device, const backend_class **cls, int *in
 const backend_class *const *backend_classes(void);
 static inline const backend_class *backend_host_class(void) { return backend_classes()[0]; }
 
+/* ==== Failures ==== */
+
+/* Records a failure in f unless one is already there (the first one wins); sticky: the
+ * device is unusable. */
+void backend_fail(backend_fault *f, celer_status s, bool sticky, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reads CELER_FAULT_STEP into f: N (the N-th step a backend begins fails, counting from
+ * 1) and the kind after a colon (error, the default; oom; sticky). Unset, empty or
+ * malformed: no fault (malformed says so on stderr). */
+void backend_fault_init(backend_fault *f);
+/* Counts a step begun; true when it is the one that must fail. */
+bool backend_fault_step(backend_fault *f);
+
+static inline bool backend_failed(const backend *be) { return be->fault.status != CELER_OK; }
+
+/* CELER_OK, or be's failure with its line in e (may be NULL); a failure that is not
+ * sticky is cleared by being reported. */
+static inline celer_status backend_status(backend *be, celer_error *e) {
+    const celer_status s = be->fault.status;
+    if (s == CELER_OK) return CELER_OK;
+    error_set(e, s, "%s", be->fault.msg);
+    if (!be->fault.sticky) be->fault.status = CELER_OK;
+    return s;
+}
+
 /* Bytes of one cached K or V value. */
 static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }
 
@@ -261,6 +316,10 @@ void backend_host_copy(backend *be, void *dst, const void *src, size_t bytes);
 void backend_host_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d);
 void backend_host_gather_rows(backend *be, float *y, const float *x, const int32_t *idx, const float *fill,
                               int64_t n, int64_t d);
+
+/* The begin of a host backend: counts the step and fails it where CELER_FAULT_STEP says
+ * (the step still runs: only its status says it failed). */
+void backend_host_begin(backend *be, int64_t rows);
 
 /* y[m] += x[m], y[n, d] += bias[d] and y[m] *= s on host memory: plain loops that every CPU backend
  * uses as its add and add_bias ops (memory-bound; nothing to gain from more). */

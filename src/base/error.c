@@ -19,6 +19,8 @@ static const char *const status_names[CELER_STATUS_COUNT_] = {
     [CELER_STATUS_OUT_OF_MEMORY] = "out of memory",
     [CELER_STATUS_BUSY] = "busy",
     [CELER_STATUS_NOT_FOUND] = "not found",
+    [CELER_STATUS_DEVICE] = "device error",
+    [CELER_STATUS_DEVICE_LOST] = "device lost",
 };
 
 const char *celer_status_str(celer_status s) {

@@ -482,7 +482,8 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
     const celer_model *m = ctx->model;
     backend *be = ctx->be;
     const int64_t d = m->dims.d, v = m->dims.v;
-    celer_status s = check_batch(ctx, b, force_seq, kind, last_pos);
+    celer_status s = backend_status(be, &ctx->err); /* a lost device fails at once */
+    if (s == CELER_OK) s = check_batch(ctx, b, force_seq, kind, last_pos);
     if (s == CELER_OK && !be->host) s = out_reserve(ctx, step_logits_rows(ctx, b, kind, last_pos));
     if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
     if (s != CELER_OK) return s;
@@ -525,6 +526,12 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
                               sizeof(float) * (size_t)(rows * width));
         else if (kind == RUN_WANTED && ids)
             for (int64_t k = 0; k < rows; k++) ids[k] = sampling_argmax(out + k * v, v);
+        if ((s = backend_status(be, &ctx->err)) != CELER_OK) {
+            /* nothing of the call is committed: the positions its earlier steps wrote
+             * are written again by whatever comes next */
+            kv_cache_unreserve(&ctx->kv, ctx->add);
+            return s;
+        }
         if (kind != RUN_HIDDEN) head_rows += rows;
         if (kind == RUN_WANTED) out += v * rows;
         if (ids) ids += rows;
@@ -580,6 +587,8 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
             return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
                              "token id %d outside the vocabulary [0, %lld)", ids[r], (long long)v);
     backend *be = ctx->be;
+    celer_status s = backend_status(be, &ctx->err);
+    if (s != CELER_OK) return s;
     if (be->host) {
         model_embed(ctx->model, be, ids, n, embd);
         return CELER_OK;
@@ -593,6 +602,7 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
             model_embed(ctx->model, be, ctx->in_token, k, ctx->hidden);
         } while (!backend_end(be));
         be->ops->download(be, embd + off * d, ctx->hidden, sizeof(float) * (size_t)(k * d));
+        if ((s = backend_status(be, &ctx->err)) != CELER_OK) return s;
     }
     return CELER_OK;
 }

@@ -64,6 +64,7 @@ struct request {
     image_span *spans;      /* [p.n_images] in prompt order */
     float *bias;
     char **stop;
+    char *error;            /* why a choice ended with CELER_FINISH_ERROR (the first reason), or NULL */
     choice *choices;        /* [p.n] */
     int32_t n_open;         /* choices whose final event has not gone out */
     request *next;          /* in the engine's request list */
@@ -201,6 +202,7 @@ static void request_free(request *r) {
     free(r->bias);
     free(r->stop_ids);
     free(r->stop);
+    free(r->error);
     free(r);
 }
 
@@ -610,12 +612,20 @@ static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
     }
 }
 
+/* Ends c with CELER_FINISH_ERROR for the reason why (its request keeps the first one);
+ * its final event goes out with the next events. */
+static void choice_fail(celer_engine *eng, choice *c, const char *why) {
+    choice_stop_running(eng, c);
+    queue_remove(eng, c);
+    c->finish = CELER_FINISH_ERROR;
+    if (!c->req->error) c->req->error = strdup(why);
+}
+
 /* Whether c's next k rows can go into the step: their images are encoded. A failed
- * encoding ends the choice (the reason is the engine's last error). */
+ * encoding ends the choice with the engine's last error. */
 static bool rows_ready(celer_engine *eng, choice *c, int64_t k) {
     if (!c->req->p.n_images || encode_images(eng, c, k) == CELER_OK) return true;
-    choice_stop_running(eng, c);
-    c->finish = CELER_FINISH_LENGTH;
+    choice_fail(eng, c, eng->err.msg);
     return false;
 }
 
@@ -776,6 +786,7 @@ static bool is_stop_id(const celer_engine *eng, const request *r, int32_t tok) {
 
 static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_event_fn fn, void *user) {
     ev->finish = c->finish;
+    if (c->finish == CELER_FINISH_ERROR) ev->error = c->req->error ? c->req->error : "out of memory";
     ev->prompt_tokens = c->req->p.n_prompt;
     ev->cached_tokens = c->cached;
     ev->completion_tokens = c->n_gen;
@@ -866,9 +877,9 @@ static void reap(celer_engine *eng) {
 
 /* ==== The step ==== */
 
-celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user) {
-    /* Choices that ended outside a step (cancelled, or out of room while planning) report
-     * their end first. */
+/* The final events of choices that ended without one (cancelled, out of room while
+ * planning, failed), then the requests that are done go. */
+static void report_ended(celer_engine *eng, celer_event_fn fn, void *user) {
     for (request *r = eng->requests; r; r = r->next)
         for (int32_t i = 0; i < r->p.n; i++) {
             choice *c = &r->choices[i];
@@ -878,6 +889,10 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
             }
         }
     reap(eng);
+}
+
+celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user) {
+    report_ended(eng, fn, user); /* ended outside a step: their end goes first */
     int64_t *take = eng->take, n = plan(eng, take);
     /* Prefills that each wait for blocks the others hold: pre-empt the youngest until one
      * can move. */
@@ -890,17 +905,17 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
                            .seq_id = eng->b_seq, .logits = eng->b_logits};
     celer_status s = celer_batch_decode_ids(eng->ctx, &b, eng->logits, eng->ids);
     if (s != CELER_OK) {
-        /* The context refused the step before writing anything: end its requests' choices. */
+        /* The context kept nothing of the step (celer.h): each request with rows in it
+         * fails as a whole, since the step's failure cannot be pinned on one of them. */
         error_set(&eng->err, s, "step: %s", celer_context_last_error(eng->ctx));
         for (int32_t q = 0; q < eng->p.n_seq_max; q++) {
-            choice *c = eng->running[q];
+            const choice *c = eng->running[q];
             if (!c || !take[q]) continue;
-            choice_stop_running(eng, c);
-            c->finish = CELER_FINISH_LENGTH;
-            celer_event ev = {.request = c->req->id, .index = c->index, .token = -1, .text = ""};
-            emit_final(eng, c, &ev, fn, user);
+            request *r = c->req;
+            for (int32_t i = 0; i < r->p.n; i++)
+                if (r->choices[i].finish == CELER_FINISH_NONE) choice_fail(eng, &r->choices[i], eng->err.msg);
         }
-        reap(eng);
+        report_ended(eng, fn, user);
         return s;
     }
     for (int32_t q = 0; q < eng->p.n_seq_max; q++) {

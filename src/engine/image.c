@@ -132,7 +132,8 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
                           const celer_image *img, float *out, celer_error *e) {
     model_image_grid g;
     int64_t positions;
-    celer_status s = image_grid(m, img, &g, &positions, e);
+    celer_status s = backend_status(be, e); /* a lost device fails at once */
+    if (s == CELER_OK) s = image_grid(m, img, &g, &positions, e);
     if (s != CELER_OK) return s;
     model_vision_sizes vs;
     m->family->vision_sizes(m, tiles_per_call, &vs);
@@ -170,6 +171,7 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
         m->family->encode_image(m, be, pixels_be, &g, tiles_per_call, scratch, tiles, layout_be, out_be);
     } while (!backend_end(be));
     if (!be->host) be->ops->download(be, out, out_be, sizeof(float) * (size_t)positions * d);
+    s = backend_status(be, e);
 out:
     if (tiles) be->ops->release(be, tiles);
     if (!be->host) {

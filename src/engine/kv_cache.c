@@ -161,6 +161,14 @@ void kv_cache_commit(kv_cache *kv, const int64_t *add) {
     for (int32_t s = 0; s < kv->n_seq; s++) kv->len[s] += add[s];
 }
 
+void kv_cache_unreserve(kv_cache *kv, const int64_t *add) {
+    for (int32_t s = 0; s < kv->n_seq; s++) {
+        const int32_t *table = kv_cache_table(kv, s);
+        for (int64_t b = kv_cache_blocks_for(kv, kv->len[s]); b < kv_cache_blocks_for(kv, kv->len[s] + add[s]); b++)
+            release_block(kv, table[b]);
+    }
+}
+
 void kv_cache_seq_reset(kv_cache *kv, int32_t seq) {
     int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     for (int64_t b = 0; b < kv_cache_blocks_for(kv, kv->len[seq]); b++) release_block(kv, table[b]);

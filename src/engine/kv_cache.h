@@ -78,6 +78,9 @@ static inline int64_t kv_cache_used(const kv_cache *kv) {
 celer_status kv_cache_reserve(kv_cache *kv, const int64_t *add, celer_error *e);
 /* Advances sequence lengths by add[s] after a step has written its rows. */
 void kv_cache_commit(kv_cache *kv, const int64_t *add);
+/* Gives back the blocks kv_cache_reserve took for add when the step failed instead: each
+ * sequence holds what it held before (cached blocks evicted for it stay evicted). */
+void kv_cache_unreserve(kv_cache *kv, const int64_t *add);
 
 static inline const int32_t *kv_cache_table(const kv_cache *kv, int32_t seq) {
     return kv->tables + (int64_t)seq * kv->max_blocks;

@@ -152,6 +152,11 @@ static enum MHD_Result answer_health(exchange *ex, struct MHD_Connection *c) {
     if (state == SERVER_LOADING)
         return http_respond_json(ex, c, 503, json_pack("{s:s}", "status", "loading")) ? MHD_YES
                                                                                       : MHD_NO;
+    /* a lost device fails every request: unhealthy, so whatever watches it restarts us */
+    const char *lost = jobs_lost(ex->srv->js);
+    if (lost)
+        return http_respond_json(ex, c, 503, json_pack("{s:s, s:s}", "status", "error", "error", lost)) ? MHD_YES
+                                                                                                         : MHD_NO;
     return http_respond_json(ex, c, 200, json_pack("{s:s}", "status", "ok")) ? MHD_YES : MHD_NO;
 }
 

@@ -28,10 +28,10 @@ struct job {
     int32_t n_choices, n_open; /* choices, and those whose end has not been seen */
     int32_t stop_id;
     bool ignore_eos, want_logprobs;
+    bool failed; /* a choice ended with CELER_FINISH_ERROR */
     double t_submit, t_first;
     double *t_last;                   /* [n_choices] time of each choice's last token */
     job_piece *step_head, *step_tail; /* gathered during a step (engine lock) */
-    bool ended_in_step;               /* a choice ended in the current step */
     pthread_mutex_t mu;               /* guards what follows */
     pthread_cond_t cv;
     job_piece *head, *tail; /* published, not yet taken */
@@ -51,6 +51,8 @@ struct jobs {
     job *list;
     int n_active;
     server_metrics metrics;
+    atomic_bool lost;          /* a step answered CELER_STATUS_DEVICE_LOST: lost_msg says why */
+    char lost_msg[512];        /* written once, before lost is set */
 };
 
 static double now_s(void) {
@@ -138,7 +140,12 @@ static void on_event(void *user, const celer_event *ev) {
         p->prompt_tokens = ev->prompt_tokens;
         p->cached_tokens = ev->cached_tokens;
         p->completion_tokens = ev->completion_tokens;
-        step_append(j, p);
+        if (ev->finish == CELER_FINISH_ERROR && !(p->error = strdup(ev->error ? ev->error : "the model failed"))) {
+            free(p->text);
+            free(p); /* without its error the piece would read as a normal end */
+            p = NULL;
+        }
+        if (p) step_append(j, p);
     }
     if (ev->token >= 0 && ev->index >= 0 && ev->index < j->n_choices) {
         if (j->t_first == 0) {
@@ -149,7 +156,10 @@ static void on_event(void *user, const celer_event *ev) {
         j->t_last[ev->index] = t;
     }
     if (ev->finish != CELER_FINISH_NONE) {
-        j->ended_in_step = true;
+        if (ev->finish == CELER_FINISH_ERROR && !j->failed) {
+            j->failed = true;
+            js->metrics.request_failures_total++;
+        }
         if (--j->n_open == 0) {
             metrics_observe(&js->metrics.e2e, t - j->t_submit);
             js->metrics.requests_total++;
@@ -157,17 +167,9 @@ static void on_event(void *user, const celer_event *ev) {
     }
 }
 
-/* Hands each job what the step gave it; error is the step's failure, or NULL. */
-static void publish(jobs *js, const char *error) {
+/* Hands each job what the step gave it (a failed choice's piece carries the error). */
+static void publish(jobs *js) {
     for (job *j = js->list; j; j = j->next) {
-        if (error && j->ended_in_step) {
-            job_piece *p = calloc(1, sizeof *p);
-            if (p && (p->error = strdup(error)))
-                step_append(j, p);
-            else
-                free(p);
-        }
-        j->ended_in_step = false;
         if (!j->step_head && !(j->n_open == 0 && !j->finished)) continue;
         pthread_mutex_lock(&j->mu);
         if (j->step_head) {
@@ -198,10 +200,18 @@ static void *engine_main(void *arg) {
             continue;
         }
         const celer_status s = celer_engine_step(js->eng, on_event, js);
-        if (s != CELER_OK)
-            fprintf(stderr, "celer serve: a model step failed (%s): %s\n", celer_status_str(s),
-                    celer_engine_last_error(js->eng));
-        publish(js, s != CELER_OK ? celer_engine_last_error(js->eng) : NULL);
+        if (s != CELER_OK) {
+            js->metrics.step_failures_total++;
+            /* a lost device: every later step fails the same way; say it once */
+            if (s != CELER_STATUS_DEVICE_LOST || !atomic_load(&js->lost))
+                fprintf(stderr, "celer serve: a model step failed (%s): %s\n", celer_status_str(s),
+                        celer_engine_last_error(js->eng));
+            if (s == CELER_STATUS_DEVICE_LOST && !atomic_load(&js->lost)) {
+                snprintf(js->lost_msg, sizeof js->lost_msg, "%s", celer_engine_last_error(js->eng));
+                atomic_store(&js->lost, true);
+            }
+        }
+        publish(js);
     }
     pthread_mutex_unlock(&js->mu);
     return NULL;
@@ -339,6 +349,8 @@ void jobs_cancel_all(jobs *js) {
     pthread_cond_signal(&js->work);
     jobs_unlock(js);
 }
+
+const char *jobs_lost(jobs *js) { return atomic_load(&js->lost) ? js->lost_msg : NULL; }
 
 char *jobs_metrics(jobs *js) {
     jobs_lock(js);

@@ -35,7 +35,7 @@ typedef struct job_piece {
     float top_logprobs[CELER_MAX_TOP_LOGPROBS];
     celer_finish_reason finish;                              /* NONE while the choice goes on */
     int64_t prompt_tokens, cached_tokens, completion_tokens; /* on the ending piece */
-    char *error; /* the model step failed: the message; the job is done */
+    char *error; /* the choice failed (finish CELER_FINISH_ERROR): why */
     struct job_piece *next;
 } job_piece;
 
@@ -64,6 +64,10 @@ void job_release(jobs *js, job *j);
 
 /* Ends every running job now (shutdown): each choice ends with CELER_FINISH_CANCELLED. */
 void jobs_cancel_all(jobs *js);
+
+/* Why the device is lost (a step answered CELER_STATUS_DEVICE_LOST: every later request
+ * fails), or NULL while it works. Valid until jobs_destroy; no lock taken. */
+const char *jobs_lost(jobs *js);
 
 /* The /metrics text (malloc'd; the caller frees it), or NULL when out of memory. */
 char *jobs_metrics(jobs *js);

@@ -26,6 +26,8 @@ typedef struct server_metrics {
     metrics_histogram itl;   /* between two tokens of one choice */
     metrics_histogram e2e;   /* submit -> last choice ended */
     uint64_t requests_total; /* requests whose every choice ended */
+    uint64_t request_failures_total; /* requests a failed model step ended */
+    uint64_t step_failures_total;    /* model steps that failed */
 } server_metrics;
 
 void metrics_init(server_metrics *m);

@@ -10,7 +10,9 @@
  * Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize; GET
  * /v1/models, /health, /metrics (with cfg.metrics); the unprefixed aliases
  * /chat/completions, /completions, /models and /v1/health. The server uses only the
- * public API (celer.h); it never exits the process on bad input.
+ * public API (celer.h); it never exits the process on bad input. A model step that fails
+ * answers 500 to the requests in it and the server goes on; after a lost device (every
+ * step fails) /health says 503 "error".
  */
 #ifndef CELER_SERVER_H
 #define CELER_SERVER_H

@@ -178,8 +178,9 @@ signal.signal(signal.SIGTERM, _on_sigterm)
 class Server:
     """One `celer serve` process on 127.0.0.1 and a free port, logging to LOG_DIR/NAME.log."""
 
-    def __init__(self, binary, model, name, args, log_dir):
+    def __init__(self, binary, model, name, args, log_dir, env=None):
         self.binary, self.model, self.name, self.args = binary, model, name, list(args)
+        self.env = dict(os.environ, **env) if env else None  # what the process adds to ours
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self.proc = None
         self.port = None
@@ -197,10 +198,11 @@ class Server:
             cmd = [self.binary, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", str(self.port)]
             cmd += self.args
             with open(self.log_path, "ab") as log:
-                log.write(("$ " + " ".join(cmd) + "\n").encode())
+                env = " ".join(f"{k}={v}" for k, v in self.env.items() if os.environ.get(k) != v) if self.env else ""
+                log.write(("$ " + (env + " " if env else "") + " ".join(cmd) + "\n").encode())
                 log.flush()
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             preexec_fn=_die_with_parent)
+                                             preexec_fn=_die_with_parent, env=self.env)
             RUNNING.append(self)
             deadline = time.monotonic() + T(ready_timeout)
             while time.monotonic() < deadline:

@@ -13,6 +13,12 @@ Servers, one at a time:
   vlm       the tiny LLaVA-NeXT of tests/server/fixtures/llava-chat: image_url parts against
             the transformers goldens, streaming, the prefix cache keyed by the image, bad
             image inputs, a body of a few hundred KB under the default body limit
+  fault     CELER_FAULT_STEP=1: the request whose step fails gets 500 and an OpenAI error
+            object, /health stays 200, the next request is served, /metrics counts it
+  faultsse  CELER_FAULT_STEP=2: a stream whose second step fails ends with an error event
+            (no [DONE]), the next request is served
+  lost      CELER_FAULT_STEP=1:sticky: every request gets 500 with the same message,
+            /health says 503 "error", the server still answers and exits 0 on SIGTERM
 """
 import base64
 import concurrent.futures
@@ -1143,13 +1149,73 @@ def vlm_tests():
 
 
 # =======================================================================================
+# fault servers: CELER_FAULT_STEP makes a model step fail (a real CUDA error on a GPU)
+
+
+def failed_completion(srv, what):
+    """POSTs a completion that must fail with 500; returns the error's message."""
+    r = post_json(srv, "/v1/completions", {"prompt": "Name a color.", "max_tokens": 3, "temperature": 0})
+    eq(r.status_code, 500, f"{what}: status (body {short(r.text)})")
+    err = error_of(parse_json_body(r.content, what))
+    eq(err["type"], "server_error", f"{what}: error.type")
+    check("CELER_FAULT_STEP" in err["message"] or "cuda" in err["message"],
+          f"{what}: the message does not name the failure: {err['message']!r}")
+    return err["message"]
+
+
+def served_completion(srv, what):
+    r = post_json(srv, "/v1/completions", {"prompt": "Name a color.", "max_tokens": 3, "temperature": 0})
+    eq(r.status_code, 200, f"{what}: status (body {short(r.text)})")
+    check(r.json()["usage"]["completion_tokens"] >= 1, f"{what}: no tokens: {short(r.text)}")
+
+
+def test_fault_500_then_served(srv):
+    failed_completion(srv, "the request of the failing step")
+    r = get(srv, "/health")
+    eq((r.status_code, r.json().get("status")), (200, "ok"), "/health after a recoverable failure")
+    served_completion(srv, "the request after it")
+    m = metrics(srv)
+    eq(m.get("celer_step_failures_total"), 1.0, "celer_step_failures_total")
+    eq(m.get("celer_request_failures_total"), 1.0, "celer_request_failures_total")
+    eq(m.get("celer_requests_running"), 0.0, "celer_requests_running after the failure")
+    eq(m.get("celer_kv_cache_usage_ratio"), 0.0, "KV blocks held after the failure")
+
+
+def test_fault_stream_error_event(srv):
+    body = {"prompt": "Count to ten:", "max_tokens": 8, "temperature": 0, "stream": True, "logit_bias": NO_EOS}
+    with httpx.Client(base_url=srv.url, timeout=T(60)) as c:
+        with c.stream("POST", "/v1/completions", json=body) as r:
+            eq(r.status_code, 200, "stream status (the failure comes after the headers)")
+            lines = list(r.iter_lines())
+    events = [ln[5:].strip() for ln in lines if ln.startswith("data:")]
+    check("[DONE]" not in events, f"[DONE] after a failed step: {short(events)}")
+    objs = [json.loads(e) for e in events]
+    check(objs and "error" in objs[-1], f"the stream does not end with an error event: {short(objs)}")
+    err = error_of(objs[-1])
+    check("CELER_FAULT_STEP" in err["message"] or "cuda" in err["message"],
+          f"the error event does not name the failure: {err['message']!r}")
+    check(any(o.get("choices") and o["choices"][0].get("text") for o in objs[:-1]),
+          f"no text before the failed second step: {short(objs)}")
+    served_completion(srv, "the request after the failed stream")
+
+
+def test_lost_device(srv):
+    first = failed_completion(srv, "the request that lost the device")
+    r = get(srv, "/health")
+    eq(r.status_code, 503, f"/health after a lost device (body {short(r.text)})")
+    eq(r.json().get("status"), "error", "/health status")
+    check(r.json().get("error") in first, f"/health error {r.json().get('error')!r} is not the failure {first!r}")
+    again = failed_completion(srv, "a request after the device was lost")
+    eq(again, first, "the message of a later request")
+    eq(get(srv, "/v1/models").status_code, 200, "GET /v1/models after a lost device")
+    eq(metrics(srv).get("celer_step_failures_total"), 2.0, "celer_step_failures_total")
 
 
 CTX = None
 
 
-def with_server(res, ctx, name, args, tests, log_dir, stop_check=True, model=None):
-    srv = Server(ctx.binary, model or ctx.model, name, args, log_dir)
+def with_server(res, ctx, name, args, tests, log_dir, stop_check=True, model=None, env=None):
+    srv = Server(ctx.binary, model or ctx.model, name, args, log_dir, env)
     print(f"--- server {name}: celer serve {' '.join(args)}", flush=True)
     try:
         srv.start()
@@ -1269,6 +1335,16 @@ def main():
     with open(os.path.join(VLM_DIR, "golden.json")) as f:
         VLM_GOLDEN = json.load(f)
     with_server(res, CTX, "vlm", ["-np", "2", "-c", "2048", "-t", "2"], vlm_tests(), log_dir, model=VLM_DIR)
+
+    with_server(res, CTX, "fault", ["-np", "2", "--metrics"], [
+        ("fault_500_then_served", test_fault_500_then_served),
+    ], log_dir, env={"CELER_FAULT_STEP": "1"})
+    with_server(res, CTX, "faultsse", ["-np", "2"], [
+        ("fault_stream_error_event", test_fault_stream_error_event),
+    ], log_dir, env={"CELER_FAULT_STEP": "2"})
+    with_server(res, CTX, "lost", ["-np", "2", "--metrics"], [
+        ("lost_device_500_health_503", test_lost_device),
+    ], log_dir, env={"CELER_FAULT_STEP": "1:sticky"})
 
     print(f"server logs in {log_dir}; {time.monotonic() - t0:.0f} s", flush=True)
     if res.failures:

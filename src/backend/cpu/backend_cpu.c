@@ -576,6 +576,7 @@ static const backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
     BACKEND_HOST_MEMORY_OPS,
+    .begin = backend_host_begin,
     .work_bytes = cpu_work_bytes,
     .matmul = cpu_matmul,
     .embed = cpu_embed,
@@ -706,6 +707,7 @@ static backend *cpu_class_create(const backend_params *p, const backend_weights 
         return NULL;
     }
     be->weights = w;
+    backend_fault_init(&be->fault);
     /* CELER_CPU_STAGED=1: callers treat the backend's memory as its own, moving inputs
      * up and rows down as for a GPU, so a machine without one tests that path too */
     const char *staged = getenv("CELER_CPU_STAGED");

@@ -9,6 +9,14 @@
  * Steps of few rows (decode) are recorded as CUDA graphs and replayed: a step first only
  * hashes its calls (op, pointers, sizes, scalars); when a recorded step made the very same
  * calls its graph is launched, otherwise end asks for the step again and records it.
+ *
+ * Failures (backend.h, cuda_internal.h): every entry point opens a cuda_scope on the
+ * backend's fault, and once it holds a failure the ops, uploads and downloads do nothing.
+ * A graph that cannot be recorded, instantiated or launched (and did not lose the device)
+ * is dropped and the step asked for again, run as called; after GRAPH_FAILURES_MAX such
+ * failures in a row the backend stops recording graphs. CELER_FAULT_STEP makes a step fail
+ * for real (inject): a launch the device refuses, an allocation it cannot give, or a store
+ * to address 0 that loses the device.
  */
 #include "backend/cuda/cuda_internal.h"
 
@@ -24,18 +32,78 @@ extern "C" {
 
 #define BLAS_WORKSPACE ((size_t)32 << 20)
 
-/* The assertion tier (docs/architecture.md, "Errors"): the failed call and CUDA's reason, then
- * celer_assert_fail's file:line and abort. */
-void cuda_check(cudaError_t err, const char *what, const char *file, int line) {
-    if (err == cudaSuccess) return;
-    fprintf(stderr, "celer: %s\n", cudaGetErrorString(err));
-    celer_assert_fail(what, file, line);
+/* ==== Failures ==== */
+
+static thread_local backend_fault *scope_fault; /* the open cuda_scope's, or NULL */
+static thread_local const char *scope_what;
+
+cuda_scope::cuda_scope(backend_fault *f, const char *what) : prev(scope_fault), prev_what(scope_what) {
+    scope_fault = f;
+    scope_what = what;
 }
 
-void cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    fprintf(stderr, "celer: cuBLAS status %d\n", (int)st);
-    celer_assert_fail(what, file, line);
+/* The errors CUDA documents as leaving the process's context unusable. */
+static bool sticky_code(cudaError_t err) {
+    switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Clears a recoverable error from CUDA's last-error state (so the next call is not blamed
+ * for it); whether err left the device unusable: a sticky code, or an error that stays. */
+static bool sticky_after(cudaError_t err) {
+    cudaGetLastError();
+    return sticky_code(err) || cudaPeekAtLastError() != cudaSuccess;
+}
+
+/* Records a failure in the open scope's fault (file NULL: found after the fact). */
+static void note(bool sticky, bool oom, const char *what, const char *file, int line, const char *reason,
+                 const char *name) {
+    const celer_status s = sticky ? CELER_STATUS_DEVICE_LOST : oom ? CELER_STATUS_OUT_OF_MEMORY : CELER_STATUS_DEVICE;
+    char where[256] = "";
+    if (file) snprintf(where, sizeof where, " at %s:%d", file, line);
+    const char *tail = sticky ? "; the device is unusable until the process restarts" : "";
+    if (!scope_fault) {
+        fprintf(stderr, "celer: cuda: %s%s: %s (%s)%s\n", what, where, reason, name, tail);
+        return;
+    }
+    backend_fail(scope_fault, s, sticky, "cuda: %s: %s%s: %s (%s)%s", scope_what, what, where, reason, name, tail);
+}
+
+bool cuda_check(cudaError_t err, const char *what, const char *file, int line) {
+    if (err == cudaSuccess) return true;
+    note(sticky_after(err), err == cudaErrorMemoryAllocation, what, file, line, cudaGetErrorString(err),
+         cudaGetErrorName(err));
+    return false;
+}
+
+bool cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    /* cuBLAS fails on a lost device too: CUDA's own state tells */
+    note(sticky_after(cudaSuccess), st == CUBLAS_STATUS_ALLOC_FAILED, what, file, line, cublasGetStatusString(st),
+         cublasGetStatusName(st));
+    return false;
+}
+
+cuda_scope::~cuda_scope() {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        note(sticky_after(err), err == cudaErrorMemoryAllocation, "a kernel launch", NULL, 0,
+             cudaGetErrorString(err), cudaGetErrorName(err));
+    scope_fault = prev;
+    scope_what = prev_what;
 }
 
 const float *cuda_vec(const cuda_backend *cb, const float *host) {
@@ -60,7 +128,22 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
     OP_GLU, OP_ACT, OP_SOFTCAP, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
-    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_GLU_MATMUL, OP_GLU_MLP,
+    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_GLU_MATMUL, OP_GLU_MLP, OP_COUNT_
+};
+
+/* The names failures are reported under. */
+static const char *const op_names[OP_COUNT_] = {
+    "", "matmul", "embed", "rmsnorm", "layernorm", "rope", "kv_store", "attention", "attention_full", "glu", "act",
+    "softcap", "add", "add_bias", "scale", "patches", "copy_rows", "gather_rows", "add_rmsnorm", "rope_store",
+    "matmul_multi", "glu_matmul", "glu_mlp",
+};
+
+static cuda_backend *cb_of(backend *be) { return (cuda_backend *)be; }
+
+/* The scope of one call into cb: its failures go to cb's fault under the op's name. */
+struct op_scope : cuda_scope {
+    op_scope(cuda_backend *cb, const char *what) : cuda_scope(&cb->base.fault, what) {}
+    op_scope(cuda_backend *cb, int op) : cuda_scope(&cb->base.fault, op_names[op]) {}
 };
 
 /* FNV-1a over the bytes of each argument (pointers, sizes, scalars: no padding). */
@@ -75,8 +158,9 @@ template <typename T, typename... R> static void mix_all(uint64_t *h, const T &v
 }
 
 /* Adds a call to the step's signature; true when it must not be queued (a step being
- * checked against its recorded graph). */
+ * checked against its recorded graph, or a backend that failed). */
 template <typename... A> static bool noted(cuda_backend *cb, int op, const A &...a) {
+    if (backend_failed(&cb->base)) return true;
     if (cb->mode == STEP_EAGER) return false;
     mix(&cb->sig, op);
     mix_all(&cb->sig, a...);
@@ -132,6 +216,7 @@ static void cuda_unprepare(backend_weights *bw) {
     free(w->mats);
     free(w->vec);
     free(w);
+    cudaGetLastError(); /* what failed here is nobody's to report */
 }
 
 /* The device copy of w: dense as stored, affine in affine.h's tiled layout (one copy). */
@@ -141,7 +226,7 @@ static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, i
         const size_t n = (size_t)(w->rows * w->cols) * dtype_size(w->type);
         if (!(d->dense = dev_alloc(n, e))) return CELER_STATUS_OUT_OF_MEMORY;
         *bytes += (int64_t)n;
-        CUDA_CHECK(cudaMemcpyAsync(d->dense, w->data, n, cudaMemcpyHostToDevice, s));
+        CUDA_CHECK(cudaMemcpyAsync(d->dense, w->data, n, cudaMemcpyHostToDevice, s)); /* the caller sees a failure */
         return CELER_OK;
     }
     const bool scales_ok = w->scale_type == DTYPE_F16 || w->scale_type == DTYPE_BF16 || w->scale_type == DTYPE_F32;
@@ -152,21 +237,16 @@ static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, i
                          "bits, groups 32/64/128, F16/BF16/F32 scales)",
                          w->quant_bits, (long long)w->group, dtype_name(w->scale_type));
     char msg[256];
-    if (cuda_affine_upload(&d->aff, w, s, msg, sizeof msg)) {
-        cudaGetLastError();
-        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: affine weights [%lld x %lld]: %s", (long long)w->rows,
-                         (long long)w->cols, msg);
-    }
+    if (cuda_affine_upload(&d->aff, w, s, msg, sizeof msg))
+        return error_set(e, sticky_after(cudaSuccess) ? CELER_STATUS_DEVICE_LOST : CELER_STATUS_OUT_OF_MEMORY,
+                         "cuda: affine weights [%lld x %lld]: %s", (long long)w->rows, (long long)w->cols, msg);
     *bytes += (int64_t)d->aff.bytes;
     return CELER_OK;
 }
 
-static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, backend_weights **out,
-                                 celer_error *e) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    *out = NULL;
-    CUDA_CHECK(cudaSetDevice(p->device));
+/* cuda_prepare's work; a failed CUDA call lands in f (the loops stop at it). */
+static celer_status prepare_weights(const weight_set *ws, const backend_params *p, backend_weights **out,
+                                    const backend_fault *f, celer_error *e) {
     cuda_weights *w = (cuda_weights *)calloc(1, sizeof *w);
     celer_status s = CELER_OK;
     cudaStream_t st = NULL;
@@ -178,8 +258,11 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
     w->base.whole = true; /* every matrix and vector is copied */
     w->device = p->device;
     w->n = ws->n_mats;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    for (int64_t i = 0; i < ws->n_mats && s == CELER_OK; i++) {
+    if (!CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking))) {
+        st = NULL;
+        goto out;
+    }
+    for (int64_t i = 0; i < ws->n_mats && s == CELER_OK && f->status == CELER_OK; i++) {
         CELER_ASSERT(ws->mats[i]->id == i + 1);
         s = prepare_mat(st, &w->mats[i], ws->mats[i], &w->base.bytes, e);
         if (s == CELER_OK && ws->done) ws->done(ws->arg, ws->mats[i]);
@@ -206,7 +289,7 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
         }
     }
     /* every block of the vector arenas, mirrored as it is */
-    for (int64_t a = 0; a < ws->n_vectors && s == CELER_OK; a++) {
+    for (int64_t a = 0; a < ws->n_vectors && s == CELER_OK && f->status == CELER_OK; a++) {
         const void *base;
         size_t used;
         for (int64_t b = 0; s == CELER_OK && arena_block_at(ws->vectors[a], b, &base, &used); b++) {
@@ -230,55 +313,85 @@ static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, 
     CUDA_CHECK(cudaStreamSynchronize(st));
 out:
     if (st) cudaStreamDestroy(st);
+    *out = w ? &w->base : NULL;
+    return s;
+}
+
+static celer_status cuda_prepare(const weight_set *ws, const backend_params *p, backend_weights **out,
+                                 celer_error *e) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *out = NULL;
+    backend_fault f = {};
+    backend_weights *w = NULL;
+    celer_status s;
+    {
+        const cuda_scope scope(&f, "prepare");
+        s = CUDA_CHECK(cudaSetDevice(p->device)) ? prepare_weights(ws, p, &w, &f, e) : CELER_OK;
+    }
+    if (s == CELER_OK && f.status != CELER_OK) s = error_set(e, f.status, "%s", f.msg);
     if (s != CELER_OK) {
-        cuda_unprepare(w ? &w->base : NULL);
+        cuda_unprepare(w);
         return s;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    w->base.ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
-    *out = &w->base;
+    w->ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    *out = w;
     return CELER_OK;
 }
 
 /* ==== Memory ==== */
 
-static cuda_backend *cb_of(backend *be) { return (cuda_backend *)be; }
-
+/* NULL when the device has no room: the caller says so, so only a lost device is
+ * recorded. */
 static void *cuda_alloc(backend *be, size_t bytes) {
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER);
-    CUDA_CHECK(cudaSetDevice(cb->device));
+    if (backend_failed(be)) return NULL;
+    const op_scope scope(cb, "alloc");
     void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
-        cudaGetLastError();
+    if (!CUDA_CHECK(cudaSetDevice(cb->device))) return NULL;
+    const cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        if (sticky_after(err))
+            note(true, false, "cudaMalloc", __FILE__, __LINE__, cudaGetErrorString(err), cudaGetErrorName(err));
         return NULL;
     }
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cb->stream));
+    if (!CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cb->stream))) {
+        cudaFree(p);
+        return NULL;
+    }
     return p;
 }
 
 static void cuda_release(backend *be, void *p) {
-    CUDA_CHECK(cudaSetDevice(cb_of(be)->device));
-    CUDA_CHECK(cudaFree(p));
+    const op_scope scope(cb_of(be), "release");
+    if (CUDA_CHECK(cudaSetDevice(cb_of(be)->device))) CUDA_CHECK(cudaFree(p));
 }
 
 static void cuda_upload(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER); /* inputs go up before a step */
-    CUDA_CHECK(cudaSetDevice(cb->device));
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
+    if (backend_failed(be)) return;
+    const op_scope scope(cb, "upload");
+    if (CUDA_CHECK(cudaSetDevice(cb->device)))
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream));
 }
 
+/* Where the step failed dst is left as it is. */
 static void cuda_download(backend *be, void *dst, const void *src, size_t bytes) {
     cuda_backend *cb = cb_of(be);
     CELER_ASSERT(cb->mode == STEP_EAGER); /* rows come down after a step */
-    CUDA_CHECK(cudaSetDevice(cb->device));
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream));
-    CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    if (backend_failed(be)) return;
+    const op_scope scope(cb, "download");
+    if (CUDA_CHECK(cudaSetDevice(cb->device)) &&
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream)))
+        CUDA_CHECK(cudaStreamSynchronize(cb->stream));
 }
 
 static void cuda_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d) {
     if (noted(cb_of(be), OP_COPY_ROWS, y, ldy, x, ldx, n, d)) return;
+    const op_scope scope(cb_of(be), OP_COPY_ROWS);
     CUDA_CHECK(cudaMemcpy2DAsync(y, sizeof(float) * (size_t)ldy, x, sizeof(float) * (size_t)ldx,
                                  sizeof(float) * (size_t)d, (size_t)n, cudaMemcpyDeviceToDevice, cb_of(be)->stream));
 }
@@ -287,6 +400,7 @@ static void cuda_gather(backend *be, float *y, const float *x, const int32_t *id
                         int64_t d) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_GATHER_ROWS, y, x, idx, fill, n, d)) return;
+    const op_scope scope(cb, OP_GATHER_ROWS);
     cuda_gather_rows(cb->stream, y, x, idx, cuda_vec(cb, fill), n, d);
 }
 
@@ -298,54 +412,89 @@ static size_t gemm_work_bytes(int64_t rows, int64_t max_cols) {
     return cuda_affine_gemm_work_bound(rows, max_cols) + 256 + cuda_affine_gemm_split_bytes(rows, max_cols, 2);
 }
 
+/* *buf regrown to bytes (what it held goes; the free waits for the work using it), or
+ * false with *buf NULL where the device has no room. */
+static bool regrow(void **buf, size_t bytes) {
+    CUDA_CHECK(cudaFree(*buf));
+    *buf = NULL;
+    if (CUDA_CHECK(cudaMalloc(buf, bytes))) return true;
+    *buf = NULL;
+    return false;
+}
+
 /* The products' buffers that grow with the weights attached to cb (a context attaches them
  * after create): the GEMV's work, the dense prefill product's fp16 rows, and the affine
  * prefill product's work (for fewer rows where the dense path takes the rest). Called where
- * nothing is being recorded: before a step, and by products queued as called. */
-static void work_reserve(cuda_backend *cb) {
+ * nothing is being recorded: before a step, and by products queued as called. false where
+ * the device has no room (the failure is noted; the buffer is tried again at the next call). */
+static bool work_reserve(cuda_backend *cb) {
     const cuda_weights *w = (const cuda_weights *)cb->base.weights;
     const size_t need = w ? w->gemv_work : 0;
     if (need > cb->gemv_work_size) {
         CELER_ASSERT(cb->mode == STEP_EAGER);
-        CUDA_CHECK(cudaFree(cb->gemv_work)); /* waits for the products using it */
-        cb->gemv_work = NULL;
-        CUDA_CHECK(cudaMalloc(&cb->gemv_work, need));
-        CUDA_CHECK(cudaMemsetAsync(cb->gemv_work, 0, need, cb->stream));
+        cb->gemv_work_size = 0;
+        if (!regrow(&cb->gemv_work, need) || !CUDA_CHECK(cudaMemsetAsync(cb->gemv_work, 0, need, cb->stream)))
+            return false;
         cb->gemv_work_size = need;
     }
     const int64_t halves = cuda_dense_elems(cb);
     if (halves > cb->wh_elems) {
         CELER_ASSERT(cb->mode == STEP_EAGER);
         CUDA_CHECK(cudaStreamSynchronize(cb->side)); /* no dequantization into the old ones */
+        cb->wh_elems = 0;
         for (int b = 0; b < 2; b++) {
-            CUDA_CHECK(cudaFree(cb->wh[b])); /* waits for the products reading it */
-            cb->wh[b] = NULL, cb->wh_mat[b] = NULL;
-            CUDA_CHECK(cudaMalloc((void **)&cb->wh[b], sizeof(__half) * (size_t)halves));
+            cb->wh_mat[b] = NULL;
+            if (!regrow((void **)&cb->wh[b], sizeof(__half) * (size_t)halves)) return false;
         }
         cb->wh_elems = halves;
     }
     const size_t gemm = gemm_work_bytes(cuda_gemm_rows(cb), cb->p.max_cols);
     if (gemm > cb->gemm_work_size) {
         CELER_ASSERT(cb->mode == STEP_EAGER);
-        CUDA_CHECK(cudaFree(cb->gemm_work)); /* waits for the products using it */
-        cb->gemm_work = NULL;
-        CUDA_CHECK(cudaMalloc(&cb->gemm_work, gemm));
+        cb->gemm_work_size = 0;
+        if (!regrow(&cb->gemm_work, gemm)) return false;
         cb->gemm_work_size = gemm;
+    }
+    return true;
+}
+
+/* A store to address 0: the kernel dies, and the context with it. */
+__global__ static void k_fault(int *p) { *(volatile int *)p = 1; }
+
+/* The failure CELER_FAULT_STEP asks for, for real, on the stream ahead of the step. */
+static void inject(cuda_backend *cb) {
+    switch (cb->base.fault.inject_kind) {
+    case BACKEND_FAULT_ERROR: /* more threads a block than any GPU has: refused at launch */
+        k_fault<<<1, 4096, 0, cb->stream>>>(nullptr);
+        cuda_check(cudaGetLastError(), "k_fault<<<1, 4096>>> (CELER_FAULT_STEP)", __FILE__, __LINE__);
+        break;
+    case BACKEND_FAULT_OOM: {
+        void *p = NULL;
+        if (CUDA_CHECK(cudaMalloc(&p, (size_t)1 << 60))) cudaFree(p);
+        break;
+    }
+    case BACKEND_FAULT_STICKY: /* found where the next call waits for the device */
+        k_fault<<<1, 1, 0, cb->stream>>>(nullptr);
+        break;
     }
 }
 
 static void cuda_begin(backend *be, int64_t rows) {
     cuda_backend *cb = cb_of(be);
-    CUDA_CHECK(cudaSetDevice(cb->device));
-    work_reserve(cb);
+    const op_scope scope(cb, "begin");
+    const bool again = cb->again, eager = cb->eager_once;
+    cb->again = cb->eager_once = false;
+    cb->mode = STEP_EAGER;
+    if (backend_failed(be) || !CUDA_CHECK(cudaSetDevice(cb->device))) return;
+    if (!again && backend_fault_step(&be->fault)) inject(cb);
+    if (backend_failed(be) || !work_reserve(cb)) return;
     cuda_trace_begin(cb->stream);
     cb->sig = 0xcbf29ce484222325ull;
     mix(&cb->sig, rows);
-    if (rows > GRAPH_ROWS) {
+    if (rows > GRAPH_ROWS || eager || cb->graph_failures >= GRAPH_FAILURES_MAX) {
         cb->mode = STEP_EAGER;
     } else if (cb->recapture) {
-        cb->mode = STEP_CAPTURE;
-        CUDA_CHECK(cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal));
+        if (CUDA_CHECK(cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal))) cb->mode = STEP_CAPTURE;
     } else {
         cb->mode = STEP_CHECK;
     }
@@ -369,32 +518,65 @@ static cuda_graph *graph_slot(cuda_backend *cb) {
     return g;
 }
 
+/* A graph that could not be recorded, instantiated or launched (err, of the call what at
+ * line): a lost device fails the step; otherwise the step is asked for again and run as
+ * called, and after GRAPH_FAILURES_MAX of these in a row no step is recorded again. */
+static bool graph_failed(cuda_backend *cb, cudaError_t err, const char *what, int line) {
+    if (sticky_after(err)) {
+        note(true, false, what, __FILE__, line, cudaGetErrorString(err), cudaGetErrorName(err));
+        return true;
+    }
+    if (++cb->graph_failures == GRAPH_FAILURES_MAX)
+        fprintf(stderr, "celer: cuda: %s failed %d times in a row (%s): steps run without CUDA graphs from now on\n",
+                what, GRAPH_FAILURES_MAX, cudaGetErrorString(err));
+    cb->eager_once = cb->again = true;
+    return false;
+}
+
 static bool cuda_end(backend *be) {
     cuda_backend *cb = cb_of(be);
+    const op_scope scope(cb, "end");
     const step_mode mode = cb->mode;
     cb->mode = STEP_EAGER;
+    if (backend_failed(be)) {
+        if (mode == STEP_CAPTURE) { /* the stream leaves capture; what was recorded goes */
+            cudaGraph_t graph = NULL;
+            if (cudaStreamEndCapture(cb->stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+            cudaGetLastError();
+        }
+        return true;
+    }
     if (mode == STEP_EAGER) {
-        CUDA_CHECK(cudaGetLastError());
         cuda_trace_end(cb->stream);
         return true;
     }
     cuda_graph *g;
     if (mode == STEP_CHECK) {
         if (!(g = graph_find(cb, cb->sig))) {
-            cb->recapture = true; /* never seen: call the ops again, recording them */
+            cb->recapture = cb->again = true; /* never seen: call the ops again, recording them */
             return false;
         }
     } else {
-        cudaGraph_t graph;
-        CUDA_CHECK(cudaStreamEndCapture(cb->stream, &graph));
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        cudaError_t err = cudaStreamEndCapture(cb->stream, &graph);
+        if (err != cudaSuccess) return graph_failed(cb, err, "cudaStreamEndCapture", __LINE__);
+        err = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (err != cudaSuccess) return graph_failed(cb, err, "cudaGraphInstantiate", __LINE__);
         g = graph_slot(cb);
-        CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
-        CUDA_CHECK(cudaGraphDestroy(graph));
+        g->exec = exec;
         g->sig = cb->sig;
         cb->recapture = false;
     }
     g->used = ++cb->tick;
-    CUDA_CHECK(cudaGraphLaunch(g->exec, cb->stream));
+    const cudaError_t err = cudaGraphLaunch(g->exec, cb->stream);
+    if (err != cudaSuccess) {
+        cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        return graph_failed(cb, err, "cudaGraphLaunch", __LINE__);
+    }
+    cb->graph_failures = 0;
     cuda_trace_end(cb->stream);
     return true;
 }
@@ -404,14 +586,16 @@ static bool cuda_end(backend *be) {
 static void cuda_matmul(backend *be, float *y, const matview *w, const float *x, int64_t n) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_MATMUL, y, w, x, n)) return;
+    const op_scope scope(cb, OP_MATMUL);
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
-    if (cb->mode == STEP_EAGER) work_reserve(cb);
+    if (cb->mode == STEP_EAGER && !work_reserve(cb)) return;
     cuda_product(cb, y, m, x, n);
 }
 
 static void cuda_op_glu(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
     if (noted(cb_of(be), OP_GLU, y, gate, up, m, act)) return;
+    const op_scope scope(cb_of(be), OP_GLU);
     cuda_glu(cb_of(be)->stream, y, gate, up, m, act);
 }
 
@@ -426,9 +610,10 @@ static void cuda_op_glu_matmul(backend *be, float *y, const matview *w, float *g
         return;
     }
     if (noted(cb, OP_GLU_MATMUL, y, w, gate, up, n)) return;
+    const op_scope scope(cb, OP_GLU_MATMUL);
     const cuda_mat *m = cuda_mat_of(cb, w);
     CELER_ASSERT(n <= cb->p.max_rows && m->cols <= cb->p.max_cols);
-    if (cb->mode == STEP_EAGER) work_reserve(cb);
+    if (cb->mode == STEP_EAGER && !work_reserve(cb)) return;
     cuda_product_swiglu(cb, y, m, gate, up, n);
 }
 
@@ -446,9 +631,10 @@ static void cuda_op_glu_mlp(backend *be, float *y, const matview *g, const matvi
         return;
     }
     if (noted(cb, OP_GLU_MLP, y, g, u, down, x, gate, up, n)) return;
+    const op_scope scope(cb, OP_GLU_MLP);
     const cuda_mat *mg = cuda_mat_of(cb, g), *mu = cuda_mat_of(cb, u), *md = cuda_mat_of(cb, down);
     CELER_ASSERT(n <= cb->p.max_rows && mg->cols <= cb->p.max_cols && md->cols <= cb->p.max_cols);
-    if (cb->mode == STEP_EAGER) work_reserve(cb);
+    if (cb->mode == STEP_EAGER && !work_reserve(cb)) return;
     cuda_product_mlp(cb, y, mg, mu, md, x, gate, up, n);
 }
 
@@ -462,24 +648,27 @@ static void cuda_op_matmul_multi(backend *be, float *const *ys, const matview *c
     if (cb->mode != STEP_EAGER)
         for (int i = 0; i < k; i++) mix_all(&cb->sig, ys[i], ws[i]);
     if (noted(cb, OP_MATMUL_MULTI, k, x, n)) return;
+    const op_scope scope(cb, OP_MATMUL_MULTI);
     const cuda_mat *ms[CUDA_AFFINE_SET];
     for (int i = 0; i < k; i++) {
         ms[i] = cuda_mat_of(cb, ws[i]);
         CELER_ASSERT(n <= cb->p.max_rows && ms[i]->cols <= cb->p.max_cols);
     }
-    if (cb->mode == STEP_EAGER) work_reserve(cb);
+    if (cb->mode == STEP_EAGER && !work_reserve(cb)) return;
     cuda_product_set(cb, ys, ms, k, x, n);
 }
 
 static void cuda_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_EMBED, y, w, ids, n, scale)) return;
+    const op_scope scope(cb, OP_EMBED);
     cuda_embed(cb->stream, y, cuda_mat_of(cb, w), ids, n, scale);
 }
 
 static void cuda_op_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_RMSNORM, y, x, w, n, d, eps)) return;
+    const op_scope scope(cb, OP_RMSNORM);
     cuda_rmsnorm(cb->stream, y, x, cuda_vec(cb, w), n, d, eps);
 }
 
@@ -487,6 +676,7 @@ static void cuda_op_layernorm(backend *be, float *y, const float *x, const float
                               int64_t d, float eps) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_LAYERNORM, y, x, w, b, n, d, eps)) return;
+    const op_scope scope(cb, OP_LAYERNORM);
     cuda_layernorm(cb->stream, y, x, cuda_vec(cb, w), cuda_vec(cb, b), n, d, eps);
 }
 
@@ -494,6 +684,7 @@ static void cuda_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, i
                          const rope_params *rp) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_ROPE, x, pos, n, h, hd, rp)) return;
+    const op_scope scope(cb, OP_ROPE);
     cuda_rope(cb->stream, x, pos, n, h, hd, rope_dims(rp, hd), cuda_vec(cb, rp->inv_freq), rp->mscale,
               rp->traditional);
 }
@@ -501,6 +692,7 @@ static void cuda_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, i
 static void cuda_op_kv_store(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                              const int32_t *slot, int64_t n, int64_t kvd) {
     if (noted(cb_of(be), OP_KV_STORE, kpool, vpool, k, v, slot, n, kvd)) return;
+    const op_scope scope(cb_of(be), OP_KV_STORE);
     cuda_kv_store(cb_of(be)->stream, kpool, vpool, k, v, slot, n, kvd, be->kv_f16);
 }
 
@@ -511,50 +703,59 @@ static void cuda_op_attention(backend *be, float *out, const float *q, const voi
     if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
               r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->softcap, r->seqs, cuda_attention_splits(cb_of(be), r)))
         return;
+    const op_scope scope(cb_of(be), OP_ATTENTION);
     cuda_attention(cb_of(be), out, q, kpool, vpool, rows);
 }
 
 static void cuda_op_attention_full(backend *be, float *out, const float *q, const float *k, const float *v,
                                    int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale) {
     if (noted(cb_of(be), OP_ATTENTION_FULL, out, q, k, v, n, seg, h, hk, hd, scale)) return;
+    const op_scope scope(cb_of(be), OP_ATTENTION_FULL);
     cuda_attention_full(cb_of(be)->stream, out, q, k, v, n, seg, h, hk, hd, scale);
 }
 
 static void cuda_op_softcap(backend *be, float *y, float cap, int64_t m) {
     if (noted(cb_of(be), OP_SOFTCAP, y, cap, m)) return;
+    const op_scope scope(cb_of(be), OP_SOFTCAP);
     cuda_softcap(cb_of(be)->stream, y, cap, m);
 }
 
 /* Between steps, on the stream (the download after it waits for it). */
 static void cuda_op_argmax_rows(backend *be, int32_t *ids, const float *x, int64_t n, int64_t v) {
+    if (backend_failed(be)) return;
+    const op_scope scope(cb_of(be), "argmax_rows");
     cuda_argmax_rows(cb_of(be)->stream, ids, x, n, v);
-    CUDA_CHECK(cudaGetLastError());
 }
 
 static void cuda_op_act(backend *be, float *y, const float *x, int64_t m, backend_act kind) {
     if (noted(cb_of(be), OP_ACT, y, x, m, kind)) return;
+    const op_scope scope(cb_of(be), OP_ACT);
     cuda_act(cb_of(be)->stream, y, x, m, kind);
 }
 
 static void cuda_op_add(backend *be, float *y, const float *x, int64_t m) {
     if (noted(cb_of(be), OP_ADD, y, x, m)) return;
+    const op_scope scope(cb_of(be), OP_ADD);
     cuda_add(cb_of(be)->stream, y, x, m);
 }
 
 static void cuda_op_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_ADD_BIAS, y, bias, n, d)) return;
+    const op_scope scope(cb, OP_ADD_BIAS);
     cuda_add_bias(cb->stream, y, cuda_vec(cb, bias), n, d);
 }
 
 static void cuda_op_scale(backend *be, float *y, float s, int64_t m) {
     if (noted(cb_of(be), OP_SCALE, y, s, m)) return;
+    const op_scope scope(cb_of(be), OP_SCALE);
     cuda_scale(cb_of(be)->stream, y, s, m);
 }
 
 static void cuda_op_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                             bool channels_last, bool lead) {
     if (noted(cb_of(be), OP_PATCHES, y, x, n, s, p, channels_last, lead)) return;
+    const op_scope scope(cb_of(be), OP_PATCHES);
     cuda_patches(cb_of(be)->stream, y, x, n, s, p, channels_last, lead);
 }
 
@@ -562,6 +763,7 @@ static void cuda_op_add_rmsnorm(backend *be, float *y, float *x, const float *r,
                                 float eps) {
     cuda_backend *cb = cb_of(be);
     if (noted(cb, OP_ADD_RMSNORM, y, x, r, w, n, d, eps)) return;
+    const op_scope scope(cb, OP_ADD_RMSNORM);
     cuda_add_rmsnorm(cb->stream, y, x, r, cuda_vec(cb, w), n, d, eps);
 }
 
@@ -576,6 +778,7 @@ static void cuda_op_rope_store(backend *be, float *q, float *k, const float *v, 
         return;
     }
     if (noted(cb, OP_ROPE_STORE, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, rp)) return;
+    const op_scope scope(cb, OP_ROPE_STORE);
     cuda_rope_store(cb->stream, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, cuda_vec(cb, rp->inv_freq), rp->mscale,
                     rp->traditional, be->kv_f16);
 }
@@ -614,6 +817,7 @@ static void cuda_destroy(backend *be) {
     cudaFree(cb->blas_work);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
+    cudaGetLastError(); /* what failed here is nobody's to report */
     free(cb);
 }
 
@@ -659,7 +863,6 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
                   p->kernels);
         return NULL;
     }
-    CUDA_CHECK(cudaSetDevice(p->device));
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (!cb) {
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
@@ -674,26 +877,31 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     cb->p = *p;
     const size_t att_bytes = cuda_attention_scratch_bytes(p->hd);
     cb->att_part_floats = (int64_t)(att_bytes / sizeof(float));
-    if (cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&cb->side, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&cb->wh_ready[0], cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&cb->wh_ready[1], cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&cb->wh_free[0], cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&cb->wh_free[1], cudaEventDisableTiming) != cudaSuccess ||
-        cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
-        cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
-        cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess ||
-        cudaMalloc((void **)&cb->att_part, att_bytes) != cudaSuccess) {
-        cudaGetLastError();
+    {
+        const op_scope scope(cb, "create");
+        const bool ok = CUDA_CHECK(cudaSetDevice(p->device)) &&
+                        CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) &&
+                        CUDA_CHECK(cudaStreamCreateWithFlags(&cb->side, cudaStreamNonBlocking)) &&
+                        CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_ready[0], cudaEventDisableTiming)) &&
+                        CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_ready[1], cudaEventDisableTiming)) &&
+                        CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_free[0], cudaEventDisableTiming)) &&
+                        CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_free[1], cudaEventDisableTiming)) &&
+                        CUBLAS_CHECK(cublasCreate(&cb->blas)) &&
+                        CUDA_CHECK(cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols))) &&
+                        CUDA_CHECK(cudaMalloc(&cb->blas_work, BLAS_WORKSPACE)) &&
+                        CUDA_CHECK(cudaMalloc((void **)&cb->att_part, att_bytes)) && work_reserve(cb) &&
+                        CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream)) &&
+                        CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
+        if (ok) {
+            cuda_attention_flash_init();
+            cuda_trace_open();
+        }
+    }
+    if (backend_status(&cb->base, e) != CELER_OK) {
         cuda_destroy(&cb->base);
-        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "cuda: out of device memory for a backend");
         return NULL;
     }
-    work_reserve(cb);
-    cuda_attention_flash_init();
-    cuda_trace_open();
-    CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
-    CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
+    backend_fault_init(&cb->base.fault);
     return &cb->base;
 }
 

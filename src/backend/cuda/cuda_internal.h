@@ -23,11 +23,33 @@ extern "C" {
 
 #include <stdint.h>
 
-/* A failed CUDA call inside a step is a bug or a lost device: file, line, message, abort. */
+/* Failures (backend.h): a failed CUDA or cuBLAS call is recorded, never fatal. While a
+ * cuda_scope is open on this thread, CUDA_CHECK(x) and CUBLAS_CHECK(x) record a failure of
+ * x in the scope's fault (the first one wins) as one line naming the scope, the call, its
+ * file:line and CUDA's reason, and answer whether x succeeded. The status says what the
+ * caller can do: CELER_STATUS_OUT_OF_MEMORY or CELER_STATUS_DEVICE, after which the next
+ * step runs; CELER_STATUS_DEVICE_LOST (sticky) when CUDA names the error as one that
+ * leaves the context unusable (illegal address, launch failure, ...) or the error
+ * outlives cudaGetLastError. Code after a failed call goes on only where it cannot touch
+ * memory the call was to provide (a failed allocation leaves its buffer NULL and the op
+ * returns). */
 #define CUDA_CHECK(x) cuda_check((x), #x, __FILE__, __LINE__)
-void cuda_check(cudaError_t err, const char *what, const char *file, int line);
+bool cuda_check(cudaError_t err, const char *what, const char *file, int line);
 #define CUBLAS_CHECK(x) cublas_check((x), #x, __FILE__, __LINE__)
-void cublas_check(cublasStatus_t st, const char *what, const char *file, int line);
+bool cublas_check(cublasStatus_t st, const char *what, const char *file, int line);
+
+/* Where this thread's failed calls go while it lives (nested scopes restore the outer one
+ * at their end), and the name they are reported under ("rmsnorm", "prepare"). Its end
+ * also records a kernel launch that failed without a check (<<<...>>> sets CUDA's last
+ * error). Outside every scope a failure is only printed. */
+struct cuda_scope {
+    backend_fault *prev;
+    const char *prev_what;
+    cuda_scope(backend_fault *f, const char *what);
+    ~cuda_scope();
+    cuda_scope(const cuda_scope &) = delete;
+    cuda_scope &operator=(const cuda_scope &) = delete;
+};
 
 /* Elementwise kernels: THREADS a block, enough blocks for m elements (capped: each thread
  * then strides over the rest with GRID_STRIDE). */
@@ -129,6 +151,8 @@ typedef struct cuda_graph {
     uint64_t used;
 } cuda_graph;
 
+#define GRAPH_FAILURES_MAX 4 /* recording or launching a graph failing this often in a row: no more graphs */
+
 typedef struct cuda_backend {
     backend base;
     int device;
@@ -154,6 +178,9 @@ typedef struct cuda_backend {
     step_mode mode;
     uint64_t sig;            /* hash of the current step's calls */
     bool recapture;          /* the last check found no graph: record the step again */
+    bool again;              /* end answered false: the next begin runs the same step */
+    bool eager_once;         /* a graph failed (not sticky): run the step again queued as called */
+    int graph_failures;      /* graphs that failed to record or launch in a row */
     float *att_part;         /* split attention's partial results (cuda_attention_scratch_bytes) */
     int64_t att_part_floats;
     cuda_graph graphs[GRAPH_CACHE];

@@ -45,7 +45,10 @@ void cuda_trace_open(void) {
     if (!trace.path || !*trace.path) return;
     const char *step = getenv("CELER_CUDA_TRACE_STEP");
     trace.target = step && *step ? atol(step) : 64;
-    CUDA_CHECK(cudaMalloc(&trace.buf, sizeof(cuda_trace_buf) + sizeof(cuda_trace_rec) * TRACE_CAPACITY));
+    if (!CUDA_CHECK(cudaMalloc(&trace.buf, sizeof(cuda_trace_buf) + sizeof(cuda_trace_rec) * TRACE_CAPACITY))) {
+        trace.buf = NULL;
+        return;
+    }
     CUDA_CHECK(cudaMemcpy(trace.buf, &trace_closed, sizeof trace_closed, cudaMemcpyHostToDevice));
     CUDA_CHECK(cuda_trace_bind_affine(trace.buf));
     CUDA_CHECK(cuda_trace_bind_attention(trace.buf));

@@ -267,6 +267,7 @@ static const backend_ops ref_ops = {
     .name = "ref",
     .destroy = ref_destroy,
     BACKEND_HOST_MEMORY_OPS,
+    .begin = backend_host_begin,
     .work_bytes = ref_work_bytes,
     .matmul = ref_op_matmul,
     .embed = ref_op_embed,
