@@ -16,6 +16,7 @@ extern "C" {
 #include "base/error.h"
 }
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +90,11 @@ static int cuda_device_count(celer_error *e) {
     int n = 0;
     const cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
-        error_set(e, CELER_STATUS_UNSUPPORTED, "%s", cudaGetErrorString(err));
+        /* cudart says "driver version is insufficient" where there is no driver at all */
+        if (err == cudaErrorInsufficientDriver && !dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD))
+            error_set(e, CELER_STATUS_UNSUPPORTED, "no NVIDIA driver (libcuda.so.1) is installed");
+        else
+            error_set(e, CELER_STATUS_UNSUPPORTED, "%s", cudaGetErrorString(err));
         return 0;
     }
     return n;
@@ -612,7 +617,7 @@ static void cuda_destroy(backend *be) {
     if (cb->side) cudaStreamDestroy(cb->side);
     cudaFree(cb->att_part);
     cudaFree(cb->blas_work);
-    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->blas) cuda_blas.destroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb);
 }
@@ -659,6 +664,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
                   p->kernels);
         return NULL;
     }
+    if (cuda_blas_open(e) != CELER_OK) return NULL;
     CUDA_CHECK(cudaSetDevice(p->device));
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (!cb) {
@@ -680,7 +686,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
         cudaEventCreateWithFlags(&cb->wh_ready[1], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&cb->wh_free[0], cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&cb->wh_free[1], cudaEventDisableTiming) != cudaSuccess ||
-        cublasCreate(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
+        cuda_blas.create(&cb->blas) != CUBLAS_STATUS_SUCCESS ||
         cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols)) != cudaSuccess ||
         cudaMalloc(&cb->blas_work, BLAS_WORKSPACE) != cudaSuccess ||
         cudaMalloc((void **)&cb->att_part, att_bytes) != cudaSuccess) {
@@ -692,8 +698,8 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
     work_reserve(cb);
     cuda_attention_flash_init();
     cuda_trace_open();
-    CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
-    CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
+    CUBLAS_CHECK(cuda_blas.set_stream(cb->blas, cb->stream));
+    CUBLAS_CHECK(cuda_blas.set_workspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
     return &cb->base;
 }
 
