@@ -1,7 +1,8 @@
 /*
  * backend_cuda.cu - the "cuda" backend class: devices, the weights' device copy, a
  * backend's stream and memory, and the op table that queues kernels (kernels.cu,
- * attention.cu) and cuBLAS products on that stream.
+ * attention.cu) and cuBLAS products on that stream; and the entry point of the module
+ * (celer-cuda.so) the class is built into.
  *
  * Every op is queued on the backend's one stream and returns at once; only download waits.
  * Products are matmul.cu's. No op allocates.
@@ -13,6 +14,7 @@
 #include "backend/cuda/cuda_internal.h"
 
 extern "C" {
+#include "backend/module.h"
 #include "base/error.h"
 }
 
@@ -717,3 +719,12 @@ const backend_class backend_cuda_class = {
     .default_threads = NULL,
     .kernels_supported = NULL,
 };
+
+/* ==== The module's entry point (module.h) ==== */
+
+/* The one symbol celer-cuda.so exports (module.map); the registry checks abi before it
+ * reads cls. */
+extern "C" __attribute__((visibility("default"))) const backend_module *celer_backend_module(void) {
+    static const backend_module mod = {CELER_MODULE_ABI, &backend_cuda_class};
+    return &mod;
+}
