@@ -144,6 +144,14 @@ $(BUILD)/tests/%: tests/%.c tests/harness.c $(BUILD)/libceler.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< tests/harness.c $(BUILD)/libceler.a $(LDLIBS) $(MODULE_LDFLAGS)
 
+# test_module's module from "another build" (another interface number).
+ifeq ($(CUDA),1)
+$(BUILD)/tests/test_module: $(BUILD)/tests/module_stale.so
+endif
+$(BUILD)/tests/module_stale.so: tests/module_stale.c $(BUILD)/abi-$(MODULE_ABI).stamp
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DCELER_MODULE_ABI=$(MODULE_ABI)u -shared -fPIC -o $@ $<
+
 # Installs the build dependencies when root; otherwise names the command to run.
 deps:
 	@bash tools/install_deps.sh
