@@ -245,10 +245,12 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
 
 /* ==== Images (vision-language models) ====
  *
- * A prompt holds one image token (celer_model_image_token) per image; each expands to
- * celer_model_image_positions rows, and celer_image_encode gives the rows that replace
- * them (vision tower, projector, the anyres tile layout with image_newline), to run as
- * embedding rows of a batch:
+ * A prompt holds one image token (celer_model_image_token) per image block: one per image
+ * (LLaVA-NeXT, Gemma 3), or with Gemma 3's pan and scan one for the whole image and one per
+ * crop (celer_model_image_blocks). The image's celer_model_image_positions rows are split
+ * evenly over its blocks, in order; celer_image_encode gives those rows (vision tower,
+ * projector, LLaVA-NeXT's anyres tile layout with image_newline), to run as embedding rows
+ * of a batch (token -1):
  *
  *     celer_image *img;
  *     celer_image_load("cat.jpg", &img, err, sizeof err);
@@ -257,8 +259,16 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
  *     float *rows = malloc(sizeof(float) * n * celer_model_n_embd(model));
  *     celer_image_encode(ctx, img, rows);
  *     celer_image_free(img);
- */
+ *
+ * Gemma 3 (celer_model_image_blocks_whole): the rows of one block attend to each other
+ * during prefill, as transformers' Gemma3 attention mask has it. A block is a run of
+ * consecutive embedding rows (token -1) of one sequence in a batch, and must lie whole in
+ * one call (a batch of only embedding rows, token NULL, has no blocks: every row is causal,
+ * as transformers runs inputs_embeds without token_type_ids). The engine keeps blocks whole.
+ * Text for a prompt with images goes through celer_model_image_text before tokenizing, as
+ * the model's processor rewrites it (Gemma 3's "<start_of_image>" expanded). */
 typedef struct celer_image celer_image;
+typedef struct celer_tokenizer celer_tokenizer; /* see "Tokenizer" below */
 
 /* A PNG or JPEG file, decoded to RGB as transformers' image processors see it (alpha
  * composited on white, no EXIF rotation). Bad images (truncated, not an image, zero or
@@ -278,9 +288,27 @@ uint64_t celer_image_digest(const celer_image *img);
 /* Whether model reads images; its image placeholder id, or -1. */
 bool celer_model_has_vision(const celer_model *model);
 int32_t celer_model_image_token(const celer_model *model);
-/* *n = the prompt rows img takes in model's prompts (the image token's expansion). */
+/* *n = the prompt rows img takes in model's prompts (its image tokens' expansion). */
 celer_status celer_model_image_positions(const celer_model *model, const celer_image *img, int64_t *n,
                                          char *err, size_t err_size);
+/* *blocks = the image tokens img takes in model's prompts (1, or Gemma 3's whole image and
+ * pan-and-scan crops); each stands for celer_model_image_positions / blocks rows. */
+celer_status celer_model_image_blocks(const celer_model *model, const celer_image *img, int64_t *blocks,
+                                      char *err, size_t err_size);
+/* Whether model's image blocks must run whole in one call (Gemma 3: their rows attend to
+ * each other during prefill). */
+bool celer_model_image_blocks_whole(const celer_model *model);
+/* *out (malloc'd, NUL-terminated, *out_len bytes) = text[len] with its image markers as the
+ * model's processor rewrites them before tokenizing: for Gemma 3 each "<start_of_image>" (the
+ * i-th for images[i]) becomes "\n\n<start_of_image>" + the image token + "<end_of_image>\n\n"
+ * (one image token where Gemma3Processor writes mm_tokens_per_image: the engine expands it),
+ * and with pan and scan "Here is the original image " + that + " and here are some crops to
+ * help you see better " + that sequence per crop, joined by spaces (Gemma3Processor's
+ * words). tok gives the markers' text. Other models, or text without markers: a copy. More
+ * markers than images is an error naming the count. */
+celer_status celer_model_image_text(const celer_model *model, const celer_tokenizer *tok, const char *text,
+                                    size_t len, celer_image *const *images, int32_t n_images, char **out,
+                                    size_t *out_len, char *err, size_t err_size);
 /* embd[n, d] = the input rows of img (n = celer_model_image_positions). Runs the vision
  * tower on ctx's threads. */
 celer_status celer_image_encode(celer_context *ctx, const celer_image *img, float *embd);
@@ -487,8 +515,9 @@ typedef struct celer_request_params {
     int32_t top_logprobs;    /* -1 = no log-probabilities; else the chosen token's and this
                                 many alternatives (at most CELER_MAX_TOP_LOGPROBS) */
     celer_image *const *images; /* [n_images] for a vision-language model: the prompt holds
-                                   one image token per image, in order; each expands to the
-                                   image's rows (prompt_tokens counts them). The engine keeps
+                                   one image token per image block (celer_model_image_blocks),
+                                   in order; each expands to its block's rows (prompt_tokens
+                                   counts them). The engine keeps
                                    a reference to each until the request ends, encodes an
                                    image when its rows are first computed, and keys cached
                                    blocks by the image's digest. */

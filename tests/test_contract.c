@@ -12,7 +12,11 @@
  * The vision-language wrapper (every fixture with preprocessor_config.json): a prompt
  * whose image token expands to the image's encoded rows, as a batch mixing token rows and
  * embedding rows; the three entry points equal the full forward's last row, the LM head
- * runs on one row (celer_context_head_rows), and a slice shifted by one row is caught.
+ * runs on one row (celer_context_head_rows), and a slice shifted by one row is caught. Where
+ * an image block's rows see each other (Gemma 3): the embeddings entry point (no blocks) is
+ * held to the forward of the same embedding rows, which the block must change; a forward in
+ * steps shorter than the prompt (one row more than the block) equals one step; a block
+ * longer than a step is refused.
  *
  * Everything runs on the CPU, then on the device CELER_TEST_DEVICE names (make test-cuda).
  * "Equal" is 1e-6 relative on the CPU, whose products sum in the same order whatever the
@@ -267,6 +271,21 @@ static void check_vlm(const char *name) {
     memcpy(merged, embd, sizeof(float) * (size_t)(n * D));
     for (int64_t i = 0; i < n; i++)
         if (tok[i] >= 0) CHECK(celer_embed_tokens(ctx, &tok[i], 1, merged + i * D) == CELER_OK, "embed");
+    /* Embedding rows alone mark no image block (every row causal, as transformers runs
+     * inputs_embeds without token_type_ids): where the model's blocks see each other
+     * (Gemma 3), the embeddings entry point is held to the forward of those rows, which the
+     * blocks must change. */
+    const bool whole = celer_model_image_blocks_whole(model);
+    float *all_e = malloc(sizeof(float) * (size_t)(n * V));
+    const celer_batch be_rows = {.n = n, .embd = merged};
+    memcpy(all_e, all, sizeof(float) * (size_t)(n * V));
+    if (whole) {
+        CHECK(celer_forward(ctx, &be_rows, all_e) == CELER_OK, "forward of embedding rows: %s",
+              celer_context_last_error(ctx));
+        celer_seq_reset(ctx, 0);
+        CHECK(rel_diff(all_e + last * V, all + last * V) > 1e-4, "%s: the image block's rows seeing each other "
+              "change the last row", name);
+    }
     const char *names[3] = {"forward_last_logits", "forward_last_logits_with_sequence_id",
                             "forward_last_logits_with_embeddings_and_sequence_id"};
     for (int k = 0; k < 3; k++) {
@@ -274,12 +293,35 @@ static void check_vlm(const char *name) {
                          : k == 1 ? celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row)
                                   : celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, merged, n, 2, last, row);
         CHECK(s == CELER_OK, "%s %s: %s", name, names[k], celer_context_last_error(ctx));
-        const double d = rel_diff(row, all + last * V), ds = rel_diff(row, all + (last - 1) * V);
+        const float *ref = k == 2 ? all_e : all;
+        const double d = rel_diff(row, ref + last * V), ds = rel_diff(row, ref + (last - 1) * V);
         CHECK(d <= same, "%s %s: differs from the forward's last row by %g", name, names[k], d);
         CHECK(ds > same, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail", name, names[k],
               (long long)(last - 1), ds);
         CHECK(celer_context_head_rows(ctx) == 1, "%s %s: the head ran on %lld rows, expected 1", name, names[k],
               (long long)celer_context_head_rows(ctx));
+    }
+    if (whole) { /* steps of rows + 1: cut before the block, never inside; rows - 1: refused */
+        celer_context_params cp = harness_context_params(n + 8, 1, device);
+        cp.n_batch = rows + 1;
+        celer_context *small = NULL;
+        float *chunked = malloc(sizeof(float) * (size_t)(n * V));
+        if (CHECK(celer_context_create(model, &cp, &small, err, sizeof err) == CELER_OK, "%s", err)) {
+            CHECK(celer_forward(small, &b, chunked) == CELER_OK, "forward in steps of %lld: %s", (long long)cp.n_batch,
+                  celer_context_last_error(small));
+            const double dc = max_abs_diff(chunked, all, n * V) / max_abs(all, n * V);
+            CHECK(dc <= same, "%s: the forward in steps of %lld rows differs by %g", name, (long long)cp.n_batch, dc);
+            celer_context_destroy(small);
+        }
+        cp.n_batch = rows - 1;
+        if (rows > 1 && CHECK(celer_context_create(model, &cp, &small, err, sizeof err) == CELER_OK, "%s", err)) {
+            CHECK(celer_forward(small, &b, chunked) == CELER_STATUS_INVALID_ARGUMENT &&
+                      strstr(celer_context_last_error(small), "image block"),
+                  "%s: a block longer than n_batch is refused: %s", name, celer_context_last_error(small));
+            CHECK(celer_seq_length(small, 0) == 0, "%s: the refused call changed nothing", name);
+            celer_context_destroy(small);
+        }
+        free(chunked);
     }
     /* the image rows matter: the same prompt with the image rows zeroed differs */
     celer_seq_reset(ctx, 0);
@@ -289,7 +331,7 @@ static void check_vlm(const char *name) {
     printf("  %s: %lld image rows, entry points == forward row %lld, head on 1 row\n", name, (long long)rows,
            (long long)last);
     celer_context_destroy(ctx);
-    free(tok), free(embd), free(all), free(row), free(merged);
+    free(tok), free(embd), free(all), free(all_e), free(row), free(merged);
 out:
     celer_image_free(img);
     celer_model_close(model);

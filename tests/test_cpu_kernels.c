@@ -374,20 +374,30 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
         pos[r] = r < 30 ? (int32_t)(40 + r) : (int32_t)(7 * (r - 29));
         seq[r] = r < 30 ? 0 : 1;
     }
-    const int64_t windows[] = {0, 9, 0, 9};
-    const float caps[] = {0.0f, 0.0f, 1.5f, 1.5f};
-    for (int wi = 0; wi < 4; wi++) {
-        attn_rows ar = {.n = n, .pos = pos, .seq = seq, .tables = tables, .table_cols = 5, .block_size = bs,
-                        .window = windows[wi],
+    /* rows 10..22 of a's prefill: an image block, each row seeing up to the block's end */
+    int32_t limit[37];
+    for (int64_t r = 0; r < n; r++) limit[r] = r >= 10 && r < 23 ? pos[22] : pos[r];
+    const int64_t windows[] = {0, 9, 0, 9, 0, 9};
+    const float caps[] = {0.0f, 0.0f, 1.5f, 1.5f, 0.0f, 1.5f};
+    for (int wi = 0; wi < 6; wi++) {
+        attn_rows ar = {.n = n, .pos = pos, .limit = wi >= 4 ? limit : NULL, .seq = seq, .tables = tables,
+                        .table_cols = 5, .block_size = bs, .window = windows[wi],
                         .h = h, .hk = hk, .hd = hd, .scale = 0.158f, .softcap = caps[wi]};
         fast->ops->attention(fast, of, q, kpool, vpool, &ar);
         ref->ops->attention(ref, orf, q, kpool_r, vpool_r, &ar);
         double d = 0;
         for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)of[i] - orf[i]));
         char what[96];
-        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, %s cache, window %lld, softcap %g",
-                 cpu_isa_name(isa), kv_f16 ? "fp16" : "fp32", (long long)windows[wi], (double)caps[wi]);
+        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, %s cache, window %lld, softcap %g%s",
+                 cpu_isa_name(isa), kv_f16 ? "fp16" : "fp32", (long long)windows[wi], (double)caps[wi],
+                 wi >= 4 ? ", an image block" : "");
         report(what, d, 2e-5);
+        if (wi >= 4) { /* the block's rows read causally must be seen */
+            ar.limit = NULL;
+            ref->ops->attention(ref, orf, q, kpool_r, vpool_r, &ar);
+            CHECK(max_abs_diff(of, orf, n * h * hd) > 1e-3, "%s attention: the image block's limits change the output",
+                  cpu_isa_name(isa));
+        }
     }
     /* soft-capping must change the output: the test sees it applied */
     {

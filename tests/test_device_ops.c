@@ -11,12 +11,13 @@
  * pools, head dims 40 and 128), paged attention on every kernel the device picks (runs
  * of up to 300 rows, rows of several sequences mixed or at random positions, decode rows
  * with spans past 2048, windows, GQA ratios 1 to 8, head dims 40 to 256, blocks of 7 and
- * 16 positions; also against a double-precision oracle), full attention over segments,
+ * 16 positions, runs whose image blocks see past their positions (attn_rows.limit); also
+ * against a double-precision oracle), full attention over segments,
  * gated activations (glu), the GELU family, soft-capping, a gated activation fused into a
  * product (glu_matmul; also bit for bit
  * against the device's own glu then matmul),
  * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
- * image patches), and the fused ops (add_rmsnorm; rope_store, its pools read back by
+ * image patches), average pooling, and the fused ops (add_rmsnorm; rope_store, its pools read back by
  * attention) against the reference's ops they stand for. Matrices and weight vectors reach the device as a model's do: prepared
  * by the device's class, vectors mirrored from an arena; every input moves up with upload
  * and every output comes down with download, and outputs start as NaN (or a pattern where
@@ -766,6 +767,22 @@ static void test_movement(backend *be, backend *ref, const vectors *v) {
         drop(be, dx);
         free(x);
     }
+    /* avg_pool: Gemma 3's projector (4 x 4 windows of a 16 x 16 grid), and odd sizes */
+    const struct { int64_t n, s, k, d; } ac[3] = {{2, 16, 4, 37}, {1, 64, 4, 72}, {3, 6, 3, 5}};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n = ac[c].n, s = ac[c].s, k = ac[c].k, d = ac[c].d, m = n * (s / k) * (s / k) * d;
+        float *x = rand_vec(n * s * s * d, 1.0f), *y = malloc(sizeof(float) * (size_t)m),
+              *yd = malloc(sizeof(float) * (size_t)m);
+        float *dx = put(be, x, sizeof(float) * (size_t)(n * s * s * d)), *dy = put_nan(be, m);
+        be->ops->avg_pool(be, dy, dx, n, s, k, d);
+        ref->ops->avg_pool(ref, y, x, n, s, k, d);
+        get(be, yd, dy, sizeof(float) * (size_t)m);
+        snprintf(what, sizeof what, "avg_pool %lld x [%lld, %lld, %lld] k=%lld", (long long)n, (long long)s,
+                 (long long)s, (long long)d, (long long)k);
+        report(what, max_abs_diff(yd, y, m), 1e-6);
+        drop(be, dx), drop(be, dy);
+        free(x), free(y), free(yd);
+    }
 }
 
 /* argmax_rows (optional: a device backend's own) against sampling_argmax on the host:
@@ -1080,7 +1097,18 @@ typedef struct att_case {
     att_layout layout;
     float qscale;
     bool f16;
+    int64_t block; /* rows in image blocks (ROWS_RUN): every other run of this many rows sees
+                      up to its last row (attn_rows.limit); 0 = causal rows */
 } att_case;
+
+/* limit[n] of case c's rows (ROWS_RUN with c->block): the rows of the odd runs of
+ * c->block rows see up to the run's last position. */
+static void att_limits(const att_case *c, const int32_t *pos, int32_t *limit) {
+    for (int64_t r = 0; r < c->n; r++) {
+        const int64_t run = r / c->block, last = (run + 1) * c->block - 1 < c->n - 1 ? (run + 1) * c->block - 1 : c->n - 1;
+        limit[r] = run % 2 ? pos[last] : pos[r];
+    }
+}
 
 /* The rows of case c: seq[n], pos[n]. */
 static void att_rows(const att_case *c, int32_t *seq, int32_t *pos) {
@@ -1118,11 +1146,11 @@ static void att_rows(const att_case *c, int32_t *seq, int32_t *pos) {
 static void attention_double(double *out, const float *q, const void *kp, const void *vp, bool f16,
                              const attn_rows *ar) {
     const int64_t group = ar->h / ar->hk, kvd = ar->hk * ar->hd, qd = ar->h * ar->hd;
-    double *sc = malloc(sizeof(double) * (size_t)(ar->pos[0] + 1));
-    int64_t cap = ar->pos[0] + 1;
+    double *sc = malloc(sizeof(double) * (size_t)(attn_rows_limit(ar, 0) + 1));
+    int64_t cap = attn_rows_limit(ar, 0) + 1;
     for (int64_t r = 0; r < ar->n; r++) {
-        const int64_t p = ar->pos[r],
-                      lo = ar->window > 0 && p - ar->window + 1 > 0 ? p - ar->window + 1 : 0;
+        const int64_t p = attn_rows_limit(ar, r),
+                      lo = ar->window > 0 && ar->pos[r] - ar->window + 1 > 0 ? ar->pos[r] - ar->window + 1 : 0;
         const int32_t *table = ar->tables + (int64_t)ar->seq[r] * ar->table_cols;
         if (p + 1 > cap) sc = realloc(sc, sizeof(double) * (size_t)(cap = p + 1));
         CELER_ASSERT(sc != NULL);
@@ -1227,16 +1255,20 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
         ref->ops->kv_store(ref, kp, vp, k + r0 * kvd, v + r0 * kvd, slot + r0, m, kvd);
     }
     int32_t *seq = malloc(sizeof(int32_t) * (size_t)n), *pos = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *limit = c->block ? malloc(sizeof(int32_t) * (size_t)n) : NULL;
     att_rows(c, seq, pos);
+    if (limit) att_limits(c, pos, limit);
     float *q = rand_vec(n * qd, c->qscale), *out = malloc(sizeof(float) * (size_t)(n * qd)),
           *outd = malloc(sizeof(float) * (size_t)(n * qd));
     double *oracle = malloc(sizeof(double) * (size_t)(n * qd));
     float *dq = put(be, q, sizeof(float) * (size_t)(n * qd)), *dout = put_nan(be, n * qd);
     int32_t *dpos = put(be, pos, sizeof(int32_t) * (size_t)n),
             *dseq = put(be, seq, sizeof(int32_t) * (size_t)n),
-            *dtab = put(be, tables, sizeof(int32_t) * (size_t)(c->n_seq * cols));
+            *dtab = put(be, tables, sizeof(int32_t) * (size_t)(c->n_seq * cols)),
+            *dlim = limit ? put(be, limit, sizeof(int32_t) * (size_t)n) : NULL;
     const attn_rows rows = {.n = n,
                             .pos = pos,
+                            .limit = limit,
                             .seq = seq,
                             .tables = tables,
                             .table_cols = cols,
@@ -1250,7 +1282,7 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
                             .seqs = c->n_seq, /* test_attention's cases leave both 0 (not counted) */
                             .keys = max_len};
     attn_rows drows = rows;
-    drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
+    drows.pos = dpos, drows.seq = dseq, drows.tables = dtab, drows.limit = dlim;
     be->ops->attention(be, dout, dq, dkp, dvp, &drows);
     ref->ops->attention(ref, out, q, kp, vp, &rows);
     get(be, outd, dout, sizeof(float) * (size_t)(n * qd));
@@ -1266,6 +1298,14 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
              (long long)c->hk, (long long)c->hd, (long long)bs, c->window ? " win" : "",
              c->qscale > 2.0f ? " peaked" : "", c->f16 ? "" : " fp32", softcap > 0 ? " softcap" : "");
     report(what, diff, tol_ref);
+    if (limit) { /* the same rows without their limits (causal) must be seen */
+        attn_rows causal = rows;
+        causal.limit = NULL;
+        ref->ops->attention(ref, out, q, kp, vp, &causal);
+        report_wrong("  ... against the reference with causal rows instead of image blocks",
+                     max_abs_diff(outd, out, n * qd) / mx, tol_ref);
+        ref->ops->attention(ref, out, q, kp, vp, &rows);
+    }
     snprintf(what, sizeof what, "  ... against the double oracle (the reference: %.3g)",
              rel_to_double(out, oracle, n * qd));
     report(what, rel_to_double(outd, oracle, n * qd), tol_oracle);
@@ -1287,8 +1327,9 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
     }
     drop(be, dkp), drop(be, dvp), drop(be, dk), drop(be, dv), drop(be, dslot);
     drop(be, dq), drop(be, dout), drop(be, dpos), drop(be, dseq), drop(be, dtab);
+    if (dlim) drop(be, dlim);
     free(k), free(v), free(kp), free(vp), free(q), free(out), free(outd), free(oracle);
-    free(seq), free(pos), free(perm), free(tables), free(slot);
+    free(seq), free(pos), free(limit), free(perm), free(tables), free(slot);
     device_close(&d);
     backend_destroy(ref);
 }
@@ -1301,49 +1342,55 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
  * rows, and 2e-6 against the double oracle. */
 static void test_attention_paths(void) {
     const att_case cases[] = {
-        {"tiles", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true},
-        {"tiles", 200, 8, 8, 64, 7, 0, 1, {1200}, ROWS_RUN, 2.0f, true},
-        {"tiles", 150, 16, 2, 128, 16, 37, 1, {400}, ROWS_RUN, 2.0f, true},
-        {"tiles", 100, 4, 1, 80, 16, 0, 3, {700, 300, 1200}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 90, 8, 2, 128, 16, 50, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 77, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true},
-        {"tiles", 65, 4, 2, 256, 16, 0, 1, {333}, ROWS_RUN, 2.0f, true},
-        {"tiles", 40, 4, 1, 256, 16, 100, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 33, 8, 2, 112, 16, 0, 1, {140}, ROWS_RUN, 2.0f, true},
-        {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true},
-        {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true},
-        {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true}, /* peaked scores */
-        {"tiles", 160, 8, 2, 128, 16, 0, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 130, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true},
-        {"tiles", 128, 4, 2, 256, 16, 9, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
+        {"tiles", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 200, 8, 8, 64, 7, 0, 1, {1200}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 150, 16, 2, 128, 16, 37, 1, {400}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 100, 4, 1, 80, 16, 0, 3, {700, 300, 1200}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 90, 8, 2, 128, 16, 50, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 77, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true, 0},
+        {"tiles", 65, 4, 2, 256, 16, 0, 1, {333}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 40, 4, 1, 256, 16, 100, 2, {333, 150}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 33, 8, 2, 112, 16, 0, 1, {140}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true, 0},
+        {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true, 0}, /* peaked scores */
+        {"tiles", 160, 8, 2, 128, 16, 0, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 130, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true, 0},
+        {"tiles", 128, 4, 2, 256, 16, 9, 2, {333, 150}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true, 0},
         /* grids of at least 4 fast blocks an SM (608 and 672 of them, on up to 152 SMs):
          * CUDA's wide kernels */
-        {"tiles", 600, 64, 32, 64, 16, 0, 1, {600}, ROWS_RUN, 2.0f, true},
-        {"tiles", 660, 64, 16, 128, 16, 0, 1, {700}, ROWS_RUN, 2.0f, true},
-        {"tiles", 600, 64, 32, 64, 7, 90, 3, {900, 700, 1000}, ROWS_MIXED, 2.0f, true},
-        {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true},
-        {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true},
-        {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true},
-        {"split", 2, 4, 4, 64, 16, 0, 1, {2100}, ROWS_DECODE, 2.0f, true},
-        {"split", 2, 4, 2, 40, 16, 0, 2, {1500, 129}, ROWS_DECODE, 2.0f, true},
-        {"split", 3, 16, 2, 128, 16, 0, 3, {2500, 700, 64}, ROWS_DECODE, 2.0f, true},
-        {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true},
-        {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
-        {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"split", 4, 8, 2, 128, 16, 0, 2, {60, 33}, ROWS_DECODE, 2.0f, true},    /* one split: no merge */
-        {"split", 3, 8, 2, 128, 16, 0, 3, {120, 64, 9}, ROWS_DECODE, 2.0f, true}, /* two at most */
-        {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true},
-        {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false},
-        {"simple", 3, 8, 2, 128, 16, 0, 3, {2000, 100, 200}, ROWS_DECODE, 2.0f, false},
+        {"tiles", 600, 64, 32, 64, 16, 0, 1, {600}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 660, 64, 16, 128, 16, 0, 1, {700}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 600, 64, 32, 64, 7, 90, 3, {900, 700, 1000}, ROWS_MIXED, 2.0f, true, 0},
+        {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 2, 4, 4, 64, 16, 0, 1, {2100}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 2, 4, 2, 40, 16, 0, 2, {1500, 129}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 3, 16, 2, 128, 16, 0, 3, {2500, 700, 64}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"split", 4, 8, 2, 128, 16, 0, 2, {60, 33}, ROWS_DECODE, 2.0f, true, 0},    /* one split: no merge */
+        {"split", 3, 8, 2, 128, 16, 0, 3, {120, 64, 9}, ROWS_DECODE, 2.0f, true, 0}, /* two at most */
+        {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true, 0},
+        {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false, 0},
+        {"simple", 3, 8, 2, 128, 16, 0, 3, {2000, 100, 200}, ROWS_DECODE, 2.0f, false, 0},
+        /* image blocks (Gemma 3 prefill): rows that see past their position, the simple
+         * kernel on fp16 and fp32 pools, with a window shorter than a block */
+        {"limits", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true, 37},
+        {"limits", 100, 4, 2, 256, 16, 20, 1, {400}, ROWS_RUN, 2.0f, true, 33},
+        {"limits", 64, 8, 4, 64, 7, 0, 1, {90}, ROWS_RUN, 2.0f, false, 16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const bool fast = cases[i].n >= FAST_ROWS; /* prefill rows: a device's fp16 fast path */
+        /* prefill rows: a device's fp16 fast path (not rows with limits: the simple kernel) */
+        const bool fast = cases[i].n >= FAST_ROWS && !cases[i].block;
         attention_case(&cases[i], 0.0f, fast ? 1e-3 : 4e-6, fast ? 1e-3 : 2e-6);
     }
     /* soft-capped scores (Gemma 2) on each path: prefill rows take the exact kernels */

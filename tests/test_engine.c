@@ -11,10 +11,13 @@
  * bad requests and a full queue are clean errors; the stop-string scan; and, on the real
  * model, stop strings and logprobs through the tokenizer.
  *
- * Images (the first vision-language fixture): a prompt's image token expands to the
- * image's rows and gives what the same prompt gives through the context API alone; the
- * same image again attaches its cached blocks; a different image behind the same
- * placeholder ids reuses only the text blocks before it and gives its own tokens.
+ * Images (the first LLaVA-NeXT and the first Gemma 3 fixture): a prompt's image token
+ * expands to the image's rows and gives what the same prompt gives through the context API
+ * alone; the same image again attaches its cached blocks; a different image behind the same
+ * placeholder ids reuses only the text blocks before it and gives its own tokens. Gemma 3's
+ * image blocks (rows that see each other at prefill): a cache block ending inside one, and
+ * steps too short for a prompt, which the engine cuts before a block, give the solo tokens;
+ * a block longer than a step is refused.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
@@ -509,29 +512,36 @@ static bool two_images(const char *dir, char a[4400], char b[4400]) {
     return found == 2;
 }
 
-static void test_images(void) {
-    char *names[64], err[512], pa[4400], pb[4400];
-    const int nv = vlm_fixture_names(names, 64);
-    if (!CHECK(nv >= 1, "a vision-language fixture")) return;
-    const char *dir = fixture_path(names[0]);
+/* The engine on the vision-language fixture dir, the image after text_before ids. A model
+ * whose image blocks run whole (Gemma 3) puts text_before = 14: the block straddles the
+ * first cache block, so a prompt that shares the image but not what follows attaches a
+ * cache block that ends inside the image block, and computes the rest of the block from
+ * there; and its prompts also run in steps of 6 rows, which the engine cuts at blocks. */
+static void test_images(const char *name) {
+    char err[512], pa[4400], pb[4400];
+    const char *dir = fixture_path(name);
     celer_model *m = NULL;
     celer_image *ia = NULL, *ib = NULL;
-    if (!CHECK(two_images(dir, pa, pb), "%s: two image_* files", names[0]) ||
+    if (!CHECK(two_images(dir, pa, pb), "%s: two image_* files", name) ||
         !CHECK(celer_model_open(dir, NULL, &m, err, sizeof err) == CELER_OK, "%s", err) ||
         !CHECK(celer_image_load(pa, &ia, err, sizeof err) == CELER_OK, "%s", err) ||
         !CHECK(celer_image_load(pb, &ib, err, sizeof err) == CELER_OK, "%s", err))
         goto out;
+    const bool whole = celer_model_image_blocks_whole(m);
+    const int64_t before = whole ? 14 : VLM_TEXT_BEFORE, n = before + (whole ? 16 : 6);
     const int32_t image_tok = celer_model_image_token(m);
-    int32_t ids[VLM_TEXT_BEFORE + 6];
-    const int64_t n = VLM_TEXT_BEFORE + 6;
+    int32_t ids[VLM_TEXT_BEFORE + 16], ids_c[VLM_TEXT_BEFORE + 16];
     for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (i * 7) % 97);
-    ids[VLM_TEXT_BEFORE] = image_tok;
+    ids[before] = image_tok;
+    memcpy(ids_c, ids, sizeof ids);
+    ids_c[n - 2] = ids[n - 2] + 1; /* request C: the same image, another tail */
     int64_t rows_a = 0;
     CHECK(celer_model_image_positions(m, ia, &rows_a, err, sizeof err) == CELER_OK, "%s", err);
     enum { N_GEN = 8 };
-    int32_t want_a[N_GEN], want_b[N_GEN];
+    int32_t want_a[N_GEN], want_b[N_GEN], want_c[N_GEN];
     vlm_solo(m, ids, n, ia, N_GEN, want_a);
     vlm_solo(m, ids, n, ib, N_GEN, want_b);
+    vlm_solo(m, ids_c, n, ia, N_GEN, want_c);
 
     celer_engine *eng = engine_new(m, NULL, 2, 0, 64, true);
     if (!eng) goto out;
@@ -542,41 +552,77 @@ static void test_images(void) {
     submit(eng, &rs, &rp);
     drain(eng, &rs);
     const outcome *o = &rs.out[0];
-    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_a, N_GEN), "image A through the engine equals its solo run");
+    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_a, N_GEN), "%s: image A through the engine equals its solo run",
+          name);
     CHECK(o->prompt_tokens == n - 1 + rows_a, "prompt_tokens %lld counts the image rows (%lld)",
           (long long)o->prompt_tokens, (long long)(n - 1 + rows_a));
     submit(eng, &rs, &rp); /* the same image again: its blocks come from the cache */
     drain(eng, &rs);
     o = &rs.out[1];
-    const int64_t full = (n - 1 + rows_a - 1) / 16 * 16;
+    const int64_t full = (n - 1 + rows_a - 1) / 16 * 16, text_blocks = before / 16 * 16;
     CHECK(o->cached_tokens == full && same_ids(o->ids[0], want_a, N_GEN),
-          "the same image again: %lld cached (expected %lld), same tokens", (long long)o->cached_tokens,
+          "%s: the same image again: %lld cached (expected %lld), same tokens", name, (long long)o->cached_tokens,
           (long long)full);
-    imgs[0] = ib; /* another image behind the same ids: only the text block before it */
+    imgs[0] = ib; /* another image behind the same ids: only the text blocks before it */
     submit(eng, &rs, &rp);
     drain(eng, &rs);
     o = &rs.out[2];
-    CHECK(o->cached_tokens == 16, "a different image reuses only the text block before it (%lld cached)",
-          (long long)o->cached_tokens);
-    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_b, N_GEN), "image B through the engine equals its solo run");
-    printf("  %s: image A %lld rows, cached %lld on repeat, 16 with image B; A %s B\n", names[0], (long long)rows_a,
-           (long long)full, same_ids(want_a, want_b, N_GEN) ? "==" : "!=");
+    CHECK(o->cached_tokens == text_blocks, "%s: a different image reuses only the text blocks before it (%lld cached)",
+          name, (long long)o->cached_tokens);
+    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_b, N_GEN), "%s: image B through the engine equals its solo run",
+          name);
+    int64_t cached_c = -1;
+    if (whole) { /* the same image, another tail: a cache block ends inside the image block */
+        imgs[0] = ia;
+        rp.prompt = ids_c;
+        submit(eng, &rs, &rp);
+        drain(eng, &rs);
+        o = &rs.out[3];
+        cached_c = o->cached_tokens;
+        CHECK(cached_c == 16 && before < 16 && before + rows_a > 16,
+              "%s: the other tail attaches the block that ends inside the image (%lld cached)", name,
+              (long long)cached_c);
+        CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_c, N_GEN),
+              "%s: the rest of the image block computed after the cache equals the solo run", name);
+        rp.prompt = ids;
+    }
+    printf("  %s: image A %lld rows, cached %lld on repeat, %lld with image B, %lld with another tail; A %s B\n", name,
+           (long long)rows_a, (long long)full, (long long)text_blocks, (long long)cached_c,
+           same_ids(want_a, want_b, N_GEN) ? "==" : "!=");
     /* bad requests: an image without its token, a token without an image */
     rp.n_images = 0;
     uint64_t id;
     CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
               strstr(err, "image tokens"),
           "an image token without an image: %s", err);
-    rp.prompt = ids, rp.n_prompt = VLM_TEXT_BEFORE, rp.n_images = 1;
+    rp.prompt = ids, rp.n_prompt = before, rp.n_images = 1;
     CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT,
           "an image without its token: %s", err);
     check_idle(eng, "images");
     celer_engine_destroy(eng);
+    if (whole) { /* steps of 6 rows: cut before each image block, never inside it */
+        eng = engine_new(m, NULL, 1, 0, 6, false);
+        if (!eng) goto out;
+        run_state rs2 = {0};
+        rp = greedy_request(ids, n, N_GEN);
+        rp.images = imgs, rp.n_images = 1;
+        submit(eng, &rs2, &rp);
+        drain(eng, &rs2);
+        CHECK(rs2.out[0].n[0] == N_GEN && same_ids(rs2.out[0].ids[0], want_a, N_GEN),
+              "%s: prefill in steps of 6 rows equals the solo run", name);
+        celer_engine_destroy(eng);
+        eng = engine_new(m, NULL, 1, 0, 3, false); /* a block of 4 rows cannot fit a step */
+        if (eng) {
+            CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
+                      strstr(err, "batch_tokens"),
+                  "%s: an image block longer than batch_tokens is refused: %s", name, err);
+            celer_engine_destroy(eng);
+        }
+    }
 out:
     celer_image_free(ia);
     celer_image_free(ib);
     celer_model_close(m);
-    for (int i = 0; i < nv; i++) free(names[i]);
 }
 
 int main(void) {
@@ -600,6 +646,16 @@ int main(void) {
     free(input);
     free(golden);
     test_real_text();
-    test_images();
+    /* the first fixture of each vision-language family */
+    char *names[64];
+    const int nv = vlm_fixture_names(names, 64);
+    CHECK(nv >= 2, "vision-language fixtures");
+    bool llava = false, gemma3 = false;
+    for (int i = 0; i < nv; i++) {
+        if (!strncmp(names[i], "llava-", 6) && !llava) llava = true, test_images(names[i]);
+        if (!strncmp(names[i], "gemma3-", 7) && !gemma3) gemma3 = true, test_images(names[i]);
+        free(names[i]);
+    }
+    CHECK(llava && gemma3, "a LLaVA-NeXT and a Gemma 3 fixture");
     return harness_done("test_engine");
 }

@@ -268,7 +268,9 @@ static void test_act(backend_act kind, const char *name) {
 
 /* ==== attention over a shuffled paged cache ==== */
 
-static void test_attention(int64_t window, float softcap) {
+/* A row at position pos = 44 - ahead seeing the keys up to 44 (ahead > 0: a row of an image
+ * block, which sees the rest of its block). */
+static void test_attention(int64_t window, float softcap, int64_t ahead) {
     const int64_t h = 6, hk = 2, hd = 12, n_pos = 45, bs = 8, n_blocks = 8;
     const int64_t kvd = hk * hd;
     int32_t blocks[8] = {5, 2, 7, 0, 3, 6, 1, 4}; /* position p in block blocks[p/8] */
@@ -279,32 +281,32 @@ static void test_attention(int64_t window, float softcap) {
         memcpy(k + kv_span_slot(&kv, p) * kvd, kc + p * kvd, sizeof(float) * (size_t)kvd);
         memcpy(v + kv_span_slot(&kv, p) * kvd, vc + p * kvd, sizeof(float) * (size_t)kvd);
     }
-    const int64_t pos = n_pos - 1;
+    const int64_t limit = n_pos - 1, pos = limit - ahead;
     float *out = malloc(sizeof(float) * (size_t)(h * hd)), scores[64];
     const float scale = 1.0f / sqrtf((float)hd);
-    ref_attention(out, q, &kv, pos, window, h, hk, hd, scale, softcap, scores);
+    ref_attention(out, q, &kv, pos, limit, window, h, hk, hd, scale, softcap, scores);
     double diff = 0;
     const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     for (int64_t i = 0; i < h; i++) {
         const int64_t kh = i / (h / hk);
         double s[64], mx = -1e300, sum = 0;
-        for (int64_t p = lo; p <= pos; p++) {
+        for (int64_t p = lo; p <= limit; p++) {
             double dot = 0;
             for (int64_t c = 0; c < hd; c++) dot += (double)q[i * hd + c] * kc[p * kvd + kh * hd + c];
             s[p] = dot * scale;
             if (softcap > 0) s[p] = softcap * tanh(s[p] / softcap);
             mx = fmax(mx, s[p]);
         }
-        for (int64_t p = lo; p <= pos; p++) sum += exp(s[p] - mx);
+        for (int64_t p = lo; p <= limit; p++) sum += exp(s[p] - mx);
         for (int64_t c = 0; c < hd; c++) {
             double o = 0;
-            for (int64_t p = lo; p <= pos; p++) o += exp(s[p] - mx) / sum * vc[p * kvd + kh * hd + c];
+            for (int64_t p = lo; p <= limit; p++) o += exp(s[p] - mx) / sum * vc[p * kvd + kh * hd + c];
             diff = fmax(diff, fabs(o - out[i * hd + c]));
         }
     }
     char what[96];
-    snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=44 window=%lld softcap=%g", (long long)window,
-             (double)softcap);
+    snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=%lld limit=44 window=%lld softcap=%g", (long long)pos,
+             (long long)window, (double)softcap);
     report(what, diff, 1e-5);
     free(k), free(v), free(kc), free(vc), free(q), free(out);
 }
@@ -445,10 +447,12 @@ int main(void) {
     test_act(BACKEND_ACT_GELU_ERF, "gelu erf");
     test_act(BACKEND_ACT_GELU_TANH, "gelu tanh");
     test_act(BACKEND_ACT_QUICK_GELU, "quick gelu");
-    test_attention(0, 0.0f);
-    test_attention(9, 0.0f);
-    test_attention(0, 1.5f);
-    test_attention(9, 1.5f);
+    test_attention(0, 0.0f, 0);
+    test_attention(9, 0.0f, 0);
+    test_attention(0, 1.5f, 0);
+    test_attention(9, 1.5f, 0);
+    test_attention(0, 0.0f, 3);  /* a row of an image block: keys past its own position */
+    test_attention(5, 1.5f, 3);  /* ... under a window shorter than the block */
     test_attention_full(64);
     test_attention_full(80);
     test_half();

@@ -197,7 +197,7 @@ static void check_case(const json_t *c, const golden_set *px) {
     image_rgb img = {0};
     float *out = NULL, *want = NULL;
     celer_error e;
-    if (!CHECK(vision_config_load(&cfg, dir, &e) == CELER_OK, "%s: config: %s", key, e.msg) ||
+    if (!CHECK(vision_config_load(&cfg, dir, VISION_LLAVA_NEXT, &e) == CELER_OK, "%s: config: %s", key, e.msg) ||
         !CHECK(image_load(&img, image_path(img_name), &e) == CELER_OK, "%s: %s", key, e.msg))
         goto out;
     vision_layout lay;
@@ -401,10 +401,10 @@ static void check_configs(void) {
     write_file(OUT_DIR "/cfg-disagree/preprocessor_config.json",
                "{\"image_grid_pinpoints\": [[56, 112]], \"crop_size\": 56}");
     write_file(OUT_DIR "/cfg-disagree/config.json", "{\"image_grid_pinpoints\": [[112, 56]]}");
-    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-disagree", &e) == CELER_STATUS_BAD_CONFIG &&
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-disagree", VISION_LLAVA_NEXT, &e) == CELER_STATUS_BAD_CONFIG &&
               strstr(e.msg, "image_grid_pinpoints differ"),
           "disagreeing pinpoints: %s", e.msg);
-    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-none", &e) == CELER_STATUS_IO &&
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-none", VISION_LLAVA_NEXT, &e) == CELER_STATUS_IO &&
               strstr(e.msg, "preprocessor_config.json"),
           "no processor files: %s", e.msg);
     /* transformers 5 nests the image processor in processor_config.json; it wins over
@@ -420,7 +420,7 @@ static void check_configs(void) {
     write_file(OUT_DIR "/cfg-nested/config.json",
                "{\"vision_config\": {\"patch_size\": 3}, "
                "\"vision_feature_select_strategy\": \"default\"}");
-    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-nested", &e) == CELER_OK && cfg.crop_h == 42 &&
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-nested", VISION_LLAVA_NEXT, &e) == CELER_OK && cfg.crop_h == 42 &&
               cfg.crop_w == 40 && cfg.size_shortest_edge == 0 && cfg.size_h == 44 &&
               cfg.size_w == 46 && cfg.resample == VISION_RESAMPLE_BILINEAR &&
               cfg.n_pinpoints == 1 && cfg.pinpoints[0][0] == 84 && cfg.patch_size == 7 &&

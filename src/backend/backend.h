@@ -29,10 +29,13 @@
  * never fails on its own; CELER_FAULT_STEP (backend_fault_init) makes any backend fail a
  * given step on purpose, for tests.
  *
- * attention reads the paged KV cache causally (text models); attention_full has no cache
- * and no mask (a vision encoder): its n rows form n / seg independent segments of seg
- * consecutive rows (n % seg == 0, one image tile each), and every row attends to every
- * row of its own segment. Query head i reads KV head i / (h / hk) in both.
+ * attention reads the paged KV cache causally (text models): row r sees the keys up to its
+ * own position, or up to limit[r] where the rows carry limits (the rows of a Gemma 3 image
+ * block see the whole block during prefill; docs/architecture.md, "Image blocks");
+ * attention_full has no cache and no mask (a vision encoder): its n rows form n / seg
+ * independent segments of seg consecutive rows (n % seg == 0, one image tile each), and
+ * every row attends to every row of its own segment. Query head i reads KV head i / (h / hk)
+ * in both.
  */
 #ifndef CELER_BACKEND_H
 #define CELER_BACKEND_H
@@ -58,10 +61,13 @@ typedef struct rope_params {
 static inline int64_t rope_dims(const rope_params *rp, int64_t hd) { return rp->dims ? rp->dims : hd; }
 
 /* The rows of one attention call: row r sits at position pos[r] of the sequence whose
- * block table is row seq[r] of tables, and attends causally over that sequence's cache. */
+ * block table is row seq[r] of tables, and attends over that sequence's cache: the keys at
+ * positions (pos[r] - window, limit[r]] (from 0 without a window). */
 typedef struct attn_rows {
     int64_t n;
     const int32_t *pos;    /* [n] */
+    const int32_t *limit;  /* [n] the last position row r sees (>= pos[r]; along the rows of a
+                              sequence, never smaller than the row before's), or NULL: pos[r] */
     const int32_t *seq;    /* [n] */
     const int32_t *tables; /* [*, table_cols] cache block of each block_size positions */
     int64_t table_cols;
@@ -71,7 +77,7 @@ typedef struct attn_rows {
     float scale;   /* multiplies q . k */
     float softcap; /* scores become softcap * tanh(score / softcap) before the softmax; 0 = none */
     int64_t seqs; /* distinct sequences among the rows, or 0 where not counted */
-    int64_t keys; /* the most keys a row reads (its position + 1, at most), or 0 where not counted */
+    int64_t keys; /* the most keys a row reads (its limit + 1, at most), or 0 where not counted */
 } attn_rows;
 
 /* Elementwise activations of the act and gated (glu) ops, each as Hugging Face names it. */
@@ -156,8 +162,10 @@ typedef struct backend_ops {
     void (*kv_store)(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                      const int32_t *slot, int64_t n, int64_t kvd);
     /* out[n, h*hd] = attention of q[n, h*hd] over the pools; rows->softcap only where
-     * attention_softcap is set (a model that needs it is refused elsewhere) */
+     * attention_softcap is set, rows->limit only where attention_limit is (a model that
+     * needs either is refused elsewhere) */
     bool attention_softcap;
+    bool attention_limit;
     void (*attention)(backend *be, float *out, const float *q, const void *kpool,
                       const void *vpool, const attn_rows *rows);
     /* out[n, h*hd] = attention of q[n, h*hd] over k, v[n, hk*hd] within segments of seg rows */
@@ -181,6 +189,10 @@ typedef struct backend_ops {
      * image's rows start with one row of zeros (a class token's place) */
     void (*patches)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                     bool channels_last, bool lead);
+    /* y[n * (s/k)^2, d] = the means of the k x k windows (stride k) of the n maps x[n, s, s, d]
+     * (rows row-major), each window summed row by row in fp32, then divided by k^2 (torch's
+     * AvgPool2d; Gemma 3's projector) */
+    void (*avg_pool)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k, int64_t d);
 
     /* ---- fused ops: optional (NULL: the backend_* helper below calls the ops above) ---- */
     /* ys[i][n, ws[i]->rows] = x[n, cols] @ W_i^T for i < k: products of one input (q, k and
@@ -342,6 +354,13 @@ static inline void backend_host_scale(backend *be, float *y, float s, int64_t m)
 /* The patches op on host memory (data movement only; both CPU backends use it). */
 void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                           bool channels_last, bool lead);
+/* The avg_pool op on host memory (both CPU backends use it). */
+void backend_host_avg_pool(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k, int64_t d);
+
+/* The last position row r of ar sees. */
+static inline int64_t attn_rows_limit(const attn_rows *ar, int64_t r) {
+    return ar->limit ? ar->limit[r] : ar->pos[r];
+}
 
 /* ==== Fused ops: one op where the backend has it, else the ops it stands for ==== */
 

@@ -70,3 +70,20 @@ void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int6
             }
     }
 }
+
+void backend_host_avg_pool(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k, int64_t d) {
+    (void)be;
+    const int64_t g = s / k;
+    const float inv = (float)(k * k);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t oy = 0; oy < g; oy++)
+            for (int64_t ox = 0; ox < g; ox++) {
+                float *o = y + ((t * g + oy) * g + ox) * d;
+                for (int64_t c = 0; c < d; c++) {
+                    float sum = 0.0f;
+                    for (int64_t ky = 0; ky < k; ky++)
+                        for (int64_t kx = 0; kx < k; kx++) sum += x[((t * s + oy * k + ky) * s + ox * k + kx) * d + c];
+                    o[c] = sum / inv;
+                }
+            }
+}

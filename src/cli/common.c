@@ -245,16 +245,33 @@ void cli_images_free(cli_images *im) {
 int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids, int64_t n) {
     char err[512];
     const int32_t tok = celer_model_image_token(m);
-    int64_t total = n, k = 0;
+    int64_t total = n, k = 0, block = 0, found = 0;
     for (int64_t i = 0; tok >= 0 && i < n; i++) {
         if (ids[i] != tok) continue;
-        if (k == im->n) cli_die("the prompt has more image tokens (id %d) than --image files (%d)", tok, im->n);
-        int64_t rows;
-        if (celer_model_image_positions(m, im->img[k++], &rows, err, sizeof err) != CELER_OK) cli_die("%s", err);
-        total += rows - 1;
+        found++;
+        if (k == im->n) cli_die("the prompt has more image tokens (id %d) than --image files (%d) take", tok, im->n);
+        int64_t rows, blocks;
+        if (celer_model_image_positions(m, im->img[k], &rows, err, sizeof err) != CELER_OK ||
+            celer_model_image_blocks(m, im->img[k], &blocks, err, sizeof err) != CELER_OK)
+            cli_die("%s", err);
+        total += rows / blocks - 1;
+        if (++block == blocks) block = 0, k++;
     }
     if (k != im->n)
-        cli_die("%d --image files but %lld image tokens (id %d) in the prompt%s", im->n, (long long)k, tok,
-                k ? "" : " (with --text, write <image> where the image goes)");
+        cli_die("%d --image files but %lld image tokens (id %d) in the prompt%s", im->n, (long long)found, tok,
+                found ? "" : " (with --text, write the image marker of the chat template where the image goes)");
     return total;
+}
+
+int32_t *cli_tokenize(const celer_model *m, const celer_tokenizer *tok, const cli_images *im, const char *text,
+                      bool add_special, int64_t *n) {
+    char err[512], *full;
+    size_t len;
+    int32_t *ids;
+    if (celer_model_image_text(m, tok, text, strlen(text), im ? im->img : NULL, im ? im->n : 0, &full, &len, err,
+                               sizeof err) != CELER_OK)
+        cli_die("%s", err);
+    if (celer_tokenize(tok, full, len, add_special, &ids, n, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    free(full);
+    return ids;
 }

@@ -9,8 +9,10 @@
  * --text TEXT is a raw prompt (no chat template), tokenized with the special tokens.
  *
  * Vision-language models take --image FILE (repeatable): with -p the user turn gets an
- * image part per file before the text, as the chat template lays it out; with --text or
- * --ids the prompt's image tokens (<image> in the text) mark where each image goes.
+ * image part per file before the text, as the chat template lays it out; with --text the
+ * template's image marker (<image>, Gemma 3's <start_of_image>) marks where each image goes,
+ * rewritten as the model's processor does before tokenizing; with --ids the image tokens
+ * (one per image block) do.
  * --output-ids prints the generated ids instead of text.
  */
 #include "cli/session.h"
@@ -60,14 +62,13 @@ int cmd_generate(int argc, char **argv) {
     celer_tokenizer *tok = ids_arg ? NULL : cli_open_tokenizer(o.model);
     int64_t n;
     int32_t *ids;
-    char err[512];
     if (ids_arg) {
         ids = cli_parse_ids(ids_arg, &n);
     } else if (text) {
-        if (celer_tokenize(tok, text, strlen(text), true, &ids, &n, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        ids = cli_tokenize(m, tok, &im, text, true, &n);
         if (n == 0) cli_die("--text: the prompt is empty");
     } else {
-        po.n_images = im.n;
+        po.images = &im;
         ids = cli_prompt_ids(m, tok, o.model, &po, &n);
     }
     const int64_t n_ctx = cli_context_size(&o, m, cli_images_expanded(&im, m, ids, n), n_predict);

@@ -3,8 +3,10 @@
  * float32 logits, [1, vocab] of the last row through forward_last_logits, or [n, vocab]
  * of every row through forward with --all.
  *
- * With --image (vision-language models) each image token of the prompt (<image> in
- * --text) expands to the image's rows, which go in as embedding rows of the batch.
+ * With --image (vision-language models) each image token of the prompt expands to its
+ * block's rows, which go in as embedding rows of the batch; --text writes the chat
+ * template's image marker (<image>, Gemma 3's <start_of_image>), rewritten as the model's
+ * processor does before tokenizing.
  */
 #include "cli/cli.h"
 
@@ -24,19 +26,28 @@ static void image_batch(celer_context *ctx, const celer_model *m, const cli_imag
     *tokens = malloc(sizeof **tokens * (size_t)total);
     *embd = im->n ? malloc(sizeof **embd * (size_t)(total * d)) : NULL;
     if (!*tokens || (im->n && !*embd)) cli_die("out of memory");
-    int64_t at = 0, k = 0;
+    int64_t at = 0, k = 0, block = 0, blocks = 1, r = 0;
+    float *img = NULL; /* the rows of image k, block by block */
     for (int64_t i = 0; i < n; i++) {
         if (!im->n || ids[i] != tok) {
             (*tokens)[at++] = ids[i];
             continue;
         }
         char err[512];
-        int64_t r;
-        if (celer_model_image_positions(m, im->img[k], &r, err, sizeof err) != CELER_OK) cli_die("%s", err);
-        if (celer_image_encode(ctx, im->img[k++], *embd + at * d) != CELER_OK)
-            cli_die("%s", celer_context_last_error(ctx));
-        for (int64_t j = 0; j < r; j++) (*tokens)[at++] = -1;
+        if (block == 0) {
+            if (celer_model_image_positions(m, im->img[k], &r, err, sizeof err) != CELER_OK ||
+                celer_model_image_blocks(m, im->img[k], &blocks, err, sizeof err) != CELER_OK)
+                cli_die("%s", err);
+            free(img);
+            if (!(img = malloc(sizeof *img * (size_t)(r * d)))) cli_die("out of memory");
+            if (celer_image_encode(ctx, im->img[k], img) != CELER_OK) cli_die("%s", celer_context_last_error(ctx));
+        }
+        const int64_t per = r / blocks;
+        memcpy(*embd + at * d, img + block * per * d, sizeof *img * (size_t)(per * d));
+        for (int64_t j = 0; j < per; j++) (*tokens)[at++] = -1;
+        if (++block == blocks) block = 0, k++;
     }
+    free(img);
     *rows = at;
 }
 
@@ -61,9 +72,8 @@ int cmd_logits(int argc, char **argv) {
     if (ids_arg) {
         ids = cli_parse_ids(ids_arg, &n);
     } else {
-        char err[512];
         celer_tokenizer *tok = cli_open_tokenizer(o.model);
-        if (celer_tokenize(tok, text, strlen(text), true, &ids, &n, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        ids = cli_tokenize(m, tok, &im, text, true, &n);
         celer_tokenizer_close(tok);
         if (n == 0) cli_die("--text: the prompt is empty");
     }

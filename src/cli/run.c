@@ -27,7 +27,7 @@ static void turn(cli_session *s, const cli_prompt_opts *po, const char *model_pa
     char *text = json_dumps(history, 0), err[512];
     if (!text) cli_die("the message is not valid UTF-8");
     int64_t n;
-    int32_t *ids = cli_chat_ids(model_path, s->tok, text, po->template_kwargs, &n);
+    int32_t *ids = cli_chat_ids(s->m, model_path, s->tok, NULL, text, po->template_kwargs, &n);
     free(text);
     cli_stats st;
     const int64_t got = cli_session_reply(s, ids, n, n_predict, false, false, out, &st);

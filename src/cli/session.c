@@ -19,34 +19,30 @@ double cli_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const char *messages_json,
-                      const char *template_kwargs, int64_t *n) {
+int32_t *cli_chat_ids(const celer_model *m, const char *model_path, const celer_tokenizer *tok, const cli_images *im,
+                      const char *messages_json, const char *template_kwargs, int64_t *n) {
     char err[512], *prompt, *src, *bos, *eos;
-    int32_t *ids;
     if (celer_chat_template_load(model_path, &src, &bos, &eos, err, sizeof err) != CELER_OK) cli_die("%s", err);
     if (celer_chat_template_render_vars(src, messages_json, template_kwargs, 1, bos, eos, &prompt, err,
                                         sizeof err) != CELER_OK)
         cli_die("%s", err);
     free(src), free(bos), free(eos);
-    if (celer_tokenize(tok, prompt, strlen(prompt), false, &ids, n, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    int32_t *ids = cli_tokenize(m, tok, im, prompt, false, n);
     free(prompt);
     return ids;
 }
 
 int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const char *model_path,
                         const cli_prompt_opts *o, int64_t *n) {
-    char err[512];
     int32_t *ids;
-    (void)m;
     if (o->no_template) {
-        if (celer_tokenize(tok, o->prompt, strlen(o->prompt), true, &ids, n, err, sizeof err) != CELER_OK)
-            cli_die("%s", err);
+        ids = cli_tokenize(m, tok, o->images, o->prompt, true, n);
     } else {
         json_t *msgs = json_array(), *sys = NULL, *user;
-        if (o->n_images) {
+        if (o->images && o->images->n) {
             /* OpenAI-style parts: the images, then the text */
             json_t *parts = json_array();
-            for (int i = 0; i < o->n_images; i++) json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
+            for (int i = 0; i < o->images->n; i++) json_array_append_new(parts, json_pack("{s:s}", "type", "image"));
             json_t *text = json_pack("{s:s, s:s}", "type", "text", "text", o->prompt);
             if (!text) cli_die("-p: the prompt is not valid UTF-8");
             json_array_append_new(parts, text);
@@ -62,7 +58,7 @@ int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const 
         char *text = json_dumps(msgs, 0);
         json_decref(msgs);
         if (!text) cli_die("out of memory");
-        ids = cli_chat_ids(model_path, tok, text, o->template_kwargs, n);
+        ids = cli_chat_ids(m, model_path, tok, o->images, text, o->template_kwargs, n);
         free(text);
     }
     if (*n == 0) cli_die("-p: the prompt is empty");

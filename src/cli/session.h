@@ -12,9 +12,10 @@ double cli_now(void);
 
 /* Prompt ids of an OpenAI-style messages array rendered by the model's chat template
  * with add_generation_prompt and the extra variables of template_kwargs (a JSON object,
- * or NULL) (malloc'd); dies on error. */
-int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const char *messages_json,
-                      const char *template_kwargs, int64_t *n);
+ * or NULL), then tokenized by cli_tokenize with the images of im (may be NULL) (malloc'd);
+ * dies on error. */
+int32_t *cli_chat_ids(const celer_model *m, const char *model_path, const celer_tokenizer *tok, const cli_images *im,
+                      const char *messages_json, const char *template_kwargs, int64_t *n);
 
 typedef struct cli_session {
     const char *model_path;

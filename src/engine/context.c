@@ -43,11 +43,12 @@ struct celer_context {
     float *out;        /* [out_rows, v] logits a backend of its own memory writes (else NULL) */
     int64_t out_rows;  /* the most logits rows a step has asked for so far */
     int32_t *out_ids;  /* [n_batch] their argmax where the backend takes it (else NULL) */
-    int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables; /* step inputs (else NULL) */
+    int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables, *in_limit; /* step inputs (else NULL) */
     float *in_embd;    /* [n_batch, d] (else NULL) */
     /* host */
     float *logits;     /* [v]: the generate loop's row */
     int32_t *pos, *slot, *seq;      /* [n_batch] */
+    int32_t *limit;                 /* [n_batch] the rows' limits where image blocks see ahead */
     int32_t *tables;                /* [n_batch, kv.max_blocks] the step's block tables (else NULL) */
     int32_t *seq_row;               /* [n_seq] row of tables of each sequence in the step */
     int64_t *add, *next;            /* [n_seq] */
@@ -128,6 +129,7 @@ void celer_context_destroy(celer_context *ctx) {
     release(be, ctx->out_ids);
     release(be, ctx->in_tables);
     release(be, ctx->in_embd);
+    release(be, ctx->in_limit);
     release(ctx->vbe, ctx->vscratch);
     backend_destroy(ctx->be);
     backend_destroy(ctx->vbe);
@@ -135,6 +137,7 @@ void celer_context_destroy(celer_context *ctx) {
     free(ctx->pos);
     free(ctx->slot);
     free(ctx->seq);
+    free(ctx->limit);
     free(ctx->tables);
     free(ctx->seq_row);
     free(ctx->add);
@@ -180,6 +183,7 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     if (be->ops->argmax_rows) ctx->out_ids = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_tables = ctx_alloc(ctx, be, sizeof(int32_t) * tables);
     ctx->in_embd = ctx_alloc(ctx, be, sizeof(float) * nb * d);
+    if (ctx->model->image_blocks && !(ctx->in_limit = ctx_alloc(ctx, be, sizeof(int32_t) * nb))) return false;
     ctx->tables = malloc(sizeof(int32_t) * tables);
     return ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
            ctx->in_embd && ctx->tables && (ctx->out_ids || !be->ops->argmax_rows);
@@ -246,10 +250,11 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     ctx->pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->slot = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->seq = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    ctx->limit = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->seq_row = malloc(sizeof(int32_t) * (size_t)p.n_seq);
     ctx->add = calloc((size_t)p.n_seq, sizeof(int64_t));
     ctx->next = calloc((size_t)p.n_seq, sizeof(int64_t));
-    if (!context_buffers(ctx, p.n_batch) || !ctx->logits || !ctx->pos || !ctx->slot || !ctx->seq ||
+    if (!context_buffers(ctx, p.n_batch) || !ctx->logits || !ctx->pos || !ctx->slot || !ctx->seq || !ctx->limit ||
         !ctx->seq_row || !ctx->add || !ctx->next)
         goto oom;
     *out = ctx;
@@ -335,6 +340,28 @@ static int32_t row_seq(const celer_batch *b, int32_t force_seq, int64_t r) {
     return force_seq >= 0 ? force_seq : b->seq_id ? b->seq_id[r] : 0;
 }
 
+/* The end of the image block batch row r starts (m->image_blocks: a run of embedding rows
+ * of one sequence, docs/architecture.md "Image blocks"), or r + 1 for any other row. */
+static int64_t block_end(const celer_context *ctx, const celer_batch *b, int32_t force_seq, int64_t r) {
+    int64_t end = r + 1;
+    if (!ctx->model->image_blocks || !b->token || !b->embd || b->token[r] >= 0) return end;
+    while (end < b->n && b->token[end] < 0 && row_seq(b, force_seq, end) == row_seq(b, force_seq, r)) end++;
+    return end;
+}
+
+/* Rows of the step starting at batch row off: n_batch at most, and never an image block cut
+ * in two (check_batch saw that each fits n_batch). */
+static int64_t step_rows(const celer_context *ctx, const celer_batch *b, int32_t force_seq, int64_t off) {
+    int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
+    if (!ctx->model->image_blocks || off + n == b->n) return n;
+    for (int64_t r = off; r < off + n;) {
+        const int64_t end = block_end(ctx, b, force_seq, r);
+        if (end > off + n) return r - off; /* r > off: the block fits a step of its own */
+        r = end;
+    }
+    return n;
+}
+
 static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_t force_seq,
                                 run_output kind, int64_t last_pos) {
     const celer_model *m = ctx->model;
@@ -366,6 +393,15 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
                              (long long)r, b->token[r]);
         ctx->add[s]++;
     }
+    for (int64_t r = 0; r < b->n;) { /* an image block runs whole in one step */
+        const int64_t end = block_end(ctx, b, force_seq, r);
+        if (end - r > ctx->n_batch)
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "batch rows %lld..%lld: an image block of %lld rows is longer than the context's "
+                             "n_batch %lld (its rows attend to each other in one step)",
+                             (long long)r, (long long)end - 1, (long long)(end - r), (long long)ctx->n_batch);
+        r = end;
+    }
     return CELER_OK;
 }
 
@@ -393,10 +429,20 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
         }
         ctx->seq[r] = ctx->seq_row[sq];
     }
+    /* image blocks: each row sees up to its block's last position */
+    bool ahead = false;
+    for (int64_t r = 0; ctx->model->image_blocks && r < n;) {
+        const int64_t end = block_end(ctx, b, force_seq, off + r) - off;
+        for (int64_t i = r; i < end; i++) ctx->limit[i] = ctx->pos[end - 1];
+        if (end - r > 1) ahead = true;
+        if (ctx->pos[end - 1] + 1 > keys) keys = ctx->pos[end - 1] + 1;
+        r = end;
+    }
     model_step st = {.n = n,
                      .token = b->token ? b->token + off : NULL,
                      .embd = b->embd ? b->embd + off * d : NULL,
                      .pos = ctx->pos,
+                     .limit = ahead ? ctx->limit : NULL,
                      .slot = ctx->slot,
                      .seq = ctx->seq,
                      .tables = kv->tables,
@@ -413,6 +459,7 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
     be->ops->upload(be, ctx->in_seq, ctx->seq, ni);
     be->ops->upload(be, ctx->in_tables, ctx->tables, sizeof(int32_t) * (size_t)(n_tables * cols));
     st.pos = ctx->in_pos, st.slot = ctx->in_slot, st.seq = ctx->in_seq, st.tables = ctx->in_tables;
+    if (ahead) be->ops->upload(be, ctx->in_limit, ctx->limit, ni), st.limit = ctx->in_limit;
     return st;
 }
 
@@ -449,10 +496,11 @@ static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, cons
 }
 
 /* The most logits rows one step of a call makes. */
-static int64_t step_logits_rows(const celer_context *ctx, const celer_batch *b, run_output kind, int64_t last_pos) {
+static int64_t step_logits_rows(const celer_context *ctx, const celer_batch *b, int32_t force_seq, run_output kind,
+                                int64_t last_pos) {
     int64_t most = 0;
-    for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
-        const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
+    for (int64_t off = 0, n; off < b->n; off += n) {
+        n = step_rows(ctx, b, force_seq, off);
         int64_t rows = kind == RUN_ALL ? n : kind == RUN_ROW ? (last_pos >= off && last_pos < off + n) : 0;
         if (kind == RUN_WANTED)
             for (int64_t r = off; r < off + n; r++) rows += b->logits[r] != 0;
@@ -484,14 +532,14 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
     const int64_t d = m->dims.d, v = m->dims.v;
     celer_status s = backend_status(be, &ctx->err); /* a lost device fails at once */
     if (s == CELER_OK) s = check_batch(ctx, b, force_seq, kind, last_pos);
-    if (s == CELER_OK && !be->host) s = out_reserve(ctx, step_logits_rows(ctx, b, kind, last_pos));
+    if (s == CELER_OK && !be->host) s = out_reserve(ctx, step_logits_rows(ctx, b, force_seq, kind, last_pos));
     if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
     if (s != CELER_OK) return s;
     memcpy(ctx->next, ctx->kv.len, sizeof(int64_t) * (size_t)ctx->kv.n_seq);
     const model_kv kv = {ctx->kv.k, ctx->kv.v};
     int64_t head_rows = 0;
-    for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
-        const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
+    for (int64_t off = 0, n; off < b->n; off += n) {
+        n = step_rows(ctx, b, force_seq, off);
         if (!be->host) for (int32_t q = 0; q < ctx->kv.n_seq; q++) ctx->seq_row[q] = -1;
         const model_step st = plan_step(ctx, b, force_seq, off, n);
         /* a host backend writes the caller's memory; others write their own, then only

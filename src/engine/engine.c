@@ -50,18 +50,22 @@ typedef struct choice {
     struct choice *next;  /* in the wait queue */
 } choice;
 
-/* The rows of one image inside a prompt. */
+/* The rows of one image block inside a prompt: an image's, or one of its blocks (Gemma 3's
+ * pan-and-scan crops), whose rows are the block-th n of the image's. */
 typedef struct image_span {
     int64_t start, n;  /* prompt positions [start, start + n) */
     celer_image *img;  /* a reference held until the request ends */
-    float *rows;       /* [n, d] once encoded, else NULL */
+    int32_t first;     /* the span of the image's first block, which holds its rows */
+    int32_t block;     /* this span's place among its image's blocks */
+    float *rows;       /* first span: [blocks * n, d] once encoded, else NULL */
 } image_span;
 
 struct request {
     uint64_t id;
     celer_request_params p; /* arrays below are the engine's copies; the prompt expanded */
     int32_t *prompt, *bias_ids, *stop_ids;
-    image_span *spans;      /* [p.n_images] in prompt order */
+    image_span *spans;      /* [n_spans] in prompt order */
+    int32_t n_spans;
     float *bias;
     char **stop;
     char *error;            /* why a choice ended with CELER_FINISH_ERROR (the first reason), or NULL */
@@ -87,6 +91,7 @@ struct celer_engine {
     int8_t *b_logits;
     float *b_embd;          /* [batch_tokens, d] image rows of the step, or NULL (text models) */
     bool b_has_embd;
+    bool blocks_whole;      /* the model's image blocks run whole in one step (Gemma 3) */
     choice **b_owner;       /* [batch_tokens] the choice of each row */
     int64_t *take;          /* [n_seq_max] rows each sequence has in the step */
     float *logits;          /* [n_seq_max, v] */
@@ -135,6 +140,7 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
     eng->tok = tok;
     eng->p = p;
     eng->v = celer_model_n_vocab(model);
+    eng->blocks_whole = celer_model_image_blocks_whole(model);
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = p.n_ctx;
     cp.n_seq = p.n_seq_max;
@@ -188,14 +194,18 @@ static void choice_free(choice *c) {
     free(c->text);
 }
 
+static void spans_free(image_span *spans, int32_t n) {
+    for (int32_t i = 0; spans && i < n; i++) {
+        celer_image_free(spans[i].img);
+        free(spans[i].rows);
+    }
+    free(spans);
+}
+
 static void request_free(request *r) {
     for (int32_t i = 0; r->choices && i < r->p.n; i++) choice_free(&r->choices[i]);
     for (int32_t i = 0; r->stop && i < r->p.n_stop; i++) free(r->stop[i]);
-    for (int32_t i = 0; r->spans && i < r->p.n_images; i++) {
-        celer_image_free(r->spans[i].img);
-        free(r->spans[i].rows);
-    }
-    free(r->spans);
+    spans_free(r->spans, r->n_spans);
     free(r->choices);
     free(r->prompt);
     free(r->bias_ids);
@@ -354,12 +364,12 @@ static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
     return CELER_OK;
 }
 
-/* The prompt with each image token expanded to its image's rows (*out malloc'd), and
- * where each image's rows sit. */
+/* The prompt with each image token expanded to its block's rows (*out malloc'd), and where
+ * each block's rows sit (*spans, *n_spans: an image's blocks take its tokens in order). */
 static celer_status expand_images(celer_engine *eng, const celer_request_params *p, int32_t **out, int64_t *n_out,
-                                  image_span **spans) {
+                                  image_span **spans, int32_t *n_spans) {
     celer_error *e = &eng->err;
-    *out = NULL, *spans = NULL;
+    *out = NULL, *spans = NULL, *n_spans = 0;
     if (!p->prompt || p->n_prompt <= 0)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "prompt: expected at least one token");
     if (p->n_images < 0 || (p->n_images && !p->images))
@@ -368,37 +378,64 @@ static celer_status expand_images(celer_engine *eng, const celer_request_params 
     if (p->n_images && !vision)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images: %s reads no images", celer_model_desc(eng->model));
     const int32_t tok = celer_model_image_token(eng->model);
-    int64_t found = 0;
+    int64_t found = 0, want = 0, n = p->n_prompt;
     for (int64_t i = 0; vision && i < p->n_prompt; i++) found += p->prompt[i] == tok;
-    if (found != p->n_images)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                         "prompt: %lld image tokens (id %d) for %d images: expected one per image",
-                         (long long)found, tok, p->n_images);
-    if (!(*spans = calloc((size_t)p->n_images + 1, sizeof **spans)))
-        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
-    int64_t n = p->n_prompt;
+    int64_t *rows = calloc((size_t)p->n_images + 1, sizeof *rows), *blocks = calloc((size_t)p->n_images + 1, sizeof *blocks);
+    celer_status s = CELER_OK;
+    if (!rows || !blocks) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+        goto done;
+    }
     for (int32_t k = 0; k < p->n_images; k++) {
         char msg[CELER_ERROR_LEN];
-        if (!p->images[k]) return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: NULL", k);
-        if (celer_model_image_positions(eng->model, p->images[k], &(*spans)[k].n, msg, sizeof msg) != CELER_OK)
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: %s", k, msg);
-        n += (*spans)[k].n - 1;
-    }
-    if (!(*out = malloc(sizeof **out * (size_t)n))) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
-    int64_t at = 0;
-    int32_t k = 0;
-    for (int64_t i = 0; i < p->n_prompt; i++) {
-        if (k < p->n_images && p->prompt[i] == tok) {
-            image_span *sp = &(*spans)[k];
-            sp->start = at;
-            sp->img = celer_image_ref(p->images[k++]);
-            for (int64_t j = 0; j < sp->n; j++) (*out)[at++] = tok;
-        } else {
-            (*out)[at++] = p->prompt[i];
+        if (!p->images[k]) {
+            s = error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: NULL", k);
+            goto done;
+        }
+        if (celer_model_image_positions(eng->model, p->images[k], &rows[k], msg, sizeof msg) != CELER_OK ||
+            celer_model_image_blocks(eng->model, p->images[k], &blocks[k], msg, sizeof msg) != CELER_OK) {
+            s = error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: %s", k, msg);
+            goto done;
+        }
+        want += blocks[k];
+        n += rows[k] - blocks[k];
+        if (eng->blocks_whole && rows[k] / blocks[k] > eng->p.batch_tokens) {
+            s = error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                          "images[%d]: an image block of %lld rows does not fit a step of batch_tokens %lld (its rows "
+                          "attend to each other in one step)",
+                          k, (long long)(rows[k] / blocks[k]), (long long)eng->p.batch_tokens);
+            goto done;
         }
     }
+    if (found != want) {
+        s = error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                      "prompt: %lld image tokens (id %d) for %d images of %lld blocks: expected one per block",
+                      (long long)found, tok, p->n_images, (long long)want);
+        goto done;
+    }
+    if (!(*spans = calloc((size_t)want + 1, sizeof **spans)) || !(*out = malloc(sizeof **out * (size_t)n))) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+        goto done;
+    }
+    int64_t at = 0;
+    int32_t k = 0, j = 0, first = 0;
+    for (int64_t i = 0; i < p->n_prompt; i++) {
+        if (p->prompt[i] != tok || k >= p->n_images) {
+            (*out)[at++] = p->prompt[i];
+            continue;
+        }
+        image_span *sp = &(*spans)[*n_spans];
+        if (j == 0) first = *n_spans;
+        *sp = (image_span){.start = at, .n = rows[k] / blocks[k], .img = celer_image_ref(p->images[k]),
+                           .first = first, .block = j};
+        ++*n_spans;
+        for (int64_t r = 0; r < sp->n; r++) (*out)[at++] = tok;
+        if (++j == blocks[k]) j = 0, k++;
+    }
     *n_out = n;
-    return CELER_OK;
+done:
+    free(rows), free(blocks);
+    return s;
 }
 
 celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *params,
@@ -406,21 +443,20 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
     int32_t *prompt;
     int64_t n_prompt = 0;
     image_span *spans;
-    celer_status s = expand_images(eng, params, &prompt, &n_prompt, &spans);
+    int32_t n_spans;
+    celer_status s = expand_images(eng, params, &prompt, &n_prompt, &spans, &n_spans);
     celer_request_params q = *params;
     q.prompt = prompt, q.n_prompt = n_prompt;
     if (s == CELER_OK) s = check_request(eng, &q);
     if (s != CELER_OK) {
-        for (int32_t i = 0; spans && i < params->n_images; i++) celer_image_free(spans[i].img);
-        free(spans);
+        spans_free(spans, n_spans);
         free(prompt);
         error_copy(&eng->err, err, err_size);
         return s;
     }
     request *r = calloc(1, sizeof *r);
     if (!r) {
-        for (int32_t i = 0; i < params->n_images; i++) celer_image_free(spans[i].img);
-        free(spans);
+        spans_free(spans, n_spans);
         free(prompt);
         goto oom;
     }
@@ -428,6 +464,7 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
     bool ok = true;
     r->p = *p;
     r->spans = spans;
+    r->n_spans = n_spans;
     r->prompt = prompt;
     r->bias_ids = dup_array(p->bias_ids, sizeof *p->bias_ids * (size_t)p->n_bias, &ok);
     r->bias = dup_array(p->bias, sizeof *p->bias * (size_t)p->n_bias, &ok);
@@ -480,13 +517,15 @@ celer_status celer_engine_cancel(celer_engine *eng, uint64_t id) {
 }
 
 /* What block b of r's prompt depends on besides its ids: the digests of the images whose
- * rows it holds, each with its offset (0 for text). */
+ * rows it holds, each with its offset and which of the image's blocks they are (0 for
+ * text). */
 static uint64_t block_extra(const request *r, int64_t b, int64_t bs) {
     uint64_t x = 0;
-    for (int32_t i = 0; i < r->p.n_images; i++) {
+    for (int32_t i = 0; i < r->n_spans; i++) {
         const image_span *sp = &r->spans[i];
         if (sp->start >= (b + 1) * bs || sp->start + sp->n <= b * bs) continue;
-        const uint64_t d = celer_image_digest(sp->img) + (uint64_t)(sp->start - b * bs) * 0x9e3779b97f4a7c15ull;
+        const uint64_t d = celer_image_digest(sp->img) + (uint64_t)(sp->start - b * bs) * 0x9e3779b97f4a7c15ull +
+                           (uint64_t)sp->block * 0xbf58476d1ce4e5b9ull;
         x = (x ^ d) * 0x100000001b3ull + 1;
     }
     return x;
@@ -561,28 +600,43 @@ static int64_t blocks_to_grow(const kv_cache *kv, int64_t len, int64_t add) {
 
 /* The image span holding prompt position pos of r, or NULL. */
 static image_span *span_at(request *r, int64_t pos) {
-    for (int32_t i = 0; i < r->p.n_images; i++)
+    for (int32_t i = 0; i < r->n_spans; i++)
         if (pos >= r->spans[i].start && pos < r->spans[i].start + r->spans[i].n) return &r->spans[i];
     return NULL;
 }
 
 /* Encodes the images whose rows c's positions [n_done, n_done + k) read and that have
- * no rows yet. */
+ * no rows yet (into the span of each image's first block). */
 static celer_status encode_images(celer_engine *eng, choice *c, int64_t k) {
     request *r = c->req;
-    for (int32_t i = 0; i < r->p.n_images; i++) {
-        image_span *sp = &r->spans[i];
-        if (sp->rows || sp->start >= c->n_done + k || sp->start + sp->n <= c->n_done) continue;
-        if (!(sp->rows = malloc(sizeof(float) * (size_t)(sp->n * celer_model_n_embd(eng->model)))))
-            return error_set(&eng->err, CELER_STATUS_OUT_OF_MEMORY, "image %d: out of memory", i);
-        celer_status s = celer_image_encode(eng->ctx, sp->img, sp->rows);
+    for (int32_t i = 0; i < r->n_spans; i++) {
+        const image_span *sp = &r->spans[i];
+        image_span *owner = &r->spans[sp->first];
+        if (owner->rows || sp->start >= c->n_done + k || sp->start + sp->n <= c->n_done) continue;
+        int64_t n;
+        char msg[CELER_ERROR_LEN];
+        if (celer_model_image_positions(eng->model, sp->img, &n, msg, sizeof msg) != CELER_OK)
+            return error_set(&eng->err, CELER_STATUS_INVALID_ARGUMENT, "image %d: %s", sp->first, msg);
+        if (!(owner->rows = malloc(sizeof(float) * (size_t)(n * celer_model_n_embd(eng->model)))))
+            return error_set(&eng->err, CELER_STATUS_OUT_OF_MEMORY, "image %d: out of memory", sp->first);
+        celer_status s = celer_image_encode(eng->ctx, sp->img, owner->rows);
         if (s != CELER_OK) {
-            free(sp->rows);
-            sp->rows = NULL;
-            return error_set(&eng->err, s, "image %d: %s", i, celer_context_last_error(eng->ctx));
+            free(owner->rows);
+            owner->rows = NULL;
+            return error_set(&eng->err, s, "image %d: %s", sp->first, celer_context_last_error(eng->ctx));
         }
     }
     return CELER_OK;
+}
+
+/* How many of c's next k rows a step may take: all of them, unless they end inside an image
+ * block of a model whose blocks run whole (Gemma 3); then up to the block (or 0: wait for a
+ * step with room for the block whose middle c's rows start in, after a prefix-cache hit). */
+static int64_t whole_blocks(const celer_engine *eng, request *r, const choice *c, int64_t k) {
+    if (!eng->blocks_whole || !r->n_spans || k == 0 || c->n_done + k >= r->p.n_prompt) return k;
+    const image_span *sp = span_at(r, c->n_done + k);
+    if (!sp || sp->start == c->n_done + k) return k;
+    return sp->start > c->n_done ? sp->start - c->n_done : 0;
 }
 
 /* Whether c's next token is the argmax of its raw logits: greedy, nothing added to the
@@ -603,7 +657,8 @@ static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
         const image_span *sp = pos < c->req->p.n_prompt ? span_at(c->req, pos) : NULL;
         eng->b_token[*n] = sp ? -1 : c->tokens[pos];
         if (sp) {
-            memcpy(eng->b_embd + *n * d, sp->rows + (pos - sp->start) * d, sizeof(float) * (size_t)d);
+            const float *rows = c->req->spans[sp->first].rows + sp->block * sp->n * d;
+            memcpy(eng->b_embd + *n * d, rows + (pos - sp->start) * d, sizeof(float) * (size_t)d);
             eng->b_has_embd = true;
         }
         eng->b_seq[*n] = c->seq;
@@ -624,7 +679,7 @@ static void choice_fail(celer_engine *eng, choice *c, const char *why) {
 /* Whether c's next k rows can go into the step: their images are encoded. A failed
  * encoding ends the choice with the engine's last error. */
 static bool rows_ready(celer_engine *eng, choice *c, int64_t k) {
-    if (!c->req->p.n_images || encode_images(eng, c, k) == CELER_OK) return true;
+    if (!c->req->n_spans || encode_images(eng, c, k) == CELER_OK) return true;
     choice_fail(eng, c, eng->err.msg);
     return false;
 }
@@ -684,6 +739,7 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
         int64_t k = c->n_tokens - c->n_done;
         if (k > budget - n) k = budget - n;
         while (k > 0 && blocks_to_grow(kv, kv->len[c->seq], k) > avail) k -= 1;
+        k = whole_blocks(eng, c->req, c, k);
         if (k == 0) {
             take[c->seq] = -1; /* waits for blocks this step */
             continue;
@@ -711,7 +767,8 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
             if (take[s] > 0) avail -= blocks_to_grow(kv, kv->len[s], take[s]);
         int64_t k = c->n_tokens - c->n_done;
         if (k > budget - n) k = budget - n;
-        if (blocks_to_grow(kv, kv->len[seq], k) + n_running > avail) {
+        k = whole_blocks(eng, c->req, c, k);
+        if (k == 0 || blocks_to_grow(kv, kv->len[seq], k) + n_running > avail) {
             /* Not now: back to the head of the queue, blocks released. */
             choice_stop_running(eng, c);
             c->n_done = 0;

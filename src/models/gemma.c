@@ -1,7 +1,6 @@
 /*
- * gemma.c - the Gemma family: model_type gemma2 and gemma3_text, and gemma3, a Gemma 3
- * checkpoint whose text model its text_config describes (the vision tower of such a
- * checkpoint is not read yet: it runs as a text model).
+ * gemma.c - the Gemma family: model_type gemma2 and gemma3_text (the text model of a gemma3
+ * checkpoint too: gemma3.c).
  *
  * Four RMSNorms a layer, each scaling by (1 + w): before and after attention, before and
  * after the MLP, whose outputs are normed before they join the residual. GeGLU
@@ -74,12 +73,6 @@ static const weight_spec gemma_global_spec[] = {
 };
 
 /* ==== Loading ==== */
-
-/* w += 1 over n values of a bound norm weight (the model's own fp32 copy). */
-static void shift_norm(const float *w, int64_t n) {
-    float *v = (float *)w;
-    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
-}
 
 /* sqrt(d) as the embedding is scaled: rounded to the checkpoint's float type, as
  * transformers does running the checkpoint in its dtype and mlx-lm does always; a GGUF
@@ -179,13 +172,13 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     TRY(model_bind(m, e));
 #undef TRY
     const int64_t d = dm->d, hd = dm->hd;
-    if (!ck->gguf) shift_norm(w->norm, d);
+    if (!ck->gguf) model_norm_plus_one(w->norm, d);
     for (int64_t l = 0; l < dm->n_layer; l++) {
         gemma_layer *L = &w->layers[l];
         if (!ck->gguf) {
-            shift_norm(L->attn_norm, d), shift_norm(L->post_attn_norm, d);
-            shift_norm(L->mlp_norm, d), shift_norm(L->post_mlp_norm, d);
-            if (L->attn.q_norm) shift_norm(L->attn.q_norm, hd), shift_norm(L->attn.k_norm, hd);
+            model_norm_plus_one(L->attn_norm, d), model_norm_plus_one(L->post_attn_norm, d);
+            model_norm_plus_one(L->mlp_norm, d), model_norm_plus_one(L->post_mlp_norm, d);
+            if (L->attn.q_norm) model_norm_plus_one(L->attn.q_norm, hd), model_norm_plus_one(L->attn.k_norm, hd);
         }
         L->attn.window = sliding[l] ? window : 0;
         L->attn.softcap = (float)attn_cap;
@@ -242,50 +235,6 @@ static float gemma_logit_softcap(const celer_model *m) { return ((const gemma_we
 static float gemma_embed_scale(const celer_model *m) { return ((const gemma_weights *)m->weights)->embed_scale; }
 
 static const model_op gemma_ops[] = {MODEL_OP(softcap), {0, NULL}};
-
-/* ==== gemma3: the text model of a Gemma 3 checkpoint ==== */
-
-/* Gemma3TextConfig's defaults (real text_config blocks are sparse). */
-static const struct {
-    const char *key;
-    double value;
-} gemma3_defaults[] = {
-    {"vocab_size", 262208},        {"hidden_size", 2304},          {"intermediate_size", 9216},
-    {"num_hidden_layers", 26},     {"num_attention_heads", 8},     {"num_key_value_heads", 4},
-    {"head_dim", 256},             {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
-    {"rope_theta", 1000000.0},     {"rope_local_base_freq", 10000.0}, {"rms_norm_eps", 1e-6},
-    {"max_position_embeddings", 131072},
-};
-
-static celer_status gemma3_load(celer_model *m, celer_error *e) {
-    const json_t *tc = json_object_get(m->cfg, "text_config");
-    json_t *c = json_is_object(tc) ? json_deep_copy(tc) : json_object();
-    if (!c) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    m->owned_json = c;
-    json_object_set_new(c, "model_type", json_string("gemma3_text"));
-    for (size_t i = 0; i < sizeof gemma3_defaults / sizeof *gemma3_defaults; i++)
-        if (!json_object_get(c, gemma3_defaults[i].key)) {
-            const double v = gemma3_defaults[i].value;
-            json_object_set_new(c, gemma3_defaults[i].key,
-                                v == (double)(json_int_t)v ? json_integer((json_int_t)v) : json_real(v));
-        }
-    /* the checkpoint's top level decides tying and end of sequence (transformers) */
-    const char *const top[] = {"tie_word_embeddings", "eos_token_id"};
-    for (int i = 0; i < 2; i++)
-        if (json_object_get(m->cfg, top[i])) json_object_set(c, top[i], json_object_get(m->cfg, top[i]));
-    name_rule rule;
-    celer_status s = model_text_layout(m, &rule, e);
-    if (s == CELER_OK) s = model_load_text(m, c, &rule, 1, e);
-    if (s == CELER_OK) snprintf(m->desc, sizeof m->desc, "gemma3 (text model): %.200s", m->text->desc);
-    return s;
-}
-
-static const char *const gemma3_types[] = {"gemma3", NULL};
-
-const model_family gemma3_family = {
-    .model_types = gemma3_types,
-    .load = gemma3_load,
-};
 
 static const char *const gemma_types[] = {"gemma2", "gemma3_text", NULL};
 

@@ -109,16 +109,6 @@ typedef struct llava_layout {
     const char *tower, *proj, *newline;
 } llava_layout;
 
-/* The first of candidates[] under which name exists, or NULL. */
-static const char *probe(const celer_model *m, const char *const *candidates, const char *name) {
-    for (; *candidates; candidates++) {
-        char full[256];
-        snprintf(full, sizeof full, "%s%s", *candidates, name);
-        if (checkpoint_find(&m->ck, full, NULL)) return *candidates;
-    }
-    return NULL;
-}
-
 static celer_status detect_layout(const celer_model *m, llava_layout *lay, celer_error *e) {
     static const char *const towers[] = {"vision_tower.vision_model.", "vision_tower.",
                                          "model.vision_tower.vision_model.", "model.vision_tower.", NULL};
@@ -128,9 +118,9 @@ static celer_status detect_layout(const celer_model *m, llava_layout *lay, celer
     celer_status s = model_text_layout(m, &lay->text[0], e);
     if (s != CELER_OK) return s;
     lay->n_text = 1;
-    lay->tower = probe(m, towers, "embeddings.patch_embedding.weight");
-    lay->proj = probe(m, projs, "linear_1.weight");
-    lay->newline = probe(m, newlines, "image_newline");
+    lay->tower = model_probe_prefix(m, towers, "embeddings.patch_embedding.weight");
+    lay->proj = model_probe_prefix(m, projs, "linear_1.weight");
+    lay->newline = model_probe_prefix(m, newlines, "image_newline");
     if (!lay->tower)
         return error_set(e, CELER_STATUS_BAD_FILE, "%s: missing tensor vision_tower.vision_model.embeddings.patch_embedding.weight",
                          m->ck.dir);
@@ -185,8 +175,11 @@ static celer_status llava_load(celer_model *m, celer_error *e) {
                          ck->config_path, (long long)image_token, (long long)m->dims.v);
     w->image_token = (int32_t)image_token;
 
-    TRY(clip_load(m, json_object_get(cfg, "vision_config"), json_object_get(cfg, "vision_feature_layer"), lay.tower,
-                  &w->tower, e));
+    TRY(clip_load(m, json_object_get(cfg, "vision_config"), CLIP_VIT, json_object_get(cfg, "vision_feature_layer"),
+                  false, lay.tower, &w->tower, e));
+    if (w->tower.kind != CLIP_VIT)
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: vision_config.model_type: expected clip_vision_model, found %s",
+                         ck->config_path, json_string_value(json_object_get(json_object_get(cfg, "vision_config"), "model_type")));
     w->dims[DIM_TD] = m->dims.d;
     w->dims[DIM_FEAT] = clip_feature_cols(&w->tower);
     w->flags[HAS_PROJ_BIAS] = proj_bias;
@@ -301,6 +294,7 @@ const model_family llava_next_family = {
     .model_types = llava_types,
     .ops = llava_ops,
     .load = llava_load,
+    .processor = "llava_next",
     .image_token = llava_image_token,
     .image_positions = llava_image_positions,
     .tile_positions = llava_tile_positions,

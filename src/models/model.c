@@ -13,6 +13,8 @@ static int64_t model_matrices(celer_model *m, matview **out, int64_t cap);
 
 static const model_family *const families[] = {&llama_family, &gemma_family, &gemma3_family, &cohere2_family,
                                                   &llava_next_family};
+/* gemma3_vision_family is reached through gemma3_family's load (a gemma3 checkpoint with a
+ * vision_config), not by a model_type of its own. */
 
 void model_types_known(char *out, size_t size) {
     size_t at = 0;
@@ -268,6 +270,11 @@ celer_status model_check_backend(const celer_model *m, const backend *be, celer_
     if (s == CELER_OK && m->attn_softcap && !be->ops->attention_softcap)
         s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: the %s backend's attention does not soft-cap scores, which this model needs",
                       m->desc, be->ops->name);
+    if (s == CELER_OK && m->image_blocks && !be->ops->attention_limit)
+        s = error_set(e, CELER_STATUS_UNSUPPORTED,
+                      "%s: the %s backend's attention cannot let an image block's rows see the whole block, which this "
+                      "model needs",
+                      m->desc, be->ops->name);
     if (s == CELER_OK && m->text) s = model_check_backend(m->text, be, e);
     return s;
 }
@@ -391,6 +398,20 @@ celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule
 
 /* ==== Pieces shared by the families ==== */
 
+void model_norm_plus_one(const float *w, int64_t n) {
+    float *v = (float *)w;
+    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+}
+
+const char *model_probe_prefix(const celer_model *m, const char *const *candidates, const char *name) {
+    for (; *candidates; candidates++) {
+        char full[256];
+        snprintf(full, sizeof full, "%s%s", *candidates, name);
+        if (checkpoint_find(&m->ck, full, NULL)) return *candidates;
+    }
+    return NULL;
+}
+
 void model_embed_step(const celer_model *m, backend *be, const model_step *st, float *x) {
     const int64_t d = m->dims.d;
     /* embedding rows first; the lookup then fills every token row (ids >= 0) */
@@ -508,7 +529,7 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
     if (a->k_norm) op->rmsnorm(be, k, k, a->k_norm, n * dm->hk, dm->hd, a->norm_eps);
     if (a->no_rope) op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
     else backend_rope_store(be, q, k, v, kv->k[l], kv->v[l], st->pos, st->slot, n, dm->h, dm->hk, dm->hd, rope);
-    const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
+    const attn_rows ar = {.n = n, .pos = st->pos, .limit = st->limit, .seq = st->seq, .tables = st->tables,
                           .table_cols = st->table_cols, .block_size = st->block_size,
                           .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale,
                           .softcap = a->softcap,

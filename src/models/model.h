@@ -31,13 +31,15 @@ typedef struct model_step {
     const int32_t *token; /* [n], or NULL: every row is an embedding row */
     const float *embd;    /* [n, d]: row r is read when token is NULL or token[r] < 0 */
     const int32_t *pos;   /* [n] position of each row in its sequence */
+    const int32_t *limit; /* [n] the last position each row's attention sees (an image block's
+                             rows see the whole block, m->image_blocks), or NULL: its own */
     const int32_t *slot;  /* [n] cache slot each row's K/V goes to */
     const int32_t *seq;   /* [n] row of tables holding each row's sequence's block table */
     const int32_t *tables; /* [*, table_cols] */
     int64_t table_cols;
     int64_t block_size;
     int64_t seqs;         /* distinct sequences among the rows (0 where not counted) */
-    int64_t keys;         /* the largest position among the rows + 1 */
+    int64_t keys;         /* the largest position (or limit) among the rows + 1 */
 } model_step;
 
 /* The KV cache pools, one [n_slots, hk*hd] pair per layer. */
@@ -61,6 +63,9 @@ typedef enum weight_kind {
     WEIGHT_KERNEL, /* module.weight, a dense convolution kernel [rows, ...] -> matview [rows, prod(...)] */
     WEIGHT_PART,   /* rows [first, first + rows) of a matrix stored fused with others (Phi-3's
                     * qkv_proj, gate_up_proj) of total rows -> matview of its own */
+    WEIGHT_TRANSPOSED, /* a dense parameter stored [cols, rows] (a product x @ W, Gemma 3's
+                        * mm_input_projection_weight) -> matview [rows, cols], transposed once
+                        * at load into m->mem */
 } weight_kind;
 
 #define WEIGHT_ALWAYS (-1)   /* required */
@@ -120,6 +125,8 @@ struct celer_model {
     json_t *owned_json; /* config built at load (a text_config with defaults), or NULL */
     void *vision_pre;   /* image preprocessing settings, filled and read by the engine layer */
     bool attn_softcap;  /* some layer soft-caps attention scores (the backend must) */
+    bool image_blocks;  /* at prefill the rows of an image block attend to the whole block
+                           (Gemma 3; model_step.limit, the backend's attention_limit) */
     int rope_kinds;     /* distinct rope_params the forward passes (kinds of layer, short and long) */
     int32_t n_mats; /* matrices numbered 1..n_mats (matview.id), the text model's included */
     /* Backends' prepared copies of the weights, one per class and device, made once by
@@ -173,9 +180,18 @@ struct model_family {
     const struct model_op *ops;
 
     /* Vision-language families (NULL otherwise); the text entry points go to m->text. */
+    /* The processor whose prompts and pixels the family follows: "llava_next", "gemma3". */
+    const char *processor;
     int32_t (*image_token)(const celer_model *m);
+    /* The ids that wrap each image block in a prompt's text (Gemma 3's start and end of
+     * image, which the processor puts around the image token), or NULL: none. */
+    void (*image_wrap)(const celer_model *m, int32_t *boi, int32_t *eoi);
     /* Prompt positions of an image laid out as g. */
     int64_t (*image_positions)(const celer_model *m, const model_image_grid *g);
+    /* Image tokens an image laid out as g takes in a prompt (its blocks: Gemma 3's whole
+     * image and pan-and-scan crops), each standing for image_positions / blocks rows; NULL:
+     * one. */
+    int64_t (*image_blocks)(const celer_model *m, const model_image_grid *g);
     /* Positions each tile contributes before the layout (tiles buffer rows per tile). */
     int64_t (*tile_positions)(const celer_model *m);
     void (*vision_sizes)(const celer_model *m, int64_t tiles_per_call, model_vision_sizes *out);
@@ -379,6 +395,13 @@ celer_status bind_matrix(const celer_model *m, const char *module, int64_t rows,
  * not required. */
 celer_status bind_vector(celer_model *m, const char *name, int64_t d, bool required,
                          const float **out, celer_error *e);
+/* w[n] += 1: Gemma's RMSNorm weights (1 + w) folded into the model's fp32 copy at load. */
+void model_norm_plus_one(const float *w, int64_t n);
+
+/* The first of candidates[] (NULL-terminated prefixes) under which prefix + name is a tensor
+ * of m's checkpoint, or NULL: how a vision-language family tells its layouts apart. */
+const char *model_probe_prefix(const celer_model *m, const char *const *candidates, const char *name);
+
 /* Fails when a tensor name exists (an unexpected bias, say) that the config rules out. */
 celer_status reject_tensor(const celer_model *m, const char *name, const char *why,
                            celer_error *e);
@@ -388,5 +411,6 @@ extern const model_family gemma_family;
 extern const model_family gemma3_family;
 extern const model_family cohere2_family;
 extern const model_family llava_next_family;
+extern const model_family gemma3_vision_family;
 
 #endif

@@ -194,6 +194,31 @@ static celer_status bind_kernel(const celer_model *m, const char *canonical, int
     return CELER_OK;
 }
 
+/* The dense tensor canonical, stored [cols, rows] (a parameter a model multiplies as
+ * x @ W), as a matrix [rows, cols]: transposed once into m->mem, in its own float type. */
+static celer_status bind_transposed(celer_model *m, const char *canonical, int64_t rows, int64_t cols, matview *out,
+                                    celer_error *e) {
+    char name[256], b1[96];
+    const st_tensor *w;
+    const char *file;
+    model_tensor_name(m, canonical, name, sizeof name);
+    celer_status s = find(m, name, &w, &file, e);
+    if (s != CELER_OK) return s;
+    if (!is_float(w->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: expected F32, F16 or BF16, found %s", file,
+                         name, dtype_name(w->type));
+    if (w->ndim != 2 || w->shape[0] != cols || w->shape[1] != rows)
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: tensor %s: expected [%lld, %lld] (config.json), found %s",
+                         file, name, (long long)cols, (long long)rows, shp(b1, w));
+    const size_t es = dtype_size(w->type);
+    uint8_t *t = arena_alloc(&m->mem, es * (size_t)(rows * cols));
+    if (!t) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", name);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) memcpy(t + (size_t)(r * cols + c) * es, w->data + (size_t)(c * rows + r) * es, es);
+    *out = (matview){.rows = rows, .cols = cols, .type = w->type, .data = t};
+    return CELER_OK;
+}
+
 /* Rows [r0, r0 + n) of w as a matrix of their own (codes, scales and biases of an affine
  * matrix are row-major, so a run of rows is one range of each). */
 static matview matview_rows(const matview *w, int64_t r0, int64_t n) {
@@ -244,6 +269,8 @@ static celer_status bind_spec(celer_model *m, const weight_table *t, const weigh
         return bind_vector(m, name, t->dims[sp->rows], present, (const float **)(base + sp->offset), e);
     if (sp->kind == WEIGHT_KERNEL)
         return bind_kernel(m, name, t->dims[sp->rows], t->dims[sp->cols], (matview *)(base + sp->offset), e);
+    if (sp->kind == WEIGHT_TRANSPOSED)
+        return bind_transposed(m, name, t->dims[sp->rows], t->dims[sp->cols], (matview *)(base + sp->offset), e);
     matview *w = (matview *)(base + sp->offset);
     if (sp->kind == WEIGHT_PART) return bind_part(m, name, t->dims, sp, w, e);
     if (!present) {

@@ -344,12 +344,13 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
             sum[qi] = 0.0f;
         }
     const int32_t *blocks = ar->tables + (int64_t)ar->seq[r0] * ar->table_cols;
-    const int64_t lo = row_lo(ar, r0), hi = ar->pos[r1 - 1];
+    const int64_t lo = row_lo(ar, r0), hi = attn_rows_limit(ar, r1 - 1);
     for (int64_t kb = lo / bs; kb <= hi / bs; kb++) {
         const int64_t base = kb * bs, last = base + bs - 1;
-        /* positions rise by one per row, so the rows that see this block are a range */
+        /* positions (and limits) rise along the rows, so the rows that see this block are a
+         * range */
         int64_t ra = r0, rb = r1;
-        while (ra < rb && ar->pos[ra] < base) ra++;
+        while (ra < rb && attn_rows_limit(ar, ra) < base) ra++;
         while (rb > ra && row_lo(ar, rb - 1) > last) rb--;
         if (ra == rb) continue;
         const int64_t koff = (int64_t)blocks[kb] * bs * kvd + g * hd * bs;
@@ -368,7 +369,7 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
         const int64_t q0 = (ra - r0) * group, nqb = (rb - ra) * group;
         k->attn_scores(scores, st + q0 * stride, stride, nqb, kt, hd);
         for (int64_t r = ra; r < rb; r++) {
-            const int64_t a = row_lo(ar, r) - base, b = ar->pos[r] - base; /* visible: [a, b] */
+            const int64_t a = row_lo(ar, r) - base, b = attn_rows_limit(ar, r) - base; /* visible: [a, b] */
             for (int64_t i = 0; i < group; i++) {
                 const int64_t qi = (r - r0) * group + i;
                 float *sc = scores + (qi - q0) * bs;
@@ -417,7 +418,7 @@ static void cpu_attention(backend *be, float *out, const float *q, const void *k
     /* tiles: runs of consecutive positions of one sequence */
     int64_t nt = 0;
     for (int64_t r = 0; r < ar->n; r++) {
-        CELER_ASSERT(ar->pos[r] < cb->sz.max_keys);
+        CELER_ASSERT(ar->pos[r] <= attn_rows_limit(ar, r) && attn_rows_limit(ar, r) < cb->sz.max_keys);
         const bool cont = r > 0 && ar->seq[r] == ar->seq[r - 1] && ar->pos[r] == ar->pos[r - 1] + 1 &&
                           r - cb->tile_row[nt - 1] < ATT_TILE;
         if (!cont) cb->tile_row[nt++] = (int32_t)r;
@@ -585,6 +586,7 @@ static const backend_ops cpu_ops = {
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
     .attention_softcap = true,
+    .attention_limit = true,
     .attention = cpu_attention,
     .attention_full = cpu_attention_full,
     .glu = cpu_glu,
@@ -594,6 +596,7 @@ static const backend_ops cpu_ops = {
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
     .patches = backend_host_patches,
+    .avg_pool = backend_host_avg_pool,
 };
 
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16) {

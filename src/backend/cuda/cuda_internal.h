@@ -246,6 +246,7 @@ void cuda_gather_rows(cudaStream_t s, float *y, const float *x, const int32_t *i
                       int64_t d);
 void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t p, bool channels_last,
                   bool lead);
+void cuda_avg_pool(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t k, int64_t d);
 
 /* ==== Attention (attention.cu, attention_flash.cu) ==== */
 

@@ -171,7 +171,7 @@ static void attention_task(void *p, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) {
         kv_span kv = {j->kpool, j->vpool, ar->tables + (int64_t)ar->seq[t] * ar->table_cols, ar->block_size,
                       j->rb->base.kv_f16};
-        ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], ar->window, ar->h, ar->hk,
+        ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], attn_rows_limit(ar, t), ar->window, ar->h, ar->hk,
                       ar->hd, ar->scale, ar->softcap, scores);
     }
 }
@@ -179,7 +179,8 @@ static void attention_task(void *p, int ith, int nth) {
 static void ref_op_attention(backend *be, float *out, const float *q, const void *kpool,
                              const void *vpool, const attn_rows *rows) {
     ref_backend *rb = (ref_backend *)be;
-    for (int64_t t = 0; t < rows->n; t++) CELER_ASSERT(rows->pos[t] < rb->max_keys);
+    for (int64_t t = 0; t < rows->n; t++)
+        CELER_ASSERT(rows->pos[t] <= attn_rows_limit(rows, t) && attn_rows_limit(rows, t) < rb->max_keys);
     row_job j = {.rb = rb, .y = out, .x = q, .kpool = kpool, .vpool = vpool, .ar = rows};
     threadpool_run(rb->pool, attention_task, &j);
 }
@@ -276,6 +277,7 @@ static const backend_ops ref_ops = {
     .rope = ref_op_rope,
     .kv_store = ref_op_kv_store,
     .attention_softcap = true,
+    .attention_limit = true,
     .attention = ref_op_attention,
     .attention_full = ref_op_attention_full,
     .glu = ref_op_glu,
@@ -285,6 +287,7 @@ static const backend_ops ref_ops = {
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
     .patches = backend_host_patches,
+    .avg_pool = backend_host_avg_pool,
 };
 
 backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, bool kv_f16) {
