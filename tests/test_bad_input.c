@@ -133,6 +133,14 @@ static void wrong_dtype(json_t *h) {
 }
 
 /* q_proj of layer 0 as 2-bit codes: half the words per row, offsets shrunk to match. */
+/* The projector's [vd, td] parameter written [td, vd] (same bytes). */
+static void proj_transposed(json_t *h) {
+    json_t *t = json_object_get(h, "multi_modal_projector.mm_input_projection_weight");
+    json_object_set_new(t, "shape", json_pack("[i, i]", 64, 32));
+}
+
+static void drop_proj(json_t *h) { json_object_del(h, "multi_modal_projector.mm_input_projection_weight"); }
+
 static void two_bit(json_t *h) {
     json_t *t = json_object_get(h, "model.layers.0.self_attn.q_proj.weight");
     json_t *shape = json_object_get(t, "shape"), *o = json_object_get(t, "data_offsets");
@@ -315,6 +323,33 @@ int main(void) {
                                                 64, "num_hidden_layers", 3, "num_attention_heads", 4, "image_size", 56,
                                                 "patch_size", 14, "hidden_act", "quick_gelu"));
     expect_error("llava vision shapes", dir, NEEDLES("patch_embedding.weight", "expected [48, ...]", "found [32, 3, 14, 14]"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_tokens_square");
+    edit_config(dir, "mm_tokens_per_image", json_integer(5));
+    expect_error("gemma3 tokens not square", dir, NEEDLES("config.json", "mm_tokens_per_image", "square", "found 5"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_tokens_grid");
+    edit_config(dir, "mm_tokens_per_image", json_integer(9));
+    expect_error("gemma3 tokens vs grid", dir, NEEDLES("mm_tokens_per_image 9", "does not divide the 4 x 4 patch grid"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_proj_shape");
+    edit_header(dir, proj_transposed);
+    expect_error("gemma3 projector shape", dir,
+                 NEEDLES("multi_modal_projector.mm_input_projection_weight", "expected [32, 64]", "found [64, 32]"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_vision_size");
+    edit_config(dir, "vision_config", json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "model_type", "siglip_vision_model",
+                                                "hidden_size", 48, "intermediate_size", 64, "num_hidden_layers", 2,
+                                                "num_attention_heads", 2, "image_size", 56, "patch_size", 14));
+    expect_error("gemma3 vision size", dir, NEEDLES("patch_embedding.weight", "expected [48, ...]", "found [32, 3, 14, 14]"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_no_proj");
+    edit_header(dir, drop_proj);
+    expect_error("gemma3 projector missing", dir, NEEDLES("missing tensor", "mm_input_projection_weight"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_clip");
+    edit_config(dir, "vision_config", json_pack("{s:s}", "model_type", "clip_vision_model"));
+    expect_error("gemma3 clip tower", dir, NEEDLES("vision_config.model_type", "siglip_vision_model"));
 
     expect_error("gguf truncated", gguf_variant("llama-tied-gguf-q4_1", "trunc", gguf_truncate),
                  NEEDLES("trunc.gguf", "outside the file"));

@@ -246,8 +246,90 @@ static void check_image_chat(void) {
     json_decref(g);
 }
 
+/* The ids of json array a as "1,2,3" (sep ",") or "1 2 3" (sep " ") into out[cap]. */
+static void join_ids(char *out, size_t cap, const json_t *a, const char *sep) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < json_array_size(a) && k < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%lld", i ? sep : "", (long long)json_integer_value(json_array_get(a, i)));
+}
+
+/* Gemma 3 case `cname` of fixture `name`: `celer generate --image... --ids` prints the golden
+ * greedy ids, `celer logits --image... --all` writes every golden row; with -p (the chat
+ * template's image parts) and --text (the template's text), the markers rewritten as
+ * Gemma3Processor does give the same greedy ids. */
+static void check_image_gemma3(const char *name, const char *cname) {
+    char path[4400], cmd[16384], out[4096], ids[4096], want[2048], images[4096] = "";
+    const char *d = fixture_path(name);
+    snprintf(path, sizeof path, "%s/golden.json", d);
+    json_t *g = json_load_file(path, 0, NULL);
+    const json_t *c = NULL, *cases = json_object_get(g, "cases");
+    for (size_t i = 0; i < json_array_size(cases); i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(cases, i), "name")), cname))
+            c = json_array_get(cases, i);
+    if (!CHECK(c != NULL, "%s: golden case %s", name, cname)) goto out;
+    const json_t *files = json_object_get(c, "images"), *gr = json_object_get(c, "greedy");
+    size_t k = 0;
+    for (size_t i = 0; i < json_array_size(files); i++)
+        k += (size_t)snprintf(images + k, sizeof images - k, " --image '%s/%s'", d,
+                              json_string_value(json_array_get(files, i)));
+    join_ids(ids, sizeof ids, json_object_get(c, "text_ids"), ",");
+    join_ids(want, sizeof want - 1, gr, " ");
+    strcat(want, "\n");
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s'%s --ids %s -n %zu --temp 0 --output-ids --ignore-eos", bin(), d,
+             images, ids, json_array_size(gr));
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: generate --image --ids exits 0", name, cname);
+    CHECK(strcmp(out, want) == 0, "%s/%s: generate --image --ids printed \"%s\", golden \"%s\"", name, cname, out, want);
+    snprintf(path, sizeof path, "/tmp/celer-g3-%d.npy", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s'%s --ids %s --all --cache-type f32 -o %s", bin(), d, images, ids, path);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: logits --image --all exits 0", name, cname);
+    int64_t r, cols, gr_rows, gcols;
+    float *got = npy_read_f32(path, &r, &cols);
+    remove(path);
+    snprintf(path, sizeof path, "%s/golden_logits_%s.npy", d, cname);
+    float *gold = npy_read_f32(path, &gr_rows, &gcols);
+    double dd = -1;
+    if (CHECK(got && gold && r == gr_rows && cols == gcols, "%s/%s: logits --image --all shape", name, cname)) {
+        dd = max_abs_diff(got, gold, r * cols) / max_abs(gold, r * cols);
+        CHECK(dd <= 2e-3, "%s/%s: logits --image --all differ by %g", name, cname, dd);
+    }
+    free(got), free(gold);
+    /* the chat template's text: its last user text is the -p prompt, its images the --image files */
+    const json_t *msg = json_array_get(json_object_get(c, "messages"), 0), *parts = json_object_get(msg, "content");
+    const char *prompt = json_string_value(json_object_get(json_array_get(parts, json_array_size(parts) - 1), "text"));
+    if (json_array_size(parts) == json_array_size(files) + 1) { /* [images..., text]: the -p layout */
+        snprintf(cmd, sizeof cmd, "'%s' generate -m '%s'%s -p '%s' -n %zu --temp 0 --output-ids --ignore-eos 2>/dev/null",
+                 bin(), d, images, prompt, json_array_size(gr));
+        CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: generate --image -p exits 0", name, cname);
+        CHECK(strcmp(out, want) == 0, "%s/%s: generate --image -p printed \"%s\", golden \"%s\"", name, cname, out,
+              want);
+    }
+    char fmt[4096] = "";
+    const char *text = json_string_value(json_object_get(c, "text"));
+    for (size_t i = 0, j = 0; text[i] && j + 3 < sizeof fmt; i++) /* newlines as printf's \n */
+        if (text[i] == '\n') fmt[j++] = '\\', fmt[j++] = 'n';
+        else fmt[j++] = text[i];
+    /* (an x after the text keeps the command substitution from eating its last newline) */
+    snprintf(cmd, sizeof cmd,
+             "t=\"$(printf '%sx')\"; '%s' generate -m '%s'%s --text \"${t%%x}\" -n %zu --temp 0 --output-ids --ignore-eos "
+             "2>/dev/null",
+             fmt, bin(), d, images, json_array_size(gr));
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: generate --image --text exits 0", name, cname);
+    CHECK(strcmp(out, want) == 0, "%s/%s: generate --image --text printed \"%s\", golden \"%s\"", name, cname, out, want);
+    printf("  %s/%s: generate --image (--ids, -p, --text) == golden greedy; logits --image --all rel %.2e\n", name, cname,
+           dd);
+    /* a marker without its image: one clear line */
+    char args[16384];
+    snprintf(args, sizeof args, "generate -m '%s' --text \"$(printf '%s')\" -n 2", d, fmt);
+    check_fails("a marker without an image", args, "markers for 0 images");
+out:
+    json_decref(g);
+}
+
 int main(void) {
     check_image("llava-mistral-mlx-q4");
+    check_image_gemma3("gemma3-vision-mlx-bf16", "wide");
+    check_image_gemma3("gemma3-vision-hf-bf16", "two");
     check_image_chat();
     check_convert("llama-tied-gguf-q4_1");
     check_convert("qwen2-gguf-q8_0");

@@ -136,8 +136,8 @@ static celer_status gemma3_load(celer_model *m, celer_error *e) {
     TRY(config_int(ck, m->cfg, "mm_tokens_per_image", 256, &w->tokens, e));
     TRY(clip_load(m, vcfg, CLIP_SIGLIP, NULL, true, tower, &w->tower, e));
     if (w->tower.kind != CLIP_SIGLIP)
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: vision_config.model_type: expected siglip_vision_model",
-                         ck->config_path);
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: vision_config.model_type: expected siglip_vision_model, found %s",
+                         ck->config_path, json_string_value(json_object_get(vcfg, "model_type")));
     /* T rows per tile from a grid x grid map: a square whose side divides the grid */
     const int64_t g = w->tower.grid, side = (int64_t)llround(sqrt((double)(w->tokens > 0 ? w->tokens : 0)));
     if (w->tokens <= 0 || side * side != w->tokens)
