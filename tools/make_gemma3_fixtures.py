@@ -313,15 +313,8 @@ def write_mlx(model, spec, d, scratch):
     cfg["text_config"]["mm_tokens_per_image"] = MM_TOKENS
     (src / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     convert(hf_path=str(src), mlx_path=str(out), dtype="bfloat16")
-    kept = []
-    for f in sorted(out.iterdir()):
-        if f.name in ("README.md", "chat_template.jinja", "chat_template.json", "special_tokens_map.json",
-                      "generation_config.json"):
-            continue
-        assert f.is_file(), f
-        shutil.copy(f, d / f.name)
-        kept.append(f.name)
-    return kept
+    return ml.copy_kept(out, d, ("README.md", "chat_template.jinja", "chat_template.json", "special_tokens_map.json",
+                                 "generation_config.json"))
 
 
 def read_tensors(d):
@@ -483,18 +476,11 @@ def run_case(model, tok, spec, d, case, seed):
         ref = reference_image_rows(model, pv)
         fdiff = float((ref - feats).abs().max())
         assert fdiff < 1e-5 * max(1.0, float(feats.abs().max())), fdiff
-        captured = {}
-
-        def hook(mod, args, kwargs):
-            captured["e"] = kwargs["inputs_embeds"][0].clone()
-
-        hnd = model.model.language_model.register_forward_pre_hook(hook, with_kwargs=True)
         x = torch.tensor([ids])
         tt = torch.tensor([tti])
-        logits = model(input_ids=x, pixel_values=pv, token_type_ids=tt).logits[0].float().numpy()
-        hnd.remove()
+        logits, embeds = ml.forward_capturing_embeds(model, input_ids=x, pixel_values=pv, token_type_ids=tt)
         img_rows = [i for i, t in enumerate(ids) if t == IMAGE]
-        assert torch.equal(captured["e"][img_rows], feats)
+        assert torch.equal(embeds[img_rows], feats)
         causal = model(input_ids=x, pixel_values=pv).logits[0].float().numpy()
         mask_effect = float(np.abs(causal - logits).max())
         assert mask_effect > 1e-3, mask_effect
