@@ -1,9 +1,10 @@
 # celer - plain Makefile (STYLE.md rule 18).
-#   make            build/celer
+#   make            build/celer, and where nvcc is found its CUDA module build/celer-cuda.so,
+#                   which must sit beside it (the CUDA block below)
 #   make run        install, fetch the default model, build, answer one question
 #   make test       install missing packages (as root), build, run every test
 #   make test-cuda  the GPU suite: every model test and kernel on the CUDA device
-#   make asan       the same tests against an AddressSanitizer + UBSan build
+#   make asan       the same tests against an AddressSanitizer + UBSan build (CUDA=0)
 #   make fuzz       libFuzzer targets for a bounded time (FUZZ_SECONDS each)
 #   make format     clang-format every C file
 #   make fixtures   regenerate tests/fixtures with the pinned Python tools
@@ -26,29 +27,44 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c))
 
 # The CUDA backend, built when nvcc is found (CUDA=0 leaves it out): sm_90 machine code
-# plus PTX for later GPUs. cudart is linked statically, so the binary starts without a
-# driver; cuBLAS comes from the toolkit (rpath).
+# plus PTX for later GPUs, in a module of its own, $(BUILD)/celer-cuda.so, that the registry
+# dlopen()s beside the binary on first use (src/backend/module.h). build/celer links no CUDA
+# library: it starts where none is installed, and a CPU run maps none. The module links
+# cudart statically and opens cuBLAS itself when a CUDA backend is first created (run path:
+# the toolkit's lib64), so listing devices maps no cuBLAS either.
+#
+# The module calls a few base functions of the binary (error_set, ...): the binary exports
+# exactly those (src/backend/module.dynlist) rather than the module carrying copies of
+# their objects, so each has one definition in the process; linking the module fails on any
+# other import. Both sides are built with MODULE_ABI, a digest of the headers they share,
+# and the registry refuses a module whose number differs (a stale module of another build).
 NVCC    ?= $(shell command -v nvcc 2>/dev/null)
 CUDA    ?= $(if $(NVCC),1,0)
+MODULE_ABI := $(shell cat src/backend/backend.h src/backend/module.h src/backend/module.dynlist \
+                $(sort $(wildcard src/base/*.h)) include/celer.h | cksum | cut -d' ' -f1)
+MODULE_IMPORTS := $(shell sed -n 's/^ *\([a-z_0-9]*\);$$/\1/p' src/backend/module.dynlist)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_SRC  := $(wildcard src/backend/cuda/*.cu)
+CUDA_MODULE := $(BUILD)/celer-cuda.so
 NVARCH    := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVFLAGS    = -O3 -std=c++20 -Iinclude -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(NVARCH)
+NVFLAGS    = -O3 -std=c++20 -Iinclude -Isrc -MMD -MP -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter $(NVARCH)
 CFLAGS  += -DCELER_CUDA
 # CUDA_TRACE=1: the kernels note a step's timeline (src/backend/cuda/trace.h), in a build
-# of its own: make CUDA_TRACE=1 BUILD=build/trace build/trace/celer
+# of its own with its own module: make CUDA_TRACE=1 BUILD=build/trace build/trace/celer
 ifeq ($(CUDA_TRACE),1)
 ifeq ($(BUILD),build)
 $(error CUDA_TRACE=1 builds apart from build/: give it BUILD=build/trace)
 endif
 NVFLAGS   += -DCELER_CUDA_TRACE
 endif
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+# what the binary and every test program export to the module
+MODULE_LDFLAGS := -Wl,--dynamic-list=src/backend/module.dynlist $(foreach s,$(MODULE_IMPORTS),-Wl,--require-defined=$(s))
 endif
 CLI_SRC := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
@@ -60,12 +76,26 @@ FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 all: $(BUILD)/celer
 
+# Made anew each time: ar would keep members whose sources left the list (the CUDA objects,
+# now in the module, or a moved file's old object).
 $(BUILD)/libceler.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/celer: $(CLI_OBJ) $(BUILD)/libceler.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# The module is built with the binary (order-only: a new module does not relink it).
+$(BUILD)/celer: $(CLI_OBJ) $(BUILD)/libceler.a | $(CUDA_MODULE)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libceler.a $(LDLIBS) $(MODULE_LDFLAGS)
+
+# Exports only its entry point (module.map); its imports must be the binary's exports.
+$(CUDA_MODULE): $(CUDA_OBJ) src/backend/cuda/module.map src/backend/module.dynlist
+	$(NVCC) -shared -cudart static -o $@ $(CUDA_OBJ) -Xlinker --version-script=src/backend/cuda/module.map \
+	    -Xlinker -rpath=$(CUDA_HOME)/lib64 -ldl -lrt -lpthread
+	@extra=$$(nm -D --undefined-only $@ | awk '$$1 == "U" && $$2 !~ /@/ {print $$2}' | \
+	    grep -vxF $(addprefix -e ,$(MODULE_IMPORTS))); \
+	if [ -n "$$extra" ]; then \
+	    echo "$@ calls functions the binary does not export (src/backend/module.dynlist):" $$extra; \
+	    rm -f $@; exit 1; \
+	fi
 
 # Each instruction set's kernels are compiled with their own flags; the rest of the code
 # stays baseline x86-64, and cpuid picks a table at run time.
@@ -99,14 +129,28 @@ $(BUILD)/cuda/bench_affine: tests/cuda/bench_affine.cu $(BUILD)/src/backend/cuda
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -o $@ $^ -lcublas
 
-# The registry lists the CUDA class only when it is built: rebuilt when CUDA changes.
+# The registry loads the CUDA module only when it is built: rebuilt when CUDA changes. It
+# and the module's entry point carry MODULE_ABI: rebuilt when it changes.
 $(BUILD)/cuda-$(CUDA).stamp:
 	@mkdir -p $(@D) && rm -f $(BUILD)/cuda-*.stamp && touch $@
-$(BUILD)/src/backend/registry.o: $(BUILD)/cuda-$(CUDA).stamp
+$(BUILD)/abi-$(MODULE_ABI).stamp:
+	@mkdir -p $(@D) && rm -f $(BUILD)/abi-*.stamp && touch $@
+$(BUILD)/src/backend/registry.o: $(BUILD)/cuda-$(CUDA).stamp $(BUILD)/abi-$(MODULE_ABI).stamp
+$(BUILD)/src/backend/registry.o: CFLAGS += -DCELER_MODULE_ABI=$(MODULE_ABI)u
+$(BUILD)/src/backend/cuda/backend_cuda.o: $(BUILD)/abi-$(MODULE_ABI).stamp
+$(BUILD)/src/backend/cuda/backend_cuda.o: NVFLAGS += -DCELER_MODULE_ABI=$(MODULE_ABI)u
 
 $(BUILD)/tests/%: tests/%.c tests/harness.c $(BUILD)/libceler.a
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -o $@ $< tests/harness.c $(BUILD)/libceler.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< tests/harness.c $(BUILD)/libceler.a $(LDLIBS) $(MODULE_LDFLAGS)
+
+# test_module's module from "another build" (another interface number).
+ifeq ($(CUDA),1)
+$(BUILD)/tests/test_module: $(BUILD)/tests/module_stale.so
+endif
+$(BUILD)/tests/module_stale.so: tests/module_stale.c $(BUILD)/abi-$(MODULE_ABI).stamp
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DCELER_MODULE_ABI=$(MODULE_ABI)u -shared -fPIC -o $@ $<
 
 # Installs the build dependencies when root; otherwise names the command to run.
 deps:
@@ -208,6 +252,6 @@ soak: deps
 	build/serve-venv/bin/python bench/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf build/celer build/libceler.a build/src build/tests build/asan build/fuzz
+	rm -rf build/celer build/celer-cuda.so build/libceler.a build/src build/tests build/asan build/fuzz build/trace
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CUDA_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -31,7 +31,7 @@ Steps, all on the GPU machine (it needs no network; celer is built elsewhere):
 tiny models (d 256, 2 layers, vocab 512, and extra twins for the check): it tests this
 harness where there is no GPU; its figures mean nothing.
 
-Run on the GPU machine (celer built elsewhere; LD_LIBRARY_PATH as the binary needs):
+Run on the GPU machine (celer built elsewhere, its CUDA module celer-cuda.so beside it):
   python3 bench/cuda.py --celer PATH/celer [--llama-src build/llama.cpp-cuda/src] [--work DIR]
 """
 import argparse
@@ -557,6 +557,10 @@ def main():
     args.celer_commit = args.celer_commit or git_commit()
     if not os.access(args.celer, os.X_OK):
         sys.exit(f"bench-cuda: {args.celer} is not an executable; HINT: --celer PATH (built with make where nvcc is)")
+    module = os.environ.get("CELER_CUDA_MODULE") or str(Path(args.celer).parent / "celer-cuda.so")
+    if not args.dry_run and not os.path.exists(module):
+        sys.exit(f"bench-cuda: the CUDA module {module} is missing; HINT: make builds it beside build/celer, "
+                 "copy the two together")
     if not (args.llama_src / "CMakeLists.txt").exists():
         sys.exit(f"bench-cuda: no llama.cpp tree at {args.llama_src}; HINT: bash bench/setup_cuda.sh")
     args.work.mkdir(parents=True, exist_ok=True)

@@ -613,11 +613,14 @@ async def main_async(args):
         else "build/serve-venv/bin/python bench/serve.py " + " ".join(sys.argv[1:]),
         "requests": ", ".join(f"C={c}: {n}" for c, n in args.n_requests.items()),
     }
-    # A copy of build/celer: a rebuild during the run must not change the binary measured.
+    # A copy of build/celer and its CUDA module: a rebuild during the run must not change what is measured.
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     args.celer_bin = OUT_DIR / "celer"
     if "celer" in args.engines:
         shutil.copy2(args.celer, args.celer_bin)
+        module = Path(args.celer).parent / "celer-cuda.so"
+        if module.exists():  # its CUDA module goes beside it (CELER_DEVICE=cuda)
+            shutil.copy2(module, OUT_DIR / "celer-cuda.so")
     print(f"serve.py: {meta['cpu']}, {meta['nproc']} CPUs; celer {meta['celer_commit']}; "
           f"llama.cpp {meta['llama_version']}; model {args.model}", flush=True)
     runs = []

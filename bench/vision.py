@@ -470,6 +470,8 @@ def main():
     out_dir.mkdir(parents=True, exist_ok=True)
     celer_bin = out_dir / "vision-celer"
     shutil.copy2(CELER, celer_bin)
+    if (CELER.parent / "celer-cuda.so").exists():  # its CUDA module goes beside it (CELER_DEVICE=cuda)
+        shutil.copy2(CELER.parent / "celer-cuda.so", out_dir / "celer-cuda.so")
     commit = git_commit()
     args.order = engines + list(reversed(engines))
     for k in ("reps", "threads", "prompt"):

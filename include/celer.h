@@ -151,6 +151,11 @@ celer_context_memory celer_context_get_memory(const celer_context *ctx);
 /* Device i of this machine and build (i = 0, 1, ...): its name for params.device
  * ("cpu", "cuda:0") in name and a description in desc; false past the last. */
 bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size);
+/* Device class i of this build that offers no device here (i = 0, 1, ...): its name
+ * ("cuda") in name and the one-line reason in why (its module could not be loaded, no device
+ * was found, the build has none); false past the last. Both lists load the CUDA module
+ * (celer-cuda.so beside the binary) on first use; nothing else that runs on the CPU does. */
+bool celer_device_missing_at(int i, char *name, size_t name_size, char *why, size_t why_size);
 /* Threads ctx runs each op on. */
 int32_t celer_context_n_threads(const celer_context *ctx);
 /* Rows ctx runs in one internal step (params.n_batch, or the device's where that was 0). */

@@ -7,20 +7,26 @@
 # reference (test_real_kl), the server suite with every server on the device (its fault
 # servers lose the device for real) (tests/server/run.sh: CELER_DEVICE), the affine product kernels'
 # own test when built (BUILD/cuda/test_affine), and a decode step's trace when the trace
-# build is there (BUILD/trace/celer). Same summary lines as run.sh.
+# build is there (BUILD/trace/celer). Same summary lines as run.sh. The test programs live
+# in BUILD/tests: CELER_CUDA_MODULE names them the module beside BUILD/celer (the binaries
+# find their own beside them).
 #   bash tests/run_cuda.sh [BUILD] [DEVICE]      DEVICE: cuda (default), cuda:N
 set -u
 build=${1:-build}
 device=${2:-cuda}
 export CELER_BIN="$build/celer" CELER_TEST_DEVICE="$device"
+module="$build/celer-cuda.so"
+[ -f "$module" ] || { echo "run_cuda: $module is missing (make builds it with $build/celer)"; exit 1; }
 # shellcheck source=tests/summary.sh
 . "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
+# the module itself first: loaded on first use, cuBLAS opened by the first CUDA context
+run_one "test_module ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/test_module"
 for t in test_device_ops test_parity test_vlm test_contract test_real_kl; do
-    run_one "$t ($device)" "$build/tests/$t"
+    run_one "$t ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/$t"
 done
-run_one "test_engine ($device)" env CELER_DEVICE="$device" "$build/tests/test_engine"
+run_one "test_engine ($device)" env CELER_DEVICE="$device" CELER_CUDA_MODULE="$module" "$build/tests/test_engine"
 # failed steps as statuses: CELER_FAULT_STEP's real CUDA errors (the lost device last)
-run_one "test_faults ($device)" "$build/tests/test_faults"
+run_one "test_faults ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/test_faults"
 # the OpenAI-compatible server end to end, every model on the device (celer serve reads CELER_DEVICE)
 run_one "test_server ($device)" env CELER_DEVICE="$device" bash tests/server/run.sh "$build"
 [ -x "$build/cuda/test_affine" ] && run_one "test_affine ($device)" "$build/cuda/test_affine"

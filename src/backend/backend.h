@@ -1,6 +1,7 @@
 /*
- * backend.h - the op interface model code is written against (docs/architecture.md, "The model contract"), and
- * the registry of backend classes (cpu, cuda).
+ * backend.h - the op interface model code is written against (docs/architecture.md, "The
+ * model contract"), and the registry of backend classes (cpu, and cuda in a module loaded on
+ * first use: registry.c).
  *
  * A backend runs each op over whole batches of rows on memory it owns: activations, KV
  * pools, step inputs and outputs live in buffers its alloc made (host memory for the CPU
@@ -283,9 +284,15 @@ struct backend_class {
 /* The class and device index a device string names ("cpu", "cuda", "cuda:1"; NULL or
  * empty is "cpu"), checking that the device exists. */
 celer_status backend_find(const char *device, const backend_class **cls, int *index, celer_error *e);
-/* The classes built in, NULL-terminated; the first is the host class ("cpu"). */
-const backend_class *const *backend_classes(void);
-static inline const backend_class *backend_host_class(void) { return backend_classes()[0]; }
+/* The name of class i of those this build knows, in device-list order (0: the host class
+ * "cpu", built in; then "cuda", a module), or NULL past the last. Knowing a name loads nothing. */
+const char *backend_class_name(int i);
+/* Class i (below the count backend_class_name gives), its module loaded on first use (the
+ * outcome is kept): the class, or NULL with the one-line reason in e (the module is missing,
+ * unloadable or from another build; this build has none). */
+const backend_class *backend_class_get(int i, celer_error *e);
+/* The host class ("cpu"). */
+const backend_class *backend_host_class(void);
 
 /* ==== Failures ==== */
 

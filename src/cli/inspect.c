@@ -2,17 +2,21 @@
  * inspect.c - `celer inspect -m MODEL [-c CTX]`: what a checkpoint holds and what
  * running it costs: architecture, parameters, quantization, weight bytes, KV bytes per
  * token and a memory estimate for a context size; then the devices this machine and build
- * can run it on (without -m, only those).
+ * can run it on, and for a device class with none the reason (without -m, only those).
  */
 #include "cli/cli.h"
 
 #include <stdio.h>
 #include <string.h>
 
+/* Every device, then each device class with none and why (the CUDA module missing, no
+ * driver, no GPU): listing them loads the CUDA module, nothing else here does. */
 static void print_devices(void) {
-    char name[64], desc[256];
+    char name[64], desc[512];
     printf("devices:\n");
     for (int i = 0; celer_device_at(i, name, sizeof name, desc, sizeof desc); i++) printf("  %-8s %s\n", name, desc);
+    for (int i = 0; celer_device_missing_at(i, name, sizeof name, desc, sizeof desc); i++)
+        printf("  %-8s none: %s\n", name, desc);
 }
 
 int cmd_inspect(int argc, char **argv) {

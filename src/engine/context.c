@@ -293,20 +293,40 @@ celer_context_memory celer_context_get_memory(const celer_context *ctx) {
 }
 
 bool celer_device_at(int i, char *name, size_t name_size, char *desc, size_t desc_size) {
-    for (const backend_class *const *c = backend_classes(); *c; c++) {
+    for (int k = 0; backend_class_name(k); k++) {
+        const backend_class *c = backend_class_get(k, NULL);
         celer_error e = {{0}};
-        const int n = (*c)->device_count(&e);
+        const int n = c ? c->device_count(&e) : 0;
         if (i >= n) {
             i -= n;
             continue;
         }
-        if (!strcmp((*c)->name, "cpu")) snprintf(name, name_size, "cpu");
-        else snprintf(name, name_size, "%s:%d", (*c)->name, i);
-        (*c)->device_name(i, desc, desc_size);
+        if (!strcmp(c->name, "cpu"))
+            snprintf(name, name_size, "cpu");
+        else
+            snprintf(name, name_size, "%s:%d", c->name, i);
+        c->device_name(i, desc, desc_size);
         return true;
     }
     return false;
 }
+
+bool celer_device_missing_at(int i, char *name, size_t name_size, char *why, size_t why_size) {
+    for (int k = 0; backend_class_name(k); k++) {
+        celer_error e = {{0}};
+        const backend_class *c = backend_class_get(k, &e);
+        if (c && c->device_count(&e) > 0) continue;
+        if (i-- > 0) continue;
+        snprintf(name, name_size, "%s", backend_class_name(k));
+        if (c)
+            snprintf(why, why_size, "no %s device found%s%s", c->name, e.msg[0] ? ": " : "", e.msg);
+        else
+            error_copy(&e, why, why_size);
+        return true;
+    }
+    return false;
+}
+
 int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
 int64_t celer_context_n_batch(const celer_context *ctx) { return ctx->n_batch; }
 

@@ -1,7 +1,8 @@
 /*
  * backend_cuda.cu - the "cuda" backend class: devices, the weights' device copy, a
  * backend's stream and memory, and the op table that queues kernels (kernels.cu,
- * attention.cu) and cuBLAS products on that stream.
+ * attention.cu) and cuBLAS products on that stream; and the entry point of the module
+ * (celer-cuda.so) the class is built into.
  *
  * Every op is queued on the backend's one stream and returns at once; only download waits.
  * Products are matmul.cu's. No op allocates.
@@ -21,9 +22,11 @@
 #include "backend/cuda/cuda_internal.h"
 
 extern "C" {
+#include "backend/module.h"
 #include "base/error.h"
 }
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,8 +95,8 @@ bool cuda_check(cudaError_t err, const char *what, const char *file, int line) {
 bool cublas_check(cublasStatus_t st, const char *what, const char *file, int line) {
     if (st == CUBLAS_STATUS_SUCCESS) return true;
     /* cuBLAS fails on a lost device too: CUDA's own state tells */
-    note(sticky_after(cudaSuccess), st == CUBLAS_STATUS_ALLOC_FAILED, what, file, line, cublasGetStatusString(st),
-         cublasGetStatusName(st));
+    note(sticky_after(cudaSuccess), st == CUBLAS_STATUS_ALLOC_FAILED, what, file, line, cuda_blas.status_string(st),
+         cuda_blas.status_name(st));
     return false;
 }
 
@@ -173,7 +176,11 @@ static int cuda_device_count(celer_error *e) {
     int n = 0;
     const cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
-        error_set(e, CELER_STATUS_UNSUPPORTED, "%s", cudaGetErrorString(err));
+        /* cudart says "driver version is insufficient" where there is no driver at all */
+        if (err == cudaErrorInsufficientDriver && !dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD))
+            error_set(e, CELER_STATUS_UNSUPPORTED, "no NVIDIA driver (libcuda.so.1) is installed");
+        else
+            error_set(e, CELER_STATUS_UNSUPPORTED, "%s", cudaGetErrorString(err));
         return 0;
     }
     return n;
@@ -821,7 +828,7 @@ static void cuda_destroy(backend *be) {
     if (cb->side) cudaStreamDestroy(cb->side);
     cudaFree(cb->att_part);
     cudaFree(cb->blas_work);
-    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->blas) cuda_blas.destroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     cudaGetLastError(); /* what failed here is nobody's to report */
     free(cb);
@@ -871,6 +878,7 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
                   p->kernels);
         return NULL;
     }
+    if (cuda_blas_open(e) != CELER_OK) return NULL;
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (!cb) {
         error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
@@ -894,12 +902,12 @@ static backend *cuda_create(const backend_params *p, const backend_weights *w, c
                         CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_ready[1], cudaEventDisableTiming)) &&
                         CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_free[0], cudaEventDisableTiming)) &&
                         CUDA_CHECK(cudaEventCreateWithFlags(&cb->wh_free[1], cudaEventDisableTiming)) &&
-                        CUBLAS_CHECK(cublasCreate(&cb->blas)) &&
+                        CUBLAS_CHECK(cuda_blas.create(&cb->blas)) &&
                         CUDA_CHECK(cudaMalloc(&cb->xs, 4 * (size_t)(p->max_rows * p->max_cols))) &&
                         CUDA_CHECK(cudaMalloc(&cb->blas_work, BLAS_WORKSPACE)) &&
                         CUDA_CHECK(cudaMalloc((void **)&cb->att_part, att_bytes)) && work_reserve(cb) &&
-                        CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream)) &&
-                        CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
+                        CUBLAS_CHECK(cuda_blas.set_stream(cb->blas, cb->stream)) &&
+                        CUBLAS_CHECK(cuda_blas.set_workspace(cb->blas, cb->blas_work, BLAS_WORKSPACE));
         if (ok) {
             cuda_attention_flash_init();
             cuda_trace_open();
@@ -927,3 +935,12 @@ const backend_class backend_cuda_class = {
     .default_threads = NULL,
     .kernels_supported = NULL,
 };
+
+/* ==== The module's entry point (module.h) ==== */
+
+/* The one symbol celer-cuda.so exports (module.map); the registry checks abi before it
+ * reads cls. */
+extern "C" __attribute__((visibility("default"))) const backend_module *celer_backend_module(void) {
+    static const backend_module mod = {CELER_MODULE_ABI, &backend_cuda_class};
+    return &mod;
+}

@@ -51,6 +51,26 @@ struct cuda_scope {
     cuda_scope &operator=(const cuda_scope &) = delete;
 };
 
+/* cuBLAS's entries, found by cuda_blas_open (blas.cu): the module does not link it. */
+typedef struct cuda_blas_api {
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetWorkspace_v2) set_workspace;
+    decltype(&cublasGetStatusString) status_string;
+    decltype(&cublasGetStatusName) status_name;
+    /* cublasGemmEx (C++ sees an overload taking a cudaDataType compute type too) */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int m, int n,
+                              int k, const void *alpha, const void *a, cudaDataType at, int lda,
+                              const void *b, cudaDataType bt, int ldb, const void *beta, void *c,
+                              cudaDataType ct, int ldc, cublasComputeType_t compute,
+                              cublasGemmAlgo_t algo);
+} cuda_blas_api;
+extern cuda_blas_api cuda_blas;
+/* Opens cuBLAS once a process (later calls answer the same): CELER_OK once cuda_blas is
+ * filled in, else e says why in one line. */
+celer_status cuda_blas_open(celer_error *e);
+
 /* Elementwise kernels: THREADS a block, enough blocks for m elements (capped: each thread
  * then strides over the rest with GRID_STRIDE). */
 #define THREADS 256

@@ -74,8 +74,9 @@ __global__ static void k_half4(uint2 *y, const float4 *x, const float4 *up, int6
 static void gemm_to(cuda_backend *cb, void *y, cudaDataType yt, int64_t ldy, const void *w, cudaDataType wt,
                     const void *x, cudaDataType xt, int64_t rows, int64_t cols, int64_t n, float beta) {
     const float one = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one, w, wt, (int)cols,
-                              x, xt, (int)cols, &beta, y, yt, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cuda_blas.gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols,
+                                   &one, w, wt, (int)cols, x, xt, (int)cols, &beta, y, yt, (int)ldy,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 static void gemm(cuda_backend *cb, float *y, int64_t ldy, const void *w, cudaDataType wt, const void *x,
