@@ -23,8 +23,8 @@ double cli_parse_num(const char *flag, const char *s);
 /* The flags every model command takes. */
 typedef struct cli_model_opts {
     const char *model;
-    int32_t n_threads; /* -t */
-    int64_t n_ctx;     /* -c, 0 = fit the request */
+    int32_t n_threads;   /* -t */
+    int64_t n_ctx;       /* -c, 0 = fit the request */
     const char *kv_type; /* --cache-type f16|f32, NULL = the default (f16) */
     const char *device;  /* --device cpu|cuda[:N], NULL = $CELER_DEVICE or cpu */
 } cli_model_opts;
@@ -87,11 +87,12 @@ void cli_images_free(cli_images *im);
 /* The prompt's length once each image token of ids[n] expands to its block's rows (an
  * image takes celer_model_image_blocks tokens); dies when the image tokens and the images
  * do not pair up. */
-int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids, int64_t n);
+int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids,
+                            int64_t n);
 /* The ids (malloc'd) of text, its image markers first rewritten as m's processor does
  * (celer_model_image_text, with the images of im, which may be NULL); dies on error. */
-int32_t *cli_tokenize(const celer_model *m, const celer_tokenizer *tok, const cli_images *im, const char *text,
-                      bool add_special, int64_t *n);
+int32_t *cli_tokenize(const celer_model *m, const celer_tokenizer *tok, const cli_images *im,
+                      const char *text, bool add_special, int64_t *n);
 
 /* Writes data[rows, cols] as a float32 little-endian C-order .npy file (version 1.0). */
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols);

@@ -22,11 +22,13 @@
 #include <string.h>
 #include <time.h>
 
-static const char usage_text[] =
-    "usage: celer generate -m MODEL (-p TEXT | --text TEXT | --ids 1,2,3) [--image FILE]... [-n N]\n"
-    "       [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
-    "       [--seed S] [--system TEXT] [--chat-template-kwargs JSON] [--no-chat-template] [--output-ids]\n"
-    "       [--ignore-eos] [-t THREADS] [-c CTX]";
+static const char usage_text[] = "usage: celer generate -m MODEL (-p TEXT | --text TEXT | --ids "
+                                 "1,2,3) [--image FILE]... [-n N]\n"
+                                 "       [--temp T] [--top-k K] [--top-p P] [--min-p P] "
+                                 "[--repeat-penalty R] [--repeat-last-n N]\n"
+                                 "       [--seed S] [--system TEXT] [--chat-template-kwargs JSON] "
+                                 "[--no-chat-template] [--output-ids]\n"
+                                 "       [--ignore-eos] [-t THREADS] [-c CTX]";
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts o = {0};
@@ -42,18 +44,27 @@ int cmd_generate(int argc, char **argv) {
         if (cli_model_flag(&o, argc, argv, &i) || cli_prompt_flag(&po, argc, argv, &i) ||
             cli_sampler_flag(&sp, argc, argv, &i) || cli_image_flag(&im, argc, argv, &i))
             continue;
-        if (!strcmp(a, "--ids") && i + 1 < argc) ids_arg = argv[++i];
-        else if (!strcmp(a, "--text") && i + 1 < argc) text = argv[++i];
-        else if (!strcmp(a, "-n") && i + 1 < argc) n_predict = cli_parse_int("-n", argv[++i]);
-        else if (!strcmp(a, "--print-ids") || !strcmp(a, "--output-ids")) print_ids = true;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else cli_die("generate: unknown or incomplete option %s\n%s", a, usage_text);
+        if (!strcmp(a, "--ids") && i + 1 < argc)
+            ids_arg = argv[++i];
+        else if (!strcmp(a, "--text") && i + 1 < argc)
+            text = argv[++i];
+        else if (!strcmp(a, "-n") && i + 1 < argc)
+            n_predict = cli_parse_int("-n", argv[++i]);
+        else if (!strcmp(a, "--print-ids") || !strcmp(a, "--output-ids"))
+            print_ids = true;
+        else if (!strcmp(a, "--ignore-eos"))
+            ignore_eos = true;
+        else
+            cli_die("generate: unknown or incomplete option %s\n%s", a, usage_text);
     }
     if ((ids_arg != NULL) + (po.prompt != NULL) + (text != NULL) != 1)
-        cli_die("generate: give exactly one of -p TEXT, --text TEXT and --ids 1,2,3\n%s", usage_text);
+        cli_die("generate: give exactly one of -p TEXT, --text TEXT and --ids 1,2,3\n%s",
+                usage_text);
     if (po.template_kwargs && (!po.prompt || po.no_template))
-        cli_die("--chat-template-kwargs: the chat template only renders -p TEXT (not --text, --ids or --no-chat-template)");
-    if (n_predict < -1 || n_predict == 0) cli_die("-n: expected a positive count or -1 (until EOS or the context is full)");
+        cli_die("--chat-template-kwargs: the chat template only renders -p TEXT (not --text, --ids "
+                "or --no-chat-template)");
+    if (n_predict < -1 || n_predict == 0)
+        cli_die("-n: expected a positive count or -1 (until EOS or the context is full)");
     if (ids_arg) print_ids = true;
 
     const double t0 = cli_now();

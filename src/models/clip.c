@@ -19,8 +19,10 @@
 enum clip_dim { DIM_VD, DIM_VF, DIM_PATCH, DIM_POS, DIM_ONE };
 enum clip_flag { HAS_CLASS, HAS_PRE, HAS_PATCH_BIAS };
 
-#define MAT(name, field, r, c) {name, WEIGHT_MATRIX, r, c, WEIGHT_ALWAYS, offsetof(clip_layer, field), 0, 0}
-#define VEC(name, field, r) {name, WEIGHT_VECTOR, r, 0, WEIGHT_ALWAYS, offsetof(clip_layer, field), 0, 0}
+#define MAT(name, field, r, c)                                                                     \
+    { name, WEIGHT_MATRIX, r, c, WEIGHT_ALWAYS, offsetof(clip_layer, field), 0, 0 }
+#define VEC(name, field, r)                                                                        \
+    { name, WEIGHT_VECTOR, r, 0, WEIGHT_ALWAYS, offsetof(clip_layer, field), 0, 0 }
 static const weight_spec clip_layer_spec[] = {
     VEC("layer_norm1.weight", ln1_w, DIM_VD),
     VEC("layer_norm1.bias", ln1_b, DIM_VD),
@@ -42,24 +44,31 @@ static const weight_spec clip_layer_spec[] = {
 #undef MAT
 #undef VEC
 static const weight_spec clip_global_spec[] = {
-    {"embeddings.patch_embedding", WEIGHT_KERNEL, DIM_VD, DIM_PATCH, WEIGHT_ALWAYS, offsetof(clip_tower, patch_w), 0, 0},
-    {"embeddings.patch_embedding.bias", WEIGHT_VECTOR, DIM_VD, 0, HAS_PATCH_BIAS, offsetof(clip_tower, patch_b), 0, 0},
-    {"embeddings.class_embedding", WEIGHT_VECTOR, DIM_VD, 0, HAS_CLASS, offsetof(clip_tower, class_emb), 0, 0},
-    {"embeddings.position_embedding", WEIGHT_MATRIX, DIM_POS, DIM_VD, WEIGHT_ALWAYS, offsetof(clip_tower, pos_emb), 0, 0},
+    {"embeddings.patch_embedding", WEIGHT_KERNEL, DIM_VD, DIM_PATCH, WEIGHT_ALWAYS,
+     offsetof(clip_tower, patch_w), 0, 0},
+    {"embeddings.patch_embedding.bias", WEIGHT_VECTOR, DIM_VD, 0, HAS_PATCH_BIAS,
+     offsetof(clip_tower, patch_b), 0, 0},
+    {"embeddings.class_embedding", WEIGHT_VECTOR, DIM_VD, 0, HAS_CLASS,
+     offsetof(clip_tower, class_emb), 0, 0},
+    {"embeddings.position_embedding", WEIGHT_MATRIX, DIM_POS, DIM_VD, WEIGHT_ALWAYS,
+     offsetof(clip_tower, pos_emb), 0, 0},
     {"pre_layrnorm.weight", WEIGHT_VECTOR, DIM_VD, 0, HAS_PRE, offsetof(clip_tower, pre_w), 0, 0},
     {"pre_layrnorm.bias", WEIGHT_VECTOR, DIM_VD, 0, HAS_PRE, offsetof(clip_tower, pre_b), 0, 0},
 };
 /* Only where the tower's output is read: CLIP checkpoints have it too, unused. */
 static const weight_spec clip_post_spec[] = {
-    {"post_layernorm.weight", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, post_w), 0, 0},
-    {"post_layernorm.bias", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, post_b), 0, 0},
+    {"post_layernorm.weight", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, post_w),
+     0, 0},
+    {"post_layernorm.bias", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(clip_tower, post_b),
+     0, 0},
 };
 
 /* ==== Loading ==== */
 
 /* t->feature from feature_layer: one index or a list, negative counting from the end of
  * hidden_states (n_layer + 1 entries). */
-static celer_status read_feature_layers(const checkpoint *ck, const json_t *fl, clip_tower *t, celer_error *e) {
+static celer_status read_feature_layers(const checkpoint *ck, const json_t *fl, clip_tower *t,
+                                        celer_error *e) {
     const bool list = json_is_array(fl);
     const size_t n = list ? json_array_size(fl) : 1;
     if (!fl || json_is_null(fl)) {
@@ -68,17 +77,19 @@ static celer_status read_feature_layers(const checkpoint *ck, const json_t *fl, 
         return CELER_OK;
     }
     if (n == 0 || n > CLIP_MAX_FEATURE_LAYERS)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: vision_feature_layer: expected 1 to %d layers",
-                         ck->config_path, CLIP_MAX_FEATURE_LAYERS);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: vision_feature_layer: expected 1 to %d layers", ck->config_path,
+                         CLIP_MAX_FEATURE_LAYERS);
     for (size_t i = 0; i < n; i++) {
         const json_t *v = list ? json_array_get(fl, i) : fl;
         const int64_t idx = json_is_integer(v) ? (int64_t)json_integer_value(v) : INT64_MIN;
         const int64_t at = idx < 0 ? t->n_layer + 1 + idx : idx;
         if (idx == INT64_MIN || at < 0 || at > t->n_layer)
-            return error_set(e, CELER_STATUS_BAD_CONFIG,
-                             "%s: vision_feature_layer: expected integers in [%lld, %lld] for %lld layers",
-                             ck->config_path, (long long)-(t->n_layer + 1), (long long)t->n_layer,
-                             (long long)t->n_layer);
+            return error_set(
+                e, CELER_STATUS_BAD_CONFIG,
+                "%s: vision_feature_layer: expected integers in [%lld, %lld] for %lld layers",
+                ck->config_path, (long long)-(t->n_layer + 1), (long long)t->n_layer,
+                (long long)t->n_layer);
         t->feature[i] = at;
         if (at > t->n_run) t->n_run = at;
     }
@@ -94,24 +105,30 @@ static const struct clip_defaults {
     backend_act act;
 } clip_defaults[] = {
     [CLIP_VIT] = {"clip_vision_model", 768, 3072, 12, 12, 224, 32, 1e-5, BACKEND_ACT_QUICK_GELU},
-    [CLIP_SIGLIP] = {"siglip_vision_model", 768, 3072, 12, 12, 224, 16, 1e-6, BACKEND_ACT_GELU_TANH},
+    [CLIP_SIGLIP] = {"siglip_vision_model", 768, 3072, 12, 12, 224, 16, 1e-6,
+                     BACKEND_ACT_GELU_TANH},
 };
 
 /* The kind vcfg's model_type names (kind when it names none). */
-static celer_status clip_kind_of(const checkpoint *ck, const json_t *vcfg, clip_kind *kind, celer_error *e) {
+static celer_status clip_kind_of(const checkpoint *ck, const json_t *vcfg, clip_kind *kind,
+                                 celer_error *e) {
     const char *type = json_string_value(json_object_get(vcfg, "model_type"));
     if (!type) return CELER_OK;
-    if (!strcmp(type, "clip_vision_model") || !strcmp(type, "clip")) *kind = CLIP_VIT;
-    else if (!strcmp(type, "siglip_vision_model") || !strcmp(type, "siglip")) *kind = CLIP_SIGLIP;
+    if (!strcmp(type, "clip_vision_model") || !strcmp(type, "clip"))
+        *kind = CLIP_VIT;
+    else if (!strcmp(type, "siglip_vision_model") || !strcmp(type, "siglip"))
+        *kind = CLIP_SIGLIP;
     else
         return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: vision_config.model_type: expected clip_vision_model or siglip_vision_model, found %s",
+                         "%s: vision_config.model_type: expected clip_vision_model or "
+                         "siglip_vision_model, found %s",
                          ck->config_path, type);
     return CELER_OK;
 }
 
-celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind, const json_t *feature_layer, bool output,
-                       const char *prefix, clip_tower *t, celer_error *e) {
+celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind,
+                       const json_t *feature_layer, bool output, const char *prefix, clip_tower *t,
+                       celer_error *e) {
     const checkpoint *ck = &m->ck;
     celer_status s;
     int64_t channels;
@@ -119,8 +136,12 @@ celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind, const
     const char *act;
     memset(t, 0, sizeof *t);
     if (!json_is_object(vcfg))
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: vision_config: expected an object", ck->config_path);
-#define TRY(x) do { if ((s = (x)) != CELER_OK) return s; } while (0)
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: vision_config: expected an object",
+                         ck->config_path);
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((s = (x)) != CELER_OK) return s;                                                       \
+    } while (0)
     TRY(clip_kind_of(ck, vcfg, &kind, e));
     const struct clip_defaults *df = &clip_defaults[kind];
     t->kind = kind;
@@ -134,18 +155,23 @@ celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind, const
     TRY(config_num(ck, vcfg, "layer_norm_eps", df->eps, &eps, e));
     TRY(config_str(ck, vcfg, "hidden_act", &act, e));
     TRY(model_act_parse(ck, "vision_config.hidden_act", act, df->act, &t->act, e));
-    if (t->vd <= 0 || t->vf <= 0 || t->n_layer <= 0 || t->h <= 0 || t->vd % t->h != 0 || (t->vd / t->h) % 2 != 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: vision_config: expected positive sizes with hidden_size %lld a multiple of "
-                         "num_attention_heads %lld and an even head size",
-                         ck->config_path, (long long)t->vd, (long long)t->h);
-    if (t->patch <= 0 || t->image_size <= 0 || t->image_size % t->patch != 0 || t->image_size / t->patch > 1024)
-        return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: vision_config: image_size %lld must be a positive multiple of patch_size %lld",
-                         ck->config_path, (long long)t->image_size, (long long)t->patch);
+    if (t->vd <= 0 || t->vf <= 0 || t->n_layer <= 0 || t->h <= 0 || t->vd % t->h != 0 ||
+        (t->vd / t->h) % 2 != 0)
+        return error_set(
+            e, CELER_STATUS_BAD_CONFIG,
+            "%s: vision_config: expected positive sizes with hidden_size %lld a multiple of "
+            "num_attention_heads %lld and an even head size",
+            ck->config_path, (long long)t->vd, (long long)t->h);
+    if (t->patch <= 0 || t->image_size <= 0 || t->image_size % t->patch != 0 ||
+        t->image_size / t->patch > 1024)
+        return error_set(
+            e, CELER_STATUS_BAD_CONFIG,
+            "%s: vision_config: image_size %lld must be a positive multiple of patch_size %lld",
+            ck->config_path, (long long)t->image_size, (long long)t->patch);
     if (channels != 3)
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: vision_config.num_channels: expected 3, found %lld",
-                         ck->config_path, (long long)channels);
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: vision_config.num_channels: expected 3, found %lld", ck->config_path,
+                         (long long)channels);
     if (output) {
         t->feature[0] = t->n_run = t->n_layer;
         t->n_feature = 1;
@@ -166,24 +192,38 @@ celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind, const
     t->dims[DIM_POS] = t->n_pos, t->dims[DIM_ONE] = 1;
     t->flags[HAS_CLASS] = t->flags[HAS_PRE] = kind == CLIP_VIT;
     t->flags[HAS_PATCH_BIAS] = kind == CLIP_SIGLIP;
-    char *global = arena_alloc(&m->mem, strlen(prefix) + 16), *layers = arena_alloc(&m->mem, strlen(prefix) + 32);
+    char *global = arena_alloc(&m->mem, strlen(prefix) + 16),
+         *layers = arena_alloc(&m->mem, strlen(prefix) + 32);
     if (!global || !layers) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     strcpy(global, prefix);
     strcpy(layers, prefix);
     t->prefix = global;
     strcat(layers, "encoder.layers.");
     model_add_table(m, &(weight_table){.spec = clip_global_spec,
-                                       .n_spec = sizeof clip_global_spec / sizeof *clip_global_spec, .base = t,
-                                       .count = 1, .prefix = global, .dims = t->dims, .flags = t->flags});
+                                       .n_spec = sizeof clip_global_spec / sizeof *clip_global_spec,
+                                       .base = t,
+                                       .count = 1,
+                                       .prefix = global,
+                                       .dims = t->dims,
+                                       .flags = t->flags});
     if (output)
-        model_add_table(m, &(weight_table){.spec = clip_post_spec, .n_spec = sizeof clip_post_spec / sizeof *clip_post_spec,
-                                           .base = t, .count = 1, .prefix = global, .dims = t->dims});
+        model_add_table(m, &(weight_table){.spec = clip_post_spec,
+                                           .n_spec = sizeof clip_post_spec / sizeof *clip_post_spec,
+                                           .base = t,
+                                           .count = 1,
+                                           .prefix = global,
+                                           .dims = t->dims});
     /* layers past the deepest selected hidden state are never run: not bound, not packed */
     if (t->n_run > 0)
-        model_add_table(m, &(weight_table){.spec = clip_layer_spec,
-                                           .n_spec = sizeof clip_layer_spec / sizeof *clip_layer_spec,
-                                           .base = t->layers, .count = t->n_run, .stride = sizeof *t->layers,
-                                           .prefix = layers, .indexed = true, .dims = t->dims});
+        model_add_table(m,
+                        &(weight_table){.spec = clip_layer_spec,
+                                        .n_spec = sizeof clip_layer_spec / sizeof *clip_layer_spec,
+                                        .base = t->layers,
+                                        .count = t->n_run,
+                                        .stride = sizeof *t->layers,
+                                        .prefix = layers,
+                                        .indexed = true,
+                                        .dims = t->dims});
     return CELER_OK;
 }
 
@@ -196,14 +236,17 @@ celer_status clip_finish(celer_model *m, clip_tower *t, celer_error *e) {
     const st_tensor *pw = checkpoint_find(&m->ck, name, &file);
     const int64_t p = t->patch, vd = t->vd;
     CELER_ASSERT(pw != NULL); /* bound already */
-    const bool torch_order = pw->ndim == 4 && pw->shape[1] == 3 && pw->shape[2] == p && pw->shape[3] == p;
-    const bool mlx_order = pw->ndim == 4 && pw->shape[1] == p && pw->shape[2] == p && pw->shape[3] == 3;
+    const bool torch_order =
+        pw->ndim == 4 && pw->shape[1] == 3 && pw->shape[2] == p && pw->shape[3] == p;
+    const bool mlx_order =
+        pw->ndim == 4 && pw->shape[1] == p && pw->shape[2] == p && pw->shape[3] == 3;
     if (!torch_order && !mlx_order) {
         char b[96];
         return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: tensor %s: expected [%lld, 3, %lld, %lld] or [%lld, %lld, %lld, 3] (config.json), found %s",
-                         file, name, (long long)vd, (long long)p, (long long)p, (long long)vd, (long long)p,
-                         (long long)p, shape_str(b, sizeof b, pw->shape, pw->ndim));
+                         "%s: tensor %s: expected [%lld, 3, %lld, %lld] or [%lld, %lld, %lld, 3] "
+                         "(config.json), found %s",
+                         file, name, (long long)vd, (long long)p, (long long)p, (long long)vd,
+                         (long long)p, (long long)p, shape_str(b, sizeof b, pw->shape, pw->ndim));
     }
     t->channels_last = !torch_order;
     /* position rows in fp32, the class embedding folded into row 0, the convolution's bias
@@ -235,15 +278,15 @@ int64_t clip_scratch_floats(const clip_tower *t, int64_t n_tiles) {
 
 /* Copies x[rows, vd] into column block j of feats[rows, vd * n_feature] for every j
  * that selects this layer's hidden state. */
-static void put_selected(const clip_tower *t, backend *be, float *feats, const float *x, int64_t rows,
-                         int64_t layer) {
+static void put_selected(const clip_tower *t, backend *be, float *feats, const float *x,
+                         int64_t rows, int64_t layer) {
     const int64_t vd = t->vd, cols = clip_feature_cols(t);
     for (int j = 0; j < t->n_feature; j++)
         if (t->feature[j] == layer) be->ops->copy_rows(be, feats + j * vd, cols, x, vd, rows, vd);
 }
 
-void clip_forward(const clip_tower *t, backend *be, const float *pixels, int64_t n_tiles, float *scratch,
-                  float *feats) {
+void clip_forward(const clip_tower *t, backend *be, const float *pixels, int64_t n_tiles,
+                  float *scratch, float *feats) {
     const backend_ops *op = be->ops;
     const int64_t vd = t->vd, np = t->n_pos, rows = n_tiles * np;
     float *x = scratch, *xb = x + rows * vd, *xo = xb + rows * vd, *q = xo + rows * vd;
@@ -254,7 +297,8 @@ void clip_forward(const clip_tower *t, backend *be, const float *pixels, int64_t
      * tile's rows [class, patches] (a zero row where CLIP's class token goes: its
      * convolution has no bias), plus the position rows (the class embedding or the
      * convolution's bias folded in) */
-    op->patches(be, patches, pixels, n_tiles, t->image_size, t->patch, t->channels_last, t->lead > 0);
+    op->patches(be, patches, pixels, n_tiles, t->image_size, t->patch, t->channels_last,
+                t->lead > 0);
     op->matmul(be, x, &t->patch_w, patches, rows);
     op->add_bias(be, x, t->pos, n_tiles, np * vd);
     if (t->pre_w) op->layernorm(be, x, x, t->pre_w, t->pre_b, rows, vd, t->eps);
@@ -277,7 +321,8 @@ void clip_forward(const clip_tower *t, backend *be, const float *pixels, int64_t
         model_linear(be, xo, &L->fc2, L->b2, hid, rows);
         op->add(be, x, xo, rows * vd);
         /* the tower's output (only ever the last layer's) through post_layernorm */
-        if (t->post_w && l + 1 == t->n_layer) op->layernorm(be, x, x, t->post_w, t->post_b, rows, vd, t->eps);
+        if (t->post_w && l + 1 == t->n_layer)
+            op->layernorm(be, x, x, t->post_w, t->post_b, rows, vd, t->eps);
         put_selected(t, be, feats, x, rows, l + 1);
     }
 }

@@ -27,33 +27,33 @@ typedef struct clip_layer {
 } clip_layer;
 
 typedef enum clip_kind {
-    CLIP_VIT,   /* clip_vision_model */
+    CLIP_VIT,    /* clip_vision_model */
     CLIP_SIGLIP, /* siglip_vision_model */
 } clip_kind;
 
 typedef struct clip_tower {
     clip_kind kind;
-    int64_t vd, vf, h, hd;      /* hidden, MLP, heads, head dim */
+    int64_t vd, vf, h, hd;           /* hidden, MLP, heads, head dim */
     int64_t image_size, patch, grid; /* grid = image_size / patch */
-    int64_t lead;               /* rows before a tile's patches: 1 (CLIP's class token) or 0 */
-    int64_t n_pos;              /* grid * grid + lead: rows of one tile */
-    int64_t n_layer;            /* layers in the checkpoint */
-    int64_t n_run;              /* layers run: the deepest selected one */
+    int64_t lead;                    /* rows before a tile's patches: 1 (CLIP's class token) or 0 */
+    int64_t n_pos;                   /* grid * grid + lead: rows of one tile */
+    int64_t n_layer;                 /* layers in the checkpoint */
+    int64_t n_run;                   /* layers run: the deepest selected one */
     int64_t feature[CLIP_MAX_FEATURE_LAYERS]; /* selected hidden states, 0 = embeddings */
     int n_feature;
     float eps, scale;
     backend_act act;
-    bool channels_last;         /* patch weights [vd, p, p, 3] (mlx-vlm), else [vd, 3, p, p] */
-    matview patch_w;            /* [vd, 3 p p] */
-    const float *patch_b;       /* [vd] (SigLIP) or NULL */
-    const float *class_emb;     /* [vd] (CLIP) or NULL */
-    matview pos_emb;            /* [n_pos, vd] */
-    const float *pos;           /* [n_pos, vd] fp32; the class embedding (row 0) or the patch
-                                   bias (every row) folded in */
-    const float *pre_w, *pre_b; /* [vd] (CLIP's pre_layrnorm) or NULL */
+    bool channels_last;           /* patch weights [vd, p, p, 3] (mlx-vlm), else [vd, 3, p, p] */
+    matview patch_w;              /* [vd, 3 p p] */
+    const float *patch_b;         /* [vd] (SigLIP) or NULL */
+    const float *class_emb;       /* [vd] (CLIP) or NULL */
+    matview pos_emb;              /* [n_pos, vd] */
+    const float *pos;             /* [n_pos, vd] fp32; the class embedding (row 0) or the patch
+                                     bias (every row) folded in */
+    const float *pre_w, *pre_b;   /* [vd] (CLIP's pre_layrnorm) or NULL */
     const float *post_w, *post_b; /* [vd] post_layernorm, read only with the tower's output */
-    clip_layer *layers;         /* [n_layer] (only n_run are bound) */
-    const char *prefix;         /* tensor names: prefix + "embeddings...", in m->mem */
+    clip_layer *layers;           /* [n_layer] (only n_run are bound) */
+    const char *prefix;           /* tensor names: prefix + "embeddings...", in m->mem */
     int64_t dims[5];
     bool flags[4];
 } clip_tower;
@@ -65,13 +65,16 @@ typedef struct clip_tower {
  * or a list of them), or with feature_layer NULL and output set, the last layer's output
  * through post_layernorm (what SiglipVisionModel returns as last_hidden_state). Binding
  * happens in model_bind; then call clip_finish. */
-celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind, const json_t *feature_layer, bool output,
-                       const char *prefix, clip_tower *t, celer_error *e);
+celer_status clip_load(celer_model *m, const json_t *vcfg, clip_kind kind,
+                       const json_t *feature_layer, bool output, const char *prefix, clip_tower *t,
+                       celer_error *e);
 /* After model_bind: the patch layout from the bound shapes, the fp32 position rows. */
 celer_status clip_finish(celer_model *m, clip_tower *t, celer_error *e);
 
 /* Columns of one feature row: vd times the number of selected layers. */
-static inline int64_t clip_feature_cols(const clip_tower *t) { return t->vd * t->n_feature; }
+static inline int64_t clip_feature_cols(const clip_tower *t) {
+    return t->vd * t->n_feature;
+}
 
 /* Floats of scratch clip_forward needs for n_tiles tiles. */
 int64_t clip_scratch_floats(const clip_tower *t, int64_t n_tiles);

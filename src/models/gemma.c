@@ -47,8 +47,10 @@ typedef struct gemma_weights {
 
 enum gemma_flag { HAS_QK_NORM, UNTIED };
 
-#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(gemma_layer, field), 0, 0}
-#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(gemma_layer, field), 0, 0}
+#define MAT(name, field, r, c, when)                                                               \
+    { name, WEIGHT_MATRIX, r, c, when, offsetof(gemma_layer, field), 0, 0 }
+#define VEC(name, field, r, when)                                                                  \
+    { name, WEIGHT_VECTOR, r, 0, when, offsetof(gemma_layer, field), 0, 0 }
 static const weight_spec gemma_layer_spec[] = {
     VEC("input_layernorm.weight", attn_norm, TEXT_D, WEIGHT_ALWAYS),
     MAT("self_attn.q_proj", attn.wq, TEXT_QD, TEXT_D, WEIGHT_ALWAYS),
@@ -67,8 +69,10 @@ static const weight_spec gemma_layer_spec[] = {
 #undef MAT
 #undef VEC
 static const weight_spec gemma_global_spec[] = {
-    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(gemma_weights, embed), 0, 0},
-    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(gemma_weights, norm), 0, 0},
+    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS,
+     offsetof(gemma_weights, embed), 0, 0},
+    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(gemma_weights, norm), 0,
+     0},
     {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(gemma_weights, head), 0, 0},
 };
 
@@ -91,21 +95,26 @@ static celer_status gemma_rope(celer_model *m, gemma_weights *w, bool gemma3, ce
     const checkpoint *ck = &m->ck;
     const json_t *cfg = m->cfg, *params = json_object_get(cfg, "rope_parameters");
     const json_t *full = json_is_object(params) ? json_object_get(params, "full_attention") : NULL;
-    const json_t *local = json_is_object(params) ? json_object_get(params, "sliding_attention") : NULL;
+    const json_t *local =
+        json_is_object(params) ? json_object_get(params, "sliding_attention") : NULL;
     celer_status s;
     double theta, local_theta;
     if (json_is_object(full)) {
         if ((s = config_num(ck, full, "rope_theta", 1e6, &theta, e)) != CELER_OK) return s;
-        if ((s = model_rope_from(m, full, theta, m->dims.hd, false, &w->rope_global, e)) != CELER_OK) return s;
+        if ((s = model_rope_from(m, full, theta, m->dims.hd, false, &w->rope_global, e)) !=
+            CELER_OK)
+            return s;
     } else if ((s = model_read_rope(m, false, &w->rope_global, e)) != CELER_OK) {
         return s;
     }
     if (!gemma3) return CELER_OK;
     if (json_is_object(local)) {
-        if ((s = config_num(ck, local, "rope_theta", 10000.0, &local_theta, e)) != CELER_OK) return s;
+        if ((s = config_num(ck, local, "rope_theta", 10000.0, &local_theta, e)) != CELER_OK)
+            return s;
         return model_rope_from(m, local, local_theta, m->dims.hd, false, &w->rope_local, e);
     }
-    if ((s = config_num(ck, cfg, "rope_local_base_freq", 10000.0, &local_theta, e)) != CELER_OK) return s;
+    if ((s = config_num(ck, cfg, "rope_local_base_freq", 10000.0, &local_theta, e)) != CELER_OK)
+        return s;
     return model_rope_from(m, NULL, local_theta, m->dims.hd, false, &w->rope_local, e);
 }
 
@@ -121,7 +130,10 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     bool tie;
     const char *act;
     backend_act mlp_act;
-#define TRY(x) do { if ((s = (x)) != CELER_OK) return s; } while (0)
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((s = (x)) != CELER_OK) return s;                                                       \
+    } while (0)
     TRY(model_read_dims(m, e));
     TRY(config_num(ck, cfg, "rms_norm_eps", 1e-6, &eps, e));
     TRY(config_num(ck, cfg, "query_pre_attn_scalar", 256.0, &qpas, e));
@@ -132,11 +144,14 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     if (!act) TRY(config_str(ck, cfg, "hidden_act", &act, e));
     TRY(model_act_parse(ck, "hidden_activation", act, BACKEND_ACT_GELU_TANH, &mlp_act, e));
     if (qpas <= 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: query_pre_attn_scalar: expected > 0, found %g",
-                         ck->config_path, qpas);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: query_pre_attn_scalar: expected > 0, found %g", ck->config_path,
+                         qpas);
     if (attn_cap < 0 || final_cap < 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: attn_logit_softcapping and final_logit_softcapping: "
-                         "expected > 0 or null, found %g and %g", ck->config_path, attn_cap, final_cap);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: attn_logit_softcapping and final_logit_softcapping: "
+                         "expected > 0 or null, found %g and %g",
+                         ck->config_path, attn_cap, final_cap);
     if (window <= 0)
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window: expected > 0, found %lld",
                          ck->config_path, (long long)window);
@@ -161,13 +176,15 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     TRY(config_bool(ck, cfg, "tie_word_embeddings", true, &tie, e));
     if (!tie_set) {
         char name[128];
-        tie = checkpoint_find(ck, model_tensor_name(m, "lm_head.weight", name, sizeof name), NULL) == NULL;
+        tie = checkpoint_find(ck, model_tensor_name(m, "lm_head.weight", name, sizeof name),
+                              NULL) == NULL;
     }
     model_text_dims(m, w->dims);
     w->flags[HAS_QK_NORM] = gemma3;
     w->flags[UNTIED] = !tie;
-    model_add_text_tables(m, gemma_global_spec, sizeof gemma_global_spec / sizeof *gemma_global_spec, w,
-                          gemma_layer_spec, sizeof gemma_layer_spec / sizeof *gemma_layer_spec, w->layers,
+    model_add_text_tables(m, gemma_global_spec,
+                          sizeof gemma_global_spec / sizeof *gemma_global_spec, w, gemma_layer_spec,
+                          sizeof gemma_layer_spec / sizeof *gemma_layer_spec, w->layers,
                           sizeof *w->layers, w->dims, w->flags);
     TRY(model_bind(m, e));
 #undef TRY
@@ -178,7 +195,8 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
         if (!ck->gguf) {
             model_norm_plus_one(L->attn_norm, d), model_norm_plus_one(L->post_attn_norm, d);
             model_norm_plus_one(L->mlp_norm, d), model_norm_plus_one(L->post_mlp_norm, d);
-            if (L->attn.q_norm) model_norm_plus_one(L->attn.q_norm, hd), model_norm_plus_one(L->attn.k_norm, hd);
+            if (L->attn.q_norm)
+                model_norm_plus_one(L->attn.q_norm, hd), model_norm_plus_one(L->attn.k_norm, hd);
         }
         L->attn.window = sliding[l] ? window : 0;
         L->attn.softcap = (float)attn_cap;
@@ -189,18 +207,19 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     m->attn_softcap = attn_cap > 0;
     w->embed_scale = embed_scale_of(m, &w->embed);
     char quant[64];
-    snprintf(m->desc, sizeof m->desc,
-             "%s, %lld layers, d=%lld, heads %lld/%lld x %lld, ffn %lld, vocab %lld, window %lld, %s%s", type,
-             (long long)dm->n_layer, (long long)d, (long long)dm->h, (long long)dm->hk, (long long)hd,
-             (long long)dm->f, (long long)dm->v, (long long)window,
-             model_quant_desc(&w->layers[0].attn.wq, quant, sizeof quant), tie ? ", tied head" : "");
+    snprintf(
+        m->desc, sizeof m->desc,
+        "%s, %lld layers, d=%lld, heads %lld/%lld x %lld, ffn %lld, vocab %lld, window %lld, %s%s",
+        type, (long long)dm->n_layer, (long long)d, (long long)dm->h, (long long)dm->hk,
+        (long long)hd, (long long)dm->f, (long long)dm->v, (long long)window,
+        model_quant_desc(&w->layers[0].attn.wq, quant, sizeof quant), tie ? ", tied head" : "");
     return CELER_OK;
 }
 
 /* ==== Forward ==== */
 
-static void gemma_hidden_states(const celer_model *m, backend *be, const model_step *st, const model_kv *kv,
-                                float *scratch, float *hidden) {
+static void gemma_hidden_states(const celer_model *m, backend *be, const model_step *st,
+                                const model_kv *kv, float *scratch, float *hidden) {
     const gemma_weights *w = m->weights;
     const backend_ops *op = be->ops;
     const int64_t n = st->n, d = m->dims.d;
@@ -218,21 +237,27 @@ static void gemma_hidden_states(const celer_model *m, backend *be, const model_s
         /* x += post_norm(mlp(xb)); then the next layer's norm (the final one last) */
         model_mlp(m, be, &L->mlp, xb, n, tmp, xo);
         op->rmsnorm(be, xo, xo, L->post_mlp_norm, n, d, w->eps);
-        backend_add_rmsnorm(be, last ? hidden : xb, x, xo, last ? w->norm : w->layers[l + 1].attn_norm, n, d,
-                            w->eps);
+        backend_add_rmsnorm(be, last ? hidden : xb, x, xo,
+                            last ? w->norm : w->layers[l + 1].attn_norm, n, d, w->eps);
     }
 }
 
-static const matview *gemma_embedding(const celer_model *m) { return &((const gemma_weights *)m->weights)->embed; }
+static const matview *gemma_embedding(const celer_model *m) {
+    return &((const gemma_weights *)m->weights)->embed;
+}
 
 static const matview *gemma_head(const celer_model *m) {
     const gemma_weights *w = m->weights;
     return w->flags[UNTIED] ? &w->head : &w->embed;
 }
 
-static float gemma_logit_softcap(const celer_model *m) { return ((const gemma_weights *)m->weights)->final_softcap; }
+static float gemma_logit_softcap(const celer_model *m) {
+    return ((const gemma_weights *)m->weights)->final_softcap;
+}
 
-static float gemma_embed_scale(const celer_model *m) { return ((const gemma_weights *)m->weights)->embed_scale; }
+static float gemma_embed_scale(const celer_model *m) {
+    return ((const gemma_weights *)m->weights)->embed_scale;
+}
 
 static const model_op gemma_ops[] = {MODEL_OP(softcap), {0, NULL}};
 

@@ -32,10 +32,10 @@
 
 typedef struct gemma3_weights {
     clip_tower tower;
-    matview proj;          /* [td, vd]: mm_input_projection_weight, transposed */
-    const float *norm;     /* [vd] mm_soft_emb_norm, 1 + w */
-    int64_t tokens;        /* T = mm_tokens_per_image rows per tile */
-    int64_t pool;          /* k: the pooling window's side */
+    matview proj;      /* [td, vd]: mm_input_projection_weight, transposed */
+    const float *norm; /* [vd] mm_soft_emb_norm, 1 + w */
+    int64_t tokens;    /* T = mm_tokens_per_image rows per tile */
+    int64_t pool;      /* k: the pooling window's side */
     int32_t image_token, boi, eoi;
     int64_t dims[2];
 } gemma3_weights;
@@ -43,8 +43,10 @@ typedef struct gemma3_weights {
 enum gemma3_dim { DIM_TD, DIM_VD };
 
 static const weight_spec gemma3_proj_spec[] = {
-    {"mm_input_projection_weight", WEIGHT_TRANSPOSED, DIM_TD, DIM_VD, WEIGHT_ALWAYS, offsetof(gemma3_weights, proj), 0, 0},
-    {"mm_soft_emb_norm.weight", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS, offsetof(gemma3_weights, norm), 0, 0},
+    {"mm_input_projection_weight", WEIGHT_TRANSPOSED, DIM_TD, DIM_VD, WEIGHT_ALWAYS,
+     offsetof(gemma3_weights, proj), 0, 0},
+    {"mm_soft_emb_norm.weight", WEIGHT_VECTOR, DIM_VD, 0, WEIGHT_ALWAYS,
+     offsetof(gemma3_weights, norm), 0, 0},
 };
 
 /* ==== Loading ==== */
@@ -54,10 +56,18 @@ static const struct {
     const char *key;
     double value;
 } gemma3_defaults[] = {
-    {"vocab_size", 262208},        {"hidden_size", 2304},          {"intermediate_size", 9216},
-    {"num_hidden_layers", 26},     {"num_attention_heads", 8},     {"num_key_value_heads", 4},
-    {"head_dim", 256},             {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
-    {"rope_theta", 1000000.0},     {"rope_local_base_freq", 10000.0}, {"rms_norm_eps", 1e-6},
+    {"vocab_size", 262208},
+    {"hidden_size", 2304},
+    {"intermediate_size", 9216},
+    {"num_hidden_layers", 26},
+    {"num_attention_heads", 8},
+    {"num_key_value_heads", 4},
+    {"head_dim", 256},
+    {"query_pre_attn_scalar", 256},
+    {"sliding_window", 4096},
+    {"rope_theta", 1000000.0},
+    {"rope_local_base_freq", 10000.0},
+    {"rms_norm_eps", 1e-6},
     {"max_position_embeddings", 131072},
 };
 
@@ -74,31 +84,34 @@ static celer_status load_text(celer_model *m, celer_error *e) {
         if (!json_object_get(c, gemma3_defaults[i].key)) {
             const double v = gemma3_defaults[i].value;
             json_object_set_new(c, gemma3_defaults[i].key,
-                                v == (double)(json_int_t)v ? json_integer((json_int_t)v) : json_real(v));
+                                v == (double)(json_int_t)v ? json_integer((json_int_t)v)
+                                                           : json_real(v));
         }
     const char *const top[] = {"tie_word_embeddings", "eos_token_id"};
     for (int i = 0; i < 2; i++)
-        if (json_object_get(m->cfg, top[i])) json_object_set(c, top[i], json_object_get(m->cfg, top[i]));
+        if (json_object_get(m->cfg, top[i]))
+            json_object_set(c, top[i], json_object_get(m->cfg, top[i]));
     name_rule rule;
     celer_status s = model_text_layout(m, &rule, e);
     if (s != CELER_OK) return s;
     celer_model named = {.n_rename = 1, .rename = {rule}}; /* only its name map is read */
     char head[128];
-    if (checkpoint_find(&m->ck, model_tensor_name(&named, "lm_head.weight", head, sizeof head), NULL))
+    if (checkpoint_find(&m->ck, model_tensor_name(&named, "lm_head.weight", head, sizeof head),
+                        NULL))
         json_object_set_new(c, "tie_word_embeddings", json_false());
     return model_load_text(m, c, &rule, 1, e);
 }
 
 /* An image token id of config.json: key, else alt (a newer name), else def. */
-static celer_status token_id(celer_model *m, const char *key, const char *alt, int64_t def, int32_t *out,
-                             celer_error *e) {
+static celer_status token_id(celer_model *m, const char *key, const char *alt, int64_t def,
+                             int32_t *out, celer_error *e) {
     int64_t v;
     celer_status s = config_int(&m->ck, m->cfg, key, -1, &v, e);
     if (s == CELER_OK && v < 0) s = config_int(&m->ck, m->cfg, alt, def, &v, e);
     if (s != CELER_OK) return s;
     if (v < 0 || v >= m->dims.v)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s %lld outside the vocabulary of %lld", m->ck.config_path,
-                         key, (long long)v, (long long)m->dims.v);
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s %lld outside the vocabulary of %lld",
+                         m->ck.config_path, key, (long long)v, (long long)m->dims.v);
     *out = (int32_t)v;
     return CELER_OK;
 }
@@ -107,7 +120,10 @@ static celer_status gemma3_load(celer_model *m, celer_error *e) {
     const checkpoint *ck = &m->ck;
     const json_t *vcfg = json_object_get(m->cfg, "vision_config");
     celer_status s;
-#define TRY(x) do { if ((s = (x)) != CELER_OK) return s; } while (0)
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((s = (x)) != CELER_OK) return s;                                                       \
+    } while (0)
     TRY(load_text(m, e));
     if (!vcfg || json_is_null(vcfg)) {
         snprintf(m->desc, sizeof m->desc, "gemma3 (text model): %.200s", m->text->desc);
@@ -116,15 +132,20 @@ static celer_status gemma3_load(celer_model *m, celer_error *e) {
     /* the vision wrapper: its image entry points are those of gemma3_vision_family */
     m->family = &gemma3_vision_family;
     static const char *const towers[] = {"vision_tower.vision_model.", "vision_tower.",
-                                         "model.vision_tower.vision_model.", "model.vision_tower.", NULL};
-    static const char *const projs[] = {"multi_modal_projector.", "model.multi_modal_projector.", NULL};
+                                         "model.vision_tower.vision_model.", "model.vision_tower.",
+                                         NULL};
+    static const char *const projs[] = {"multi_modal_projector.", "model.multi_modal_projector.",
+                                        NULL};
     const char *tower = model_probe_prefix(m, towers, "embeddings.patch_embedding.weight");
     const char *proj = model_probe_prefix(m, projs, "mm_input_projection_weight");
     if (!tower)
-        return error_set(e, CELER_STATUS_BAD_FILE,
-                         "%s: missing tensor vision_tower.vision_model.embeddings.patch_embedding.weight", ck->dir);
+        return error_set(
+            e, CELER_STATUS_BAD_FILE,
+            "%s: missing tensor vision_tower.vision_model.embeddings.patch_embedding.weight",
+            ck->dir);
     if (!proj)
-        return error_set(e, CELER_STATUS_BAD_FILE, "%s: missing tensor multi_modal_projector.mm_input_projection_weight",
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: missing tensor multi_modal_projector.mm_input_projection_weight",
                          ck->dir);
     gemma3_weights *w = arena_alloc(&m->mem, sizeof *w);
     if (!w) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
@@ -136,23 +157,32 @@ static celer_status gemma3_load(celer_model *m, celer_error *e) {
     TRY(config_int(ck, m->cfg, "mm_tokens_per_image", 256, &w->tokens, e));
     TRY(clip_load(m, vcfg, CLIP_SIGLIP, NULL, true, tower, &w->tower, e));
     if (w->tower.kind != CLIP_SIGLIP)
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: vision_config.model_type: expected siglip_vision_model, found %s",
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: vision_config.model_type: expected siglip_vision_model, found %s",
                          ck->config_path, json_string_value(json_object_get(vcfg, "model_type")));
     /* T rows per tile from a grid x grid map: a square whose side divides the grid */
-    const int64_t g = w->tower.grid, side = (int64_t)llround(sqrt((double)(w->tokens > 0 ? w->tokens : 0)));
+    const int64_t g = w->tower.grid,
+                  side = (int64_t)llround(sqrt((double)(w->tokens > 0 ? w->tokens : 0)));
     if (w->tokens <= 0 || side * side != w->tokens)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: mm_tokens_per_image: expected a square number, found %lld",
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: mm_tokens_per_image: expected a square number, found %lld",
                          ck->config_path, (long long)w->tokens);
     if (g % side != 0)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: mm_tokens_per_image %lld: a %lld x %lld side does not divide the %lld x %lld patch grid "
+                         "%s: mm_tokens_per_image %lld: a %lld x %lld side does not divide the "
+                         "%lld x %lld patch grid "
                          "(vision_config image_size %lld / patch_size %lld)",
-                         ck->config_path, (long long)w->tokens, (long long)side, (long long)side, (long long)g,
-                         (long long)g, (long long)w->tower.image_size, (long long)w->tower.patch);
+                         ck->config_path, (long long)w->tokens, (long long)side, (long long)side,
+                         (long long)g, (long long)g, (long long)w->tower.image_size,
+                         (long long)w->tower.patch);
     w->pool = g / side;
     w->dims[DIM_TD] = m->dims.d;
     w->dims[DIM_VD] = w->tower.vd;
-    model_add_table(m, &(weight_table){.spec = gemma3_proj_spec, .n_spec = 2, .base = w, .count = 1, .prefix = proj,
+    model_add_table(m, &(weight_table){.spec = gemma3_proj_spec,
+                                       .n_spec = 2,
+                                       .base = w,
+                                       .count = 1,
+                                       .prefix = proj,
                                        .dims = w->dims});
     TRY(model_bind(m, e));
     TRY(clip_finish(m, &w->tower, e));
@@ -160,9 +190,11 @@ static celer_status gemma3_load(celer_model *m, celer_error *e) {
     model_norm_plus_one(w->norm, w->tower.vd);
     m->image_blocks = true;
     const clip_tower *t = &w->tower;
-    snprintf(m->desc, sizeof m->desc, "gemma3: %.150s; SigLIP %lld layers, d=%lld, %lldpx/%lld, %lld rows an image%s",
-             m->text->desc, (long long)t->n_layer, (long long)t->vd, (long long)t->image_size, (long long)t->patch,
-             (long long)w->tokens, t->channels_last ? ", channels-last patches" : "");
+    snprintf(m->desc, sizeof m->desc,
+             "gemma3: %.150s; SigLIP %lld layers, d=%lld, %lldpx/%lld, %lld rows an image%s",
+             m->text->desc, (long long)t->n_layer, (long long)t->vd, (long long)t->image_size,
+             (long long)t->patch, (long long)w->tokens,
+             t->channels_last ? ", channels-last patches" : "");
     return CELER_OK;
 }
 
@@ -177,7 +209,9 @@ static int64_t gemma3_image_blocks(const celer_model *m, const model_image_grid 
     return g->n_tiles;
 }
 
-static int64_t gemma3_tile_positions(const celer_model *m) { return ((const gemma3_weights *)m->weights)->tokens; }
+static int64_t gemma3_tile_positions(const celer_model *m) {
+    return ((const gemma3_weights *)m->weights)->tokens;
+}
 
 static void gemma3_vision_sizes(const celer_model *m, int64_t tiles, model_vision_sizes *out) {
     const gemma3_weights *w = m->weights;
@@ -200,9 +234,9 @@ static void gemma3_image_layout(const celer_model *m, const model_image_grid *g,
     for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
 }
 
-static void gemma3_encode_image(const celer_model *m, backend *be, const float *pixels, const model_image_grid *gr,
-                                int64_t tiles_per_call, float *scratch, float *tiles, const int32_t *layout,
-                                float *out) {
+static void gemma3_encode_image(const celer_model *m, backend *be, const float *pixels,
+                                const model_image_grid *gr, int64_t tiles_per_call, float *scratch,
+                                float *tiles, const int32_t *layout, float *out) {
     const gemma3_weights *w = m->weights;
     const clip_tower *t = &w->tower;
     const backend_ops *op = be->ops;
@@ -219,7 +253,9 @@ static void gemma3_encode_image(const celer_model *m, backend *be, const float *
     }
 }
 
-static int32_t gemma3_image_token(const celer_model *m) { return ((const gemma3_weights *)m->weights)->image_token; }
+static int32_t gemma3_image_token(const celer_model *m) {
+    return ((const gemma3_weights *)m->weights)->image_token;
+}
 
 static void gemma3_image_wrap(const celer_model *m, int32_t *boi, int32_t *eoi) {
     const gemma3_weights *w = m->weights;
@@ -235,8 +271,9 @@ const model_family gemma3_family = {
 
 /* The tower's and the projector's ops (the text model checks its own). */
 static const model_op gemma3_ops[] = {
-    MODEL_OP(layernorm), MODEL_OP(act),     MODEL_OP(attention_full), MODEL_OP(patches),
-    MODEL_OP(avg_pool),  MODEL_OP(rmsnorm), {0, NULL},
+    MODEL_OP(layernorm), MODEL_OP(act),      MODEL_OP(attention_full),
+    MODEL_OP(patches),   MODEL_OP(avg_pool), MODEL_OP(rmsnorm),
+    {0, NULL},
 };
 
 const model_family gemma3_vision_family = {

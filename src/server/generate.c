@@ -78,15 +78,17 @@ static bool check_image_tokens(exchange *ex, const int32_t *ids, int64_t n, requ
         int64_t blocks = 1;
         char err[512];
         if (celer_model_image_blocks(s->model, ex->images[k], &blocks, err, sizeof err) != CELER_OK)
-            return request_fail(e, 400, "invalid_request_error", NULL, ex->req.images[k].param, "%s", err);
+            return request_fail(e, 400, "invalid_request_error", NULL, ex->req.images[k].param,
+                                "%s", err);
         want += blocks;
     }
     if (found == want) return true;
-    return request_fail(e, 400, "invalid_request_error", NULL, "messages",
-                        "messages: the prompt holds %lld image tokens (id %d) for %d image parts of %lld blocks: "
-                        "the chat template did not place one per image%s",
-                        (long long)found, s->image_token, ex->n_images, (long long)want,
-                        found > want ? " (or the text holds the image token)" : "");
+    return request_fail(
+        e, 400, "invalid_request_error", NULL, "messages",
+        "messages: the prompt holds %lld image tokens (id %d) for %d image parts of %lld blocks: "
+        "the chat template did not place one per image%s",
+        (long long)found, s->image_token, ex->n_images, (long long)want,
+        found > want ? " (or the text holds the image token)" : "");
 }
 
 /* The prompt's ids (malloc'd): chat messages through the template and the tokenizer
@@ -125,13 +127,15 @@ static bool build_prompt(exchange *ex, int32_t **ids, int64_t *n, request_error 
         /* the image markers the template wrote, as the model's processor rewrites them */
         char *full;
         size_t full_len;
-        const celer_status xs = celer_model_image_text(s->model, s->tok, prompt, strlen(prompt), ex->images,
-                                                       ex->n_images, &full, &full_len, err, sizeof err);
+        const celer_status xs =
+            celer_model_image_text(s->model, s->tok, prompt, strlen(prompt), ex->images,
+                                   ex->n_images, &full, &full_len, err, sizeof err);
         free(prompt);
         if (xs != CELER_OK)
             return request_fail(e, xs == CELER_STATUS_OUT_OF_MEMORY ? 500 : 400,
-                                xs == CELER_STATUS_OUT_OF_MEMORY ? "server_error" : "invalid_request_error", NULL,
-                                "messages", "messages: %s", err);
+                                xs == CELER_STATUS_OUT_OF_MEMORY ? "server_error"
+                                                                 : "invalid_request_error",
+                                NULL, "messages", "messages: %s", err);
         prompt = full;
         text = prompt, len = full_len;
     }

@@ -252,17 +252,21 @@ celer_status vision_config_check(const vision_config *cfg, const char *label, ce
     if (cfg->kind == VISION_GEMMA3) {
         if (!size_hw || !cfg->do_resize || cfg->do_center_crop)
             return error_set(e, CELER_STATUS_UNSUPPORTED,
-                             "%s: Gemma3ImageProcessor: expected do_resize to a size of height and width, and no "
+                             "%s: Gemma3ImageProcessor: expected do_resize to a size of height and "
+                             "width, and no "
                              "center crop",
                              label);
-        if (cfg->pas_min_crop <= 0 || cfg->pas_max_crops < 1 || cfg->pas_max_crops >= VISION_MAX_TILES ||
-            !(cfg->pas_min_ratio > 0) || !isfinite(cfg->pas_min_ratio))
-            return error_set(e, CELER_STATUS_BAD_CONFIG,
-                             "%s: pan_and_scan_min_crop_size %lld, pan_and_scan_max_num_crops %lld, "
-                             "pan_and_scan_min_ratio_to_activate %g: expected a positive size, 1..%d crops and a "
-                             "positive ratio",
-                             label, (long long)cfg->pas_min_crop, (long long)cfg->pas_max_crops, cfg->pas_min_ratio,
-                             VISION_MAX_TILES - 1);
+        if (cfg->pas_min_crop <= 0 || cfg->pas_max_crops < 1 ||
+            cfg->pas_max_crops >= VISION_MAX_TILES || !(cfg->pas_min_ratio > 0) ||
+            !isfinite(cfg->pas_min_ratio))
+            return error_set(
+                e, CELER_STATUS_BAD_CONFIG,
+                "%s: pan_and_scan_min_crop_size %lld, pan_and_scan_max_num_crops %lld, "
+                "pan_and_scan_min_ratio_to_activate %g: expected a positive size, 1..%d crops and "
+                "a "
+                "positive ratio",
+                label, (long long)cfg->pas_min_crop, (long long)cfg->pas_max_crops,
+                cfg->pas_min_ratio, VISION_MAX_TILES - 1);
         return CELER_OK;
     }
     if (cfg->n_pinpoints < 1 || cfg->n_pinpoints > VISION_MAX_PINPOINTS)
@@ -383,7 +387,8 @@ static void pan_and_scan(vision_layout *lay, const vision_config *cfg, int64_t h
     if (n < 2) n = 2;
     if (n > cfg->pas_max_crops) n = cfg->pas_max_crops;
     const int64_t nh = landscape ? 1 : n, nw = landscape ? n : 1;
-    const int64_t ch = (int64_t)ceil((double)h / (double)nh), cw = (int64_t)ceil((double)w / (double)nw);
+    const int64_t ch = (int64_t)ceil((double)h / (double)nh),
+                  cw = (int64_t)ceil((double)w / (double)nw);
     if ((ch < cw ? ch : cw) < cfg->pas_min_crop) return;
     lay->grid_rows = nh, lay->grid_cols = nw, lay->crop_h = ch, lay->crop_w = cw;
 }
@@ -403,7 +408,8 @@ celer_status vision_layout_compute(vision_layout *lay, const vision_config *cfg,
         lay->n_tiles = 1 + lay->grid_rows * lay->grid_cols;
         lay->out_h = cfg->size_h, lay->out_w = cfg->size_w;
         if (lay->n_tiles * lay->out_h * lay->out_w > VISION_MAX_PIXELS)
-            return error_set(e, CELER_STATUS_BAD_CONFIG, "image processor: %lld pieces of %lldx%lld exceed %lld pixels",
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "image processor: %lld pieces of %lldx%lld exceed %lld pixels",
                              (long long)lay->n_tiles, (long long)lay->out_w, (long long)lay->out_h,
                              (long long)VISION_MAX_PIXELS);
         return CELER_OK;
@@ -529,11 +535,13 @@ static celer_status preprocess_gemma3(float *px, const vision_layout *lay, const
     celer_status s = process_piece(px, cfg, img->data, h, w, e);
     if (s != CELER_OK || lay->n_tiles == 1) return s;
     uint8_t *crop = malloc((size_t)(lay->crop_h * lay->crop_w * 3));
-    if (!crop) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "preprocess: out of memory for a crop");
+    if (!crop)
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "preprocess: out of memory for a crop");
     for (int64_t r = 0; r < lay->grid_rows && s == CELER_OK; r++)
         for (int64_t c = 0; c < lay->grid_cols && s == CELER_OK; c++) {
             const int64_t y0 = r * lay->crop_h, x0 = c * lay->crop_w;
-            const int64_t ch = h - y0 < lay->crop_h ? h - y0 : lay->crop_h, cw = w - x0 < lay->crop_w ? w - x0 : lay->crop_w;
+            const int64_t ch = h - y0 < lay->crop_h ? h - y0 : lay->crop_h,
+                          cw = w - x0 < lay->crop_w ? w - x0 : lay->crop_w;
             for (int64_t y = 0; y < ch; y++)
                 memcpy(crop + y * cw * 3, img->data + ((y0 + y) * w + x0) * 3, (size_t)(cw * 3));
             s = process_piece(px + (1 + r * lay->grid_cols + c) * plane, cfg, crop, ch, cw, e);
@@ -549,8 +557,9 @@ celer_status vision_preprocess(float **pixel_values, vision_layout *lay, const v
     if (s != CELER_OK) return s;
     if (cfg->kind == VISION_GEMMA3) {
         float *px = malloc(sizeof *px * (size_t)(lay->n_tiles * 3 * lay->out_h * lay->out_w));
-        if (!px) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "preprocess: out of memory for %lld tiles",
-                                  (long long)lay->n_tiles);
+        if (!px)
+            return error_set(e, CELER_STATUS_OUT_OF_MEMORY,
+                             "preprocess: out of memory for %lld tiles", (long long)lay->n_tiles);
         if ((s = preprocess_gemma3(px, lay, cfg, img, e)) != CELER_OK) {
             free(px);
             return s;
@@ -823,14 +832,15 @@ static celer_status parse_processor_object(vision_config *cfg, const json_t *roo
         j = json_object_get(root, pas[i]);
         if (!j || json_is_null(j)) continue;
         if ((*pas_out[i] = json_size(j)) <= 0)
-            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: expected an integer in 1..%d", label, pas[i],
-                             VISION_MAX_SIDE);
+            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: expected an integer in 1..%d",
+                             label, pas[i], VISION_MAX_SIDE);
     }
     j = json_object_get(root, "pan_and_scan_min_ratio_to_activate");
     if (j && !json_is_null(j)) {
         if (!json_is_number(j) || !(json_number_value(j) > 0))
             return error_set(e, CELER_STATUS_BAD_CONFIG,
-                             "%s: pan_and_scan_min_ratio_to_activate: expected a positive number", label);
+                             "%s: pan_and_scan_min_ratio_to_activate: expected a positive number",
+                             label);
         cfg->pas_min_ratio = json_number_value(j);
     }
     return CELER_OK;
@@ -838,14 +848,16 @@ static celer_status parse_processor_object(vision_config *cfg, const json_t *roo
 
 /* The processor kind a config's image_processor_type names (kind when it names none); another
  * processor's settings are refused. */
-static celer_status check_processor_type(const json_t *root, vision_processor kind, const char *label,
-                                         celer_error *e) {
+static celer_status check_processor_type(const json_t *root, vision_processor kind,
+                                         const char *label, celer_error *e) {
     const char *t = json_string_value(json_object_get(root, "image_processor_type"));
     if (!t) return CELER_OK;
-    const bool gemma3 = !strncmp(t, "Gemma3ImageProcessor", 20), llava = !strncmp(t, "LlavaNextImageProcessor", 23);
+    const bool gemma3 = !strncmp(t, "Gemma3ImageProcessor", 20),
+               llava = !strncmp(t, "LlavaNextImageProcessor", 23);
     if ((kind == VISION_GEMMA3 && !gemma3) || (kind == VISION_LLAVA_NEXT && gemma3 && !llava))
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: image_processor_type: expected %s, found %s", label,
-                         kind == VISION_GEMMA3 ? "Gemma3ImageProcessor" : "LlavaNextImageProcessor", t);
+        return error_set(
+            e, CELER_STATUS_BAD_CONFIG, "%s: image_processor_type: expected %s, found %s", label,
+            kind == VISION_GEMMA3 ? "Gemma3ImageProcessor" : "LlavaNextImageProcessor", t);
     return CELER_OK;
 }
 
@@ -885,12 +897,15 @@ static json_t *load_json(const char *dir, const char *name, char *path, size_t c
     return root;
 }
 
-celer_status vision_config_load(vision_config *cfg, const char *dir, vision_processor kind, celer_error *e) {
+celer_status vision_config_load(vision_config *cfg, const char *dir, vision_processor kind,
+                                celer_error *e) {
     celer_status s = CELER_OK;
     json_t *proc = NULL, *pre = NULL, *model = NULL;
     char proc_path[4200], pre_path[4200], model_path[4200];
-    if (kind == VISION_GEMMA3) vision_config_default_gemma3(cfg);
-    else vision_config_default(cfg);
+    if (kind == VISION_GEMMA3)
+        vision_config_default_gemma3(cfg);
+    else
+        vision_config_default(cfg);
     proc = load_json(dir, "processor_config.json", proc_path, sizeof proc_path, &s, e);
     if (s != CELER_OK) goto out;
     pre = load_json(dir, "preprocessor_config.json", pre_path, sizeof pre_path, &s, e);

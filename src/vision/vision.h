@@ -131,7 +131,8 @@ void vision_config_default_gemma3(vision_config *cfg);
  * CELER_STATUS_BAD_CONFIG naming the file and key; pinpoints given in both files must agree;
  * an image_processor_type of another kind is refused. At least one of the two processor files
  * must exist (CELER_STATUS_IO otherwise). */
-celer_status vision_config_load(vision_config *cfg, const char *dir, vision_processor kind, celer_error *e);
+celer_status vision_config_load(vision_config *cfg, const char *dir, vision_processor kind,
+                                celer_error *e);
 
 /* Parses one image-processor JSON object (the text of preprocessor_config.json) over cfg's
  * current values; label names it in messages. */

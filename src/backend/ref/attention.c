@@ -14,8 +14,9 @@ static inline float kv_at(const void *pool, bool f16, int64_t i) {
     return f16 ? f16_to_f32(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
 }
 
-void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t limit, int64_t window,
-                   int64_t h, int64_t hk, int64_t hd, float scale, float softcap, float *scores) {
+void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t limit,
+                   int64_t window, int64_t h, int64_t hk, int64_t hd, float scale, float softcap,
+                   float *scores) {
     const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     const int64_t n = limit - lo + 1, group = h / hk, kvd = hk * hd;
     for (int64_t i = 0; i < h; i++) {

@@ -57,8 +57,9 @@ void ref_act(float *y, const float *x, int64_t n, backend_act kind);
  * causal attention). Query head i reads kv head i / (h / hk) (GQA). A score is scale * q . k,
  * then softcap * tanh(score / softcap) where softcap > 0. scores: scratch of limit + 1
  * floats. */
-void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t limit, int64_t window,
-                   int64_t h, int64_t hk, int64_t hd, float scale, float softcap, float *scores);
+void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t limit,
+                   int64_t window, int64_t h, int64_t hk, int64_t hd, float scale, float softcap,
+                   float *scores);
 
 /* out[h, hd] = attention of q[h, hd] over every row of k, v[seg, hk*hd] (no mask). Query
  * head i reads kv head i / (h / hk). scores: scratch of seg floats. */
