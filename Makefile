@@ -204,6 +204,7 @@ fixtures:
 	build/venv/bin/python tools/make_fixtures.py --out tests/fixtures
 	build/venv/bin/python tools/make_gguf_fixtures.py --fixtures tests/fixtures
 	build/venv/bin/python tools/make_family_fixtures.py --out tests/fixtures
+	build/venv/bin/python tools/make_gemma3_fixtures.py --out tests/fixtures
 	build/venv/bin/python tools/make_real_goldens.py "$$(bash tools/fetch_model.sh)"
 
 # Side-by-side benchmark (not part of test): peers in build/bench-venv and

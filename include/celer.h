@@ -3,8 +3,8 @@
  *
  * Everything an outside program (the CLI, the server, an embedding application) needs is
  * here: opaque handles for a loaded model and an inference context, a transparent batch
- * struct, and the model contract of docs/architecture.md ("The model contract"). Nothing here exposes tensors,
- * kernels or backends.
+ * struct, and the model contract of docs/architecture.md ("The model contract"). Nothing here
+ * exposes tensors, kernels or backends.
  *
  * Usage:
  *
@@ -50,12 +50,12 @@ typedef enum celer_status {
     CELER_STATUS_UNSUPPORTED,      /* well-formed, but an architecture/format celer lacks */
     CELER_STATUS_CONTEXT_FULL,     /* a sequence or the KV cache pool has no room left */
     CELER_STATUS_OUT_OF_MEMORY,
-    CELER_STATUS_BUSY,             /* the request queue is full; try again later */
-    CELER_STATUS_NOT_FOUND,        /* no request with that id */
-    CELER_STATUS_DEVICE,           /* the device failed a step; the context works on (the
-                                      next call runs again) */
-    CELER_STATUS_DEVICE_LOST,      /* the device is unusable: every later call on the
-                                      context fails with the same message */
+    CELER_STATUS_BUSY,        /* the request queue is full; try again later */
+    CELER_STATUS_NOT_FOUND,   /* no request with that id */
+    CELER_STATUS_DEVICE,      /* the device failed a step; the context works on (the
+                                 next call runs again) */
+    CELER_STATUS_DEVICE_LOST, /* the device is unusable: every later call on the
+                                 context fails with the same message */
     CELER_STATUS_COUNT_
 } celer_status;
 
@@ -73,8 +73,8 @@ typedef struct celer_model_params {
 /* Opens a checkpoint directory (config.json + *.safetensors). Weights are mmap'd
  * read-only and stay valid until celer_model_close. On failure *out is NULL and err
  * (if not NULL) holds one line naming the file and the tensor or field at fault. */
-celer_status celer_model_open(const char *path, const celer_model_params *params,
-                              celer_model **out, char *err, size_t err_size);
+celer_status celer_model_open(const char *path, const celer_model_params *params, celer_model **out,
+                              char *err, size_t err_size);
 void celer_model_close(celer_model *model);
 
 int64_t celer_model_n_vocab(const celer_model *model);
@@ -87,32 +87,33 @@ bool celer_model_is_eos(const celer_model *model, int32_t token);
 const char *celer_model_desc(const celer_model *model);
 
 typedef struct celer_model_info {
-    int64_t n_params;          /* weights, counted as unpacked values */
-    int64_t weight_bytes;      /* bytes of the weights as stored (codes, scales, biases) */
+    int64_t n_params;           /* weights, counted as unpacked values */
+    int64_t weight_bytes;       /* bytes of the weights as stored (codes, scales, biases) */
     int64_t kv_bytes_per_token; /* KV cache bytes per position of one sequence (fp16) */
-    int64_t packed_bytes;      /* weights prepared by backends: repacked for the fast CPU
-                                  kernels, copied to a GPU (0 until such a context exists) */
-    double pack_ms;            /* time that preparing them took */
+    int64_t packed_bytes;       /* weights prepared by backends: repacked for the fast CPU
+                                   kernels, copied to a GPU (0 until such a context exists) */
+    double pack_ms;             /* time that preparing them took */
 } celer_model_info;
 
 celer_model_info celer_model_get_info(const celer_model *model);
 
 /* Writes a model opened from a .gguf file as an MLX-layout checkpoint directory
  * (config.json + model.safetensors) that celer and mlx-lm load; lossless. */
-celer_status celer_model_convert(const celer_model *model, const char *dir, char *err, size_t err_size);
+celer_status celer_model_convert(const celer_model *model, const char *dir, char *err,
+                                 size_t err_size);
 
 /* ==== Context: KV cache, activations and thread pool for one or more sequences ==== */
 
 typedef struct celer_context celer_context;
 
 typedef struct celer_context_params {
-    int64_t n_ctx;     /* positions per sequence (KV cache capacity) */
-    int32_t n_seq;     /* sequences the context can hold at once; ids 0 .. n_seq-1 */
+    int64_t n_ctx;        /* positions per sequence (KV cache capacity) */
+    int32_t n_seq;        /* sequences the context can hold at once; ids 0 .. n_seq-1 */
     int64_t kv_positions; /* the KV pool all sequences share, in positions; 0 = n_seq * n_ctx */
     const char *kv_type;  /* cached K/V values: "f16" (NULL: the default) or "f32" */
-    int64_t n_batch;   /* rows per internal step; longer inputs run in chunks. 0 = the
-                          device's: 512 on the CPU, 2048 on CUDA */
-    int32_t n_threads; /* threads for every op; 0 = number of physical cores */
+    int64_t n_batch;      /* rows per internal step; longer inputs run in chunks. 0 = the
+                             device's: 512 on the CPU, 2048 on CUDA */
+    int32_t n_threads;    /* threads for every op; 0 = number of physical cores */
     /* Kernel set: NULL = the CELER_CPU environment variable if set, else "auto" (the
      * fastest the CPU supports). Names: "auto", "ref" (scalar reference kernels, the
      * correctness oracle), "generic" (the fast path's layout in plain C), "avx2",
@@ -189,8 +190,9 @@ int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
  * belongs to sequence 0. */
 typedef struct celer_batch {
     int64_t n;
-    const int32_t *token;  /* [n] token ids, or -1 for an embedding row; or NULL */
-    const float *embd;     /* [n, d] input embeddings (rows of token rows unread), d = celer_model_n_embd */
+    const int32_t *token; /* [n] token ids, or -1 for an embedding row; or NULL */
+    const float
+        *embd; /* [n, d] input embeddings (rows of token rows unread), d = celer_model_n_embd */
     const int32_t *seq_id; /* [n] or NULL */
     const int8_t *logits;  /* [n] nonzero where a row wants logits (celer_batch_decode) */
 } celer_batch;
@@ -217,7 +219,8 @@ enum {
  * rows flagged CELER_ROW_LOGITS; the logits rows of CELER_ROW_ARGMAX rows are left
  * unspecified. The argmax is taken where the logits are made, so on a GPU only an id per
  * such row comes back to the host instead of its vocabulary of logits. */
-celer_status celer_batch_decode_ids(celer_context *ctx, const celer_batch *batch, float *logits, int32_t *ids);
+celer_status celer_batch_decode_ids(celer_context *ctx, const celer_batch *batch, float *logits,
+                                    int32_t *ids);
 
 /* hidden[n, d]: the final-normed hidden state of every row (no LM head). */
 celer_status celer_hidden_states(celer_context *ctx, const celer_batch *batch, float *hidden);
@@ -232,14 +235,15 @@ celer_status celer_forward_last_logits(celer_context *ctx, const celer_batch *ba
 
 /* The same for sequence seq_id of a multi-sequence context (batch->seq_id is ignored). */
 celer_status celer_forward_last_logits_with_sequence_id(celer_context *ctx,
-                                                        const celer_batch *batch,
-                                                        int32_t seq_id, int64_t last_pos,
-                                                        float *logits);
+                                                        const celer_batch *batch, int32_t seq_id,
+                                                        int64_t last_pos, float *logits);
 
 /* The same with caller-provided input embeddings embd[n, d] instead of token ids. */
-celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(
-    celer_context *ctx, const float *embd, int64_t n, int32_t seq_id, int64_t last_pos,
-    float *logits);
+celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(celer_context *ctx,
+                                                                       const float *embd, int64_t n,
+                                                                       int32_t seq_id,
+                                                                       int64_t last_pos,
+                                                                       float *logits);
 
 /* The row pos of hidden[n, d], or NULL when pos is outside [0, n). Model code calls it on
  * the final hidden state before the LM head, so the head sees exactly one row. */
@@ -250,10 +254,12 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
 
 /* ==== Images (vision-language models) ====
  *
- * A prompt holds one image token (celer_model_image_token) per image; each expands to
- * celer_model_image_positions rows, and celer_image_encode gives the rows that replace
- * them (vision tower, projector, the anyres tile layout with image_newline), to run as
- * embedding rows of a batch:
+ * A prompt holds one image token (celer_model_image_token) per image block: one per image
+ * (LLaVA-NeXT, Gemma 3), or with Gemma 3's pan and scan one for the whole image and one per
+ * crop (celer_model_image_blocks). The image's celer_model_image_positions rows are split
+ * evenly over its blocks, in order; celer_image_encode gives those rows (vision tower,
+ * projector, LLaVA-NeXT's anyres tile layout with image_newline), to run as embedding rows
+ * of a batch (token -1):
  *
  *     celer_image *img;
  *     celer_image_load("cat.jpg", &img, err, sizeof err);
@@ -262,8 +268,16 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
  *     float *rows = malloc(sizeof(float) * n * celer_model_n_embd(model));
  *     celer_image_encode(ctx, img, rows);
  *     celer_image_free(img);
- */
+ *
+ * Gemma 3 (celer_model_image_blocks_whole): the rows of one block attend to each other
+ * during prefill, as transformers' Gemma3 attention mask has it. A block is a run of
+ * consecutive embedding rows (token -1) of one sequence in a batch, and must lie whole in
+ * one call (a batch of only embedding rows, token NULL, has no blocks: every row is causal,
+ * as transformers runs inputs_embeds without token_type_ids). The engine keeps blocks whole.
+ * Text for a prompt with images goes through celer_model_image_text before tokenizing, as
+ * the model's processor rewrites it (Gemma 3's "<start_of_image>" expanded). */
 typedef struct celer_image celer_image;
+typedef struct celer_tokenizer celer_tokenizer; /* see "Tokenizer" below */
 
 /* A PNG or JPEG file, decoded to RGB as transformers' image processors see it (alpha
  * composited on white, no EXIF rotation). Bad images (truncated, not an image, zero or
@@ -283,9 +297,28 @@ uint64_t celer_image_digest(const celer_image *img);
 /* Whether model reads images; its image placeholder id, or -1. */
 bool celer_model_has_vision(const celer_model *model);
 int32_t celer_model_image_token(const celer_model *model);
-/* *n = the prompt rows img takes in model's prompts (the image token's expansion). */
-celer_status celer_model_image_positions(const celer_model *model, const celer_image *img, int64_t *n,
-                                         char *err, size_t err_size);
+/* *n = the prompt rows img takes in model's prompts (its image tokens' expansion). */
+celer_status celer_model_image_positions(const celer_model *model, const celer_image *img,
+                                         int64_t *n, char *err, size_t err_size);
+/* *blocks = the image tokens img takes in model's prompts (1, or Gemma 3's whole image and
+ * pan-and-scan crops); each stands for celer_model_image_positions / blocks rows. */
+celer_status celer_model_image_blocks(const celer_model *model, const celer_image *img,
+                                      int64_t *blocks, char *err, size_t err_size);
+/* Whether model's image blocks must run whole in one call (Gemma 3: their rows attend to
+ * each other during prefill). */
+bool celer_model_image_blocks_whole(const celer_model *model);
+/* *out (malloc'd, NUL-terminated, *out_len bytes) = text[len] with its image markers as the
+ * model's processor rewrites them before tokenizing: for Gemma 3 each "<start_of_image>" (the
+ * i-th for images[i]) becomes "\n\n<start_of_image>" + the image token + "<end_of_image>\n\n"
+ * (one image token where Gemma3Processor writes mm_tokens_per_image: the engine expands it),
+ * and with pan and scan "Here is the original image " + that + " and here are some crops to
+ * help you see better " + that sequence per crop, joined by spaces (Gemma3Processor's
+ * words). tok gives the markers' text. Other models, or text without markers: a copy. More
+ * markers than images is an error naming the count. */
+celer_status celer_model_image_text(const celer_model *model, const celer_tokenizer *tok,
+                                    const char *text, size_t len, celer_image *const *images,
+                                    int32_t n_images, char **out, size_t *out_len, char *err,
+                                    size_t err_size);
 /* embd[n, d] = the input rows of img (n = celer_model_image_positions). Runs the vision
  * tower on ctx's threads. */
 celer_status celer_image_encode(celer_context *ctx, const celer_image *img, float *embd);
@@ -325,19 +358,22 @@ typedef struct celer_tokenizer celer_tokenizer;
 
 /* path: a tokenizer.json file or a directory holding one. On failure *out is NULL and
  * err holds one line naming the file and the JSON path at fault. */
-celer_status celer_tokenizer_open(const char *path, celer_tokenizer **out, char *err, size_t err_size);
+celer_status celer_tokenizer_open(const char *path, celer_tokenizer **out, char *err,
+                                  size_t err_size);
 void celer_tokenizer_close(celer_tokenizer *tok);
 
 /* Ids of the UTF-8 text[len] (invalid UTF-8 is an error), as Hugging Face
  * tokenizer(text)["input_ids"] gives them; add_special adds the template tokens (BOS).
  * *ids is malloc'd (also when *n is 0); the caller frees it with free(). */
-celer_status celer_tokenize(const celer_tokenizer *tok, const char *text, size_t len, bool add_special,
-                            int32_t **ids, int64_t *n, char *err, size_t err_size);
+celer_status celer_tokenize(const celer_tokenizer *tok, const char *text, size_t len,
+                            bool add_special, int32_t **ids, int64_t *n, char *err,
+                            size_t err_size);
 
 /* Text of ids[n] (NUL-terminated, *len bytes, len may be NULL); skip_special drops
  * special tokens such as BOS. *text is malloc'd; the caller frees it with free(). */
-celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, int64_t n, bool skip_special,
-                              char **text, size_t *len, char *err, size_t err_size);
+celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, int64_t n,
+                              bool skip_special, char **text, size_t *len, char *err,
+                              size_t err_size);
 
 /* Ids of the vocabulary, added tokens included. */
 int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok);
@@ -348,10 +384,10 @@ int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok);
  * temperature (0 = greedy), top-k, top-p, min-p, then a seeded draw. */
 typedef struct celer_sampler_params {
     float temp;
-    int32_t top_k;         /* 0 = off */
-    float top_p;           /* 1 = off */
-    float min_p;           /* 0 = off */
-    float repeat_penalty;  /* 1 = off */
+    int32_t top_k;        /* 0 = off */
+    float top_p;          /* 1 = off */
+    float min_p;          /* 0 = off */
+    float repeat_penalty; /* 1 = off */
     int32_t repeat_last_n;
     uint64_t seed;
 } celer_sampler_params;
@@ -377,11 +413,11 @@ celer_status celer_detok_stream_create(const celer_tokenizer *tok, bool skip_spe
                                        celer_detok_stream **out, char *err, size_t err_size);
 void celer_detok_stream_destroy(celer_detok_stream *s);
 /* *text (owned by s, valid until the next call) gets the newly complete text of id. */
-celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const char **text, size_t *len,
-                                     char *err, size_t err_size);
+celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const char **text,
+                                     size_t *len, char *err, size_t err_size);
 /* Held-back bytes that never completed, as U+FFFD. */
-celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len, char *err,
-                                      size_t err_size);
+celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len,
+                                      char *err, size_t err_size);
 
 /* ==== Chat templates ==== */
 
@@ -415,9 +451,8 @@ celer_status celer_chat_template_render_vars(const char *template_src, const cha
  * chat_template of tokenizer_config.json; in a .gguf file tokenizer.chat_template. Also
  * its bos/eos token texts. Each out string is malloc'd, NULL when
  * absent; the caller frees them with free(). */
-celer_status celer_chat_template_load(const char *model_path, char **template_src,
-                                      char **bos_token, char **eos_token, char *err,
-                                      size_t err_size);
+celer_status celer_chat_template_load(const char *model_path, char **template_src, char **bos_token,
+                                      char **eos_token, char *err, size_t err_size);
 
 /* ==== Engine: requests, continuous batching, paged KV pool with a prefix cache ====
  *
@@ -444,17 +479,17 @@ celer_status celer_chat_template_load(const char *model_path, char **template_sr
 typedef struct celer_engine celer_engine;
 
 typedef struct celer_engine_params {
-    int32_t n_seq_max;     /* sequences running at once (-np) */
-    int64_t n_ctx;         /* positions one sequence may hold: prompt + completion */
-    int64_t kv_positions;  /* the pool shared by every sequence, in positions (rounded up to
-                              whole blocks); 0 = n_seq_max * n_ctx */
-    int64_t batch_tokens;  /* rows per step: decode rows first, prefill chunks fill the rest */
-    int32_t max_queue;     /* requests waiting before submit answers CELER_STATUS_BUSY */
-    int32_t n_threads;     /* 0 = physical cores */
-    const char *kernels;   /* as celer_context_params.kernels */
-    const char *kv_type;   /* as celer_context_params.kv_type */
-    const char *device;    /* as celer_context_params.device */
-    bool prefix_cache;     /* reuse cached blocks across requests */
+    int32_t n_seq_max;    /* sequences running at once (-np) */
+    int64_t n_ctx;        /* positions one sequence may hold: prompt + completion */
+    int64_t kv_positions; /* the pool shared by every sequence, in positions (rounded up to
+                             whole blocks); 0 = n_seq_max * n_ctx */
+    int64_t batch_tokens; /* rows per step: decode rows first, prefill chunks fill the rest */
+    int32_t max_queue;    /* requests waiting before submit answers CELER_STATUS_BUSY */
+    int32_t n_threads;    /* 0 = physical cores */
+    const char *kernels;  /* as celer_context_params.kernels */
+    const char *kv_type;  /* as celer_context_params.kv_type */
+    const char *device;   /* as celer_context_params.device */
+    bool prefix_cache;    /* reuse cached blocks across requests */
 } celer_engine_params;
 
 /* 4 sequences, n_ctx 4096, kv_positions 0, batch_tokens 512, max_queue 256, prefix cache
@@ -464,23 +499,23 @@ celer_engine_params celer_engine_default_params(void);
 /* tok may be NULL: events then carry no text and stop strings are refused. The model and
  * tokenizer must outlive the engine. */
 celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
-                                 const celer_engine_params *params, celer_engine **out,
-                                 char *err, size_t err_size);
+                                 const celer_engine_params *params, celer_engine **out, char *err,
+                                 size_t err_size);
 void celer_engine_destroy(celer_engine *eng);
 
 #define CELER_MAX_TOP_LOGPROBS 20
-#define CELER_MAX_CHOICES 128
+#define CELER_MAX_CHOICES      128
 
 typedef struct celer_request_params {
     const int32_t *prompt; /* [n_prompt] ids, copied at submit */
     int64_t n_prompt;
-    int64_t max_tokens;    /* completion tokens per choice; -1 = until the context is full */
-    int32_t n;             /* choices (1 to CELER_MAX_CHOICES and at most max_queue); they
-                              share the prompt's cache blocks and run n_seq_max at a time */
+    int64_t max_tokens; /* completion tokens per choice; -1 = until the context is full */
+    int32_t n;          /* choices (1 to CELER_MAX_CHOICES and at most max_queue); they
+                           share the prompt's cache blocks and run n_seq_max at a time */
     celer_sampler_params sampling; /* choice i draws with seed + i */
-    float presence_penalty;  /* OpenAI's: subtracted once from a token already generated */
-    float frequency_penalty; /* subtracted per earlier occurrence in the completion */
-    const int32_t *bias_ids; /* [n_bias] logit bias added before sampling, copied */
+    float presence_penalty;        /* OpenAI's: subtracted once from a token already generated */
+    float frequency_penalty;       /* subtracted per earlier occurrence in the completion */
+    const int32_t *bias_ids;       /* [n_bias] logit bias added before sampling, copied */
     const float *bias;
     int32_t n_bias;
     const int32_t *stop_ids; /* [n_stop_ids] ids that end a choice, besides the model's EOS */
@@ -489,11 +524,12 @@ typedef struct celer_request_params {
     const char *const *stop; /* [n_stop] stop strings: matched across token boundaries,
                                 never emitted; text that could still become one is held */
     int32_t n_stop;
-    int32_t top_logprobs;    /* -1 = no log-probabilities; else the chosen token's and this
-                                many alternatives (at most CELER_MAX_TOP_LOGPROBS) */
+    int32_t top_logprobs;       /* -1 = no log-probabilities; else the chosen token's and this
+                                   many alternatives (at most CELER_MAX_TOP_LOGPROBS) */
     celer_image *const *images; /* [n_images] for a vision-language model: the prompt holds
-                                   one image token per image, in order; each expands to the
-                                   image's rows (prompt_tokens counts them). The engine keeps
+                                   one image token per image block (celer_model_image_blocks),
+                                   in order; each expands to its block's rows (prompt_tokens
+                                   counts them). The engine keeps
                                    a reference to each until the request ends, encodes an
                                    image when its rows are first computed, and keys cached
                                    blocks by the image's digest. */
@@ -516,20 +552,20 @@ typedef enum celer_finish_reason {
  * the callback. */
 typedef struct celer_event {
     uint64_t request;
-    int32_t index;        /* the choice */
-    int32_t token;        /* the sampled id, or -1 on an event that only ends the choice */
-    const char *text;     /* text released by this event (may be empty) */
+    int32_t index;    /* the choice */
+    int32_t token;    /* the sampled id, or -1 on an event that only ends the choice */
+    const char *text; /* text released by this event (may be empty) */
     size_t text_len;
-    float logprob;        /* log-probability of token under the model (top_logprobs >= 0) */
+    float logprob; /* log-probability of token under the model (top_logprobs >= 0) */
     int32_t n_top;
     const int32_t *top_ids; /* [n_top], most likely first */
     const float *top_logprobs;
     celer_finish_reason finish;
     /* Set on the event that ends a choice: */
-    int64_t prompt_tokens;  /* the prompt's length */
-    int64_t cached_tokens;  /* prompt positions taken from the prefix cache, never computed */
+    int64_t prompt_tokens; /* the prompt's length */
+    int64_t cached_tokens; /* prompt positions taken from the prefix cache, never computed */
     int64_t completion_tokens;
-    const char *error;      /* CELER_FINISH_ERROR: why, one line (else NULL) */
+    const char *error; /* CELER_FINISH_ERROR: why, one line (else NULL) */
 } celer_event;
 
 typedef void (*celer_event_fn)(void *user, const celer_event *ev);
@@ -560,8 +596,8 @@ typedef struct celer_engine_stats {
     int64_t kv_blocks_cached;                /* unreferenced, kept for the prefix cache */
     int64_t prompt_tokens_total;             /* prompt tokens submitted */
     int64_t generation_tokens_total;
-    int64_t prefix_queries_total;            /* prompt blocks looked up */
-    int64_t prefix_hits_total;               /* of which were found */
+    int64_t prefix_queries_total; /* prompt blocks looked up */
+    int64_t prefix_hits_total;    /* of which were found */
     int64_t preemptions_total;
 } celer_engine_stats;
 

@@ -103,7 +103,8 @@ static void expect_error(const char *what, const char *dir, const char *const *n
     CHECK(exited, "%s: expected a non-zero exit, got status %d", what, rc);
     CHECK(lines == 1, "%s: expected one line on stderr, got %d:\n%s", what, lines, err ? err : "");
     for (int i = 0; needles[i]; i++)
-        CHECK(err && strstr(err, needles[i]), "%s: message lacks \"%s\": %s", what, needles[i], err ? err : "");
+        CHECK(err && strstr(err, needles[i]), "%s: message lacks \"%s\": %s", what, needles[i],
+              err ? err : "");
     printf("  %-26s %s", what, err ? err : "\n");
     free(err);
 }
@@ -111,11 +112,13 @@ static void expect_error(const char *what, const char *dir, const char *const *n
 #define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static void overlap(json_t *h) {
-    json_t *a = json_object_get(h, "model.norm.weight"), *b = json_object_get(h, "model.embed_tokens.weight");
+    json_t *a = json_object_get(h, "model.norm.weight"),
+           *b = json_object_get(h, "model.embed_tokens.weight");
     json_t *ob = json_object_get(b, "data_offsets");
     json_int_t begin = json_integer_value(json_array_get(ob, 0));
     json_t *oa = json_object_get(a, "data_offsets");
-    json_int_t size = json_integer_value(json_array_get(oa, 1)) - json_integer_value(json_array_get(oa, 0));
+    json_int_t size =
+        json_integer_value(json_array_get(oa, 1)) - json_integer_value(json_array_get(oa, 0));
     json_array_set_new(oa, 0, json_integer(begin + 2));
     json_array_set_new(oa, 1, json_integer(begin + 2 + size));
 }
@@ -126,23 +129,38 @@ static void out_of_range(json_t *h) {
     json_array_set_new(o, 1, json_integer((1 << 30) + 128));
 }
 
-static void drop_norm(json_t *h) { json_object_del(h, "model.norm.weight"); }
+static void drop_norm(json_t *h) {
+    json_object_del(h, "model.norm.weight");
+}
 
 static void wrong_dtype(json_t *h) {
     json_object_set_new(json_object_get(h, "model.norm.weight"), "dtype", json_string("I16"));
 }
 
 /* q_proj of layer 0 as 2-bit codes: half the words per row, offsets shrunk to match. */
+/* The projector's [vd, td] parameter written [td, vd] (same bytes). */
+static void proj_transposed(json_t *h) {
+    json_t *t = json_object_get(h, "multi_modal_projector.mm_input_projection_weight");
+    json_object_set_new(t, "shape", json_pack("[i, i]", 64, 32));
+}
+
+static void drop_proj(json_t *h) {
+    json_object_del(h, "multi_modal_projector.mm_input_projection_weight");
+}
+
 static void two_bit(json_t *h) {
     json_t *t = json_object_get(h, "model.layers.0.self_attn.q_proj.weight");
     json_t *shape = json_object_get(t, "shape"), *o = json_object_get(t, "data_offsets");
-    json_int_t rows = json_integer_value(json_array_get(shape, 0)), cols = json_integer_value(json_array_get(shape, 1));
+    json_int_t rows = json_integer_value(json_array_get(shape, 0)),
+               cols = json_integer_value(json_array_get(shape, 1));
     json_array_set_new(shape, 1, json_integer(cols / 2));
-    json_array_set_new(o, 1, json_integer(json_integer_value(json_array_get(o, 0)) + rows * (cols / 2) * 4));
+    json_array_set_new(
+        o, 1, json_integer(json_integer_value(json_array_get(o, 0)) + rows * (cols / 2) * 4));
 }
 
 /* Copies fixture dir/model.gguf to work/<tag>.gguf, applying patch to its bytes. */
-static const char *gguf_variant(const char *fixture, const char *tag, void (*patch)(char *, size_t *)) {
+static const char *gguf_variant(const char *fixture, const char *tag,
+                                void (*patch)(char *, size_t *)) {
     static char dst[600];
     char src[4200];
     size_t len;
@@ -160,7 +178,9 @@ static char *find(char *buf, size_t len, const char *needle) {
     return memmem(buf, len, needle, strlen(needle));
 }
 
-static void gguf_truncate(char *buf, size_t *len) { (void)buf, *len = *len * 2 / 3; }
+static void gguf_truncate(char *buf, size_t *len) {
+    (void)buf, *len = *len * 2 / 3;
+}
 
 /* The type field follows the name, the dimension count and two dimensions. */
 static void gguf_q4_k(char *buf, size_t *len) {
@@ -190,7 +210,8 @@ int main(void) {
     char *buf = read_all(path, &len);
     write_all(path, buf, len / 2);
     free(buf);
-    expect_error("truncated file", dir, NEEDLES("model.safetensors", "data_offsets", "outside the data section"));
+    expect_error("truncated file", dir,
+                 NEEDLES("model.safetensors", "data_offsets", "outside the data section"));
 
     dir = copy_fixture("llama3-bf16", "hlen");
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -199,7 +220,8 @@ int main(void) {
     for (int i = 0; i < 8; i++) buf[i] = (char)(big >> (8 * i));
     write_all(path, buf, len);
     free(buf);
-    expect_error("header past end of file", dir, NEEDLES("model.safetensors", "header length", "past the end"));
+    expect_error("header past end of file", dir,
+                 NEEDLES("model.safetensors", "header length", "past the end"));
 
     dir = copy_fixture("llama3-bf16", "tiny");
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -208,19 +230,23 @@ int main(void) {
 
     dir = copy_fixture("llama3-bf16", "overlap");
     edit_header(dir, overlap);
-    expect_error("overlapping offsets", dir, NEEDLES("model.safetensors", "overlap", "model.norm.weight"));
+    expect_error("overlapping offsets", dir,
+                 NEEDLES("model.safetensors", "overlap", "model.norm.weight"));
 
     dir = copy_fixture("llama3-bf16", "range");
     edit_header(dir, out_of_range);
-    expect_error("offsets out of range", dir, NEEDLES("model.safetensors", "model.norm.weight", "outside the data section"));
+    expect_error("offsets out of range", dir,
+                 NEEDLES("model.safetensors", "model.norm.weight", "outside the data section"));
 
     dir = copy_fixture("llama3-bf16", "shape");
     edit_config(dir, "intermediate_size", json_integer(100));
-    expect_error("shape vs config.json", dir, NEEDLES("mlp.gate_proj.weight", "expected shape [100, 64]", "found [128, 64]"));
+    expect_error("shape vs config.json", dir,
+                 NEEDLES("mlp.gate_proj.weight", "expected shape [100, 64]", "found [128, 64]"));
 
     dir = copy_fixture("llama3-bf16", "dtype");
     edit_header(dir, wrong_dtype);
-    expect_error("dtype vs expectation", dir, NEEDLES("model.norm.weight", "expected F32, F16 or BF16", "found I16"));
+    expect_error("dtype vs expectation", dir,
+                 NEEDLES("model.norm.weight", "expected F32, F16 or BF16", "found I16"));
 
     dir = copy_fixture("llama3-bf16", "missing");
     edit_header(dir, drop_norm);
@@ -232,7 +258,8 @@ int main(void) {
 
     dir = copy_fixture("llama3-q4g64", "bits");
     edit_header(dir, two_bit);
-    expect_error("unsupported bits", dir, NEEDLES("model.layers.0.self_attn.q_proj.weight", "2-bit", "expected 4 or 8"));
+    expect_error("unsupported bits", dir,
+                 NEEDLES("model.layers.0.self_attn.q_proj.weight", "2-bit", "expected 4 or 8"));
 
     dir = copy_fixture("llama3-q4g64", "mode");
     json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", 4, "mode", "mxfp4");
@@ -258,27 +285,32 @@ int main(void) {
     expect_error("cohere2 layer_types", dir, NEEDLES("config.json", "layer_types", "list of 5"));
 
     dir = copy_fixture("cohere2-bf16", "layer_type");
-    edit_config(dir, "layer_types", json_pack("[s, s, s, s, s]", "sliding_attention", "sliding_attention",
-                                              "chunked_attention", "full_attention", "sliding_attention"));
+    edit_config(dir, "layer_types",
+                json_pack("[s, s, s, s, s]", "sliding_attention", "sliding_attention",
+                          "chunked_attention", "full_attention", "sliding_attention"));
     expect_error("cohere2 layer type", dir, NEEDLES("layer_types[2]", "chunked_attention"));
 
     dir = copy_fixture("cohere2-bf16", "head_dim");
     edit_config(dir, "head_dim", json_integer(32));
-    expect_error("cohere2 head_dim", dir, NEEDLES("head_dim", "expected hidden_size / num_attention_heads = 16", "found 32"));
+    expect_error(
+        "cohere2 head_dim", dir,
+        NEEDLES("head_dim", "expected hidden_size / num_attention_heads = 16", "found 32"));
 
     dir = copy_fixture("cohere2-bf16", "norm_bias");
     edit_config(dir, "layer_norm_bias", json_true());
     expect_error("cohere2 missing norm bias", dir, NEEDLES("missing tensor", "norm.bias"));
 
     dir = copy_fixture("gemma3-text-bf16", "g3_types");
-    edit_config(dir, "layer_types", json_pack("[s, s, s, s, s, s]", "sliding_attention", "sliding_attention",
-                                              "sliding_attention", "chunked_attention", "sliding_attention",
-                                              "full_attention"));
+    edit_config(dir, "layer_types",
+                json_pack("[s, s, s, s, s, s]", "sliding_attention", "sliding_attention",
+                          "sliding_attention", "chunked_attention", "sliding_attention",
+                          "full_attention"));
     expect_error("gemma3 layer type", dir, NEEDLES("layer_types[3]", "chunked_attention"));
 
     dir = copy_fixture("gemma3-text-bf16", "g3_pattern");
     edit_config(dir, "sliding_window_pattern", json_integer(0));
-    expect_error("gemma3 sliding pattern", dir, NEEDLES("sliding_window_pattern", "expected > 0", "found 0"));
+    expect_error("gemma3 sliding pattern", dir,
+                 NEEDLES("sliding_window_pattern", "expected > 0", "found 0"));
 
     dir = copy_fixture("gemma2-bf16", "g2_qpas");
     edit_config(dir, "query_pre_attn_scalar", json_integer(0));
@@ -294,13 +326,17 @@ int main(void) {
                  NEEDLES("partial_rotary_factor", "gives 11 rotary dimensions"));
 
     dir = copy_fixture("phi3-bf16", "longrope_len");
-    edit_config(dir, "rope_scaling", json_pack("{s:s, s:[f,f,f,f,f,f,f,f], s:[f,f,f]}", "type", "longrope", "short_factor",
-                                               1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "long_factor", 1.0, 2.0, 3.0));
-    expect_error("phi3 longrope factor length", dir, NEEDLES("rope_scaling.long_factor", "list of 8"));
+    edit_config(dir, "rope_scaling",
+                json_pack("{s:s, s:[f,f,f,f,f,f,f,f], s:[f,f,f]}", "type", "longrope",
+                          "short_factor", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "long_factor",
+                          1.0, 2.0, 3.0));
+    expect_error("phi3 longrope factor length", dir,
+                 NEEDLES("rope_scaling.long_factor", "list of 8"));
 
     dir = copy_fixture("llava-mistral-f32", "full");
     edit_config(dir, "vision_feature_select_strategy", json_string("full"));
-    expect_error("llava strategy full", dir, NEEDLES("vision_feature_select_strategy", "full", "expected default"));
+    expect_error("llava strategy full", dir,
+                 NEEDLES("vision_feature_select_strategy", "full", "expected default"));
 
     dir = copy_fixture("llava-mistral-f32", "text_type");
     edit_config(dir, "text_config", json_pack("{s:s}", "model_type", "gemma"));
@@ -311,10 +347,47 @@ int main(void) {
     expect_error("llava feature layer", dir, NEEDLES("vision_feature_layer", "[-4, 3]"));
 
     dir = copy_fixture("llava-mistral-f32", "vision_size");
-    edit_config(dir, "vision_config", json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "hidden_size", 48, "intermediate_size",
-                                                64, "num_hidden_layers", 3, "num_attention_heads", 4, "image_size", 56,
-                                                "patch_size", 14, "hidden_act", "quick_gelu"));
-    expect_error("llava vision shapes", dir, NEEDLES("patch_embedding.weight", "expected [48, ...]", "found [32, 3, 14, 14]"));
+    edit_config(dir, "vision_config",
+                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "hidden_size", 48,
+                          "intermediate_size", 64, "num_hidden_layers", 3, "num_attention_heads", 4,
+                          "image_size", 56, "patch_size", 14, "hidden_act", "quick_gelu"));
+    expect_error("llava vision shapes", dir,
+                 NEEDLES("patch_embedding.weight", "expected [48, ...]", "found [32, 3, 14, 14]"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_tokens_square");
+    edit_config(dir, "mm_tokens_per_image", json_integer(5));
+    expect_error("gemma3 tokens not square", dir,
+                 NEEDLES("config.json", "mm_tokens_per_image", "square", "found 5"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_tokens_grid");
+    edit_config(dir, "mm_tokens_per_image", json_integer(9));
+    expect_error("gemma3 tokens vs grid", dir,
+                 NEEDLES("mm_tokens_per_image 9", "does not divide the 4 x 4 patch grid"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_proj_shape");
+    edit_header(dir, proj_transposed);
+    expect_error("gemma3 projector shape", dir,
+                 NEEDLES("multi_modal_projector.mm_input_projection_weight", "expected [32, 64]",
+                         "found [64, 32]"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_vision_size");
+    edit_config(dir, "vision_config",
+                json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}", "model_type",
+                          "siglip_vision_model", "hidden_size", 48, "intermediate_size", 64,
+                          "num_hidden_layers", 2, "num_attention_heads", 2, "image_size", 56,
+                          "patch_size", 14));
+    expect_error("gemma3 vision size", dir,
+                 NEEDLES("patch_embedding.weight", "expected [48, ...]", "found [32, 3, 14, 14]"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_no_proj");
+    edit_header(dir, drop_proj);
+    expect_error("gemma3 projector missing", dir,
+                 NEEDLES("missing tensor", "mm_input_projection_weight"));
+
+    dir = copy_fixture("gemma3-vision-hf-bf16", "g3_clip");
+    edit_config(dir, "vision_config", json_pack("{s:s}", "model_type", "clip_vision_model"));
+    expect_error("gemma3 clip tower", dir,
+                 NEEDLES("vision_config.model_type", "siglip_vision_model"));
 
     expect_error("gguf truncated", gguf_variant("llama-tied-gguf-q4_1", "trunc", gguf_truncate),
                  NEEDLES("trunc.gguf", "outside the file"));
@@ -322,7 +395,8 @@ int main(void) {
                  NEEDLES("q4k.gguf", "blk.0.attn_q.weight", "Q4_K is not supported"));
     expect_error("gguf architecture", gguf_variant("llama-tied-gguf-q4_1", "arch", gguf_arch),
                  NEEDLES("arch.gguf", "general.architecture", "bloom"));
-    expect_error("gguf tensor count", gguf_variant("llama-tied-gguf-q4_1", "count", gguf_header_count),
+    expect_error("gguf tensor count",
+                 gguf_variant("llama-tied-gguf-q4_1", "count", gguf_header_count),
                  NEEDLES("count.gguf", "cannot fit"));
 
     snprintf(path, sizeof path, "rm -rf '%s'", work);

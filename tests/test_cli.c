@@ -14,7 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *bin(void) { return getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer"; }
+static const char *bin(void) {
+    return getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer";
+}
 
 static char *ids_str(const int32_t *ids, int64_t n) {
     char *s = malloc((size_t)n * 12 + 1);
@@ -36,14 +38,17 @@ static void check_fixture(const char *name) {
     char *ids_s = ids_str(ids, n);
     snprintf(npy, sizeof npy, "/tmp/celer-cli-%d.npy", (int)getpid());
 
-    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all -o %s -t 2", bin(), d, ids_s, npy);
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all -o %s -t 2", bin(), d, ids_s,
+             npy);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits --all exits 0", name);
     float *all = npy_read_f32(npy, &r2, &c2);
-    CHECK(all && r2 == n && c2 == cols, "%s: --all writes [%lld, %lld]", name, (long long)n, (long long)cols);
+    CHECK(all && r2 == n && c2 == cols, "%s: --all writes [%lld, %lld]", name, (long long)n,
+          (long long)cols);
     if (all && golden && r2 == rows && c2 == cols) {
         double diff = max_abs_diff(all, golden, n * cols);
         /* the default (fast) kernels: the tolerance test_parity states for them */
-        CHECK(diff <= 2e-3 * max_abs(golden, n * cols), "%s: --all logits differ by %g", name, diff);
+        CHECK(diff <= 2e-3 * max_abs(golden, n * cols), "%s: --all logits differ by %g", name,
+              diff);
     }
     snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s -o %s", bin(), d, ids_s, npy);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits exits 0", name);
@@ -51,16 +56,19 @@ static void check_fixture(const char *name) {
     CHECK(last && r2 == 1 && c2 == cols, "%s: last-row logits are [1, vocab]", name);
     if (last && all) {
         double diff = max_abs_diff(last, all + (n - 1) * cols, cols);
-        CHECK(diff <= 1e-6 * max_abs(last, cols), "%s: last row equals --all row n-1 (%g)", name, diff);
+        CHECK(diff <= 1e-6 * max_abs(last, cols), "%s: last row equals --all row n-1 (%g)", name,
+              diff);
     }
     unlink(npy);
 
-    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --ids %s -n %lld --temp 0 --print-ids --ignore-eos", bin(), d,
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate -m '%s' --ids %s -n %lld --temp 0 --print-ids --ignore-eos", bin(), d,
              ids_s, (long long)ng);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: generate exits 0", name);
     char want[2048];
     size_t k = 0;
-    for (int64_t i = 0; i < ng; i++) k += (size_t)snprintf(want + k, sizeof want - k, i ? " %d" : "%d", greedy[i]);
+    for (int64_t i = 0; i < ng; i++)
+        k += (size_t)snprintf(want + k, sizeof want - k, i ? " %d" : "%d", greedy[i]);
     snprintf(want + k, sizeof want - k, "\n");
     CHECK(strcmp(out, want) == 0, "%s: generate printed \"%s\", golden \"%s\"", name, out, want);
     free(all), free(last), free(golden), free(ids_s), free(ids), free(greedy);
@@ -94,7 +102,9 @@ static const char *variant(const char *name, void (*edit)(json_t *)) {
 static int32_t eos_stop;
 
 /* eos_token_id as a list, as Llama 3 configs have it. */
-static void eos_list(json_t *c) { json_object_set_new(c, "eos_token_id", json_pack("[i,i]", 999 % 512, eos_stop)); }
+static void eos_list(json_t *c) {
+    json_object_set_new(c, "eos_token_id", json_pack("[i,i]", 999 % 512, eos_stop));
+}
 
 /* transformers 5 style: rope_theta and the scaling inside rope_parameters. */
 static void rope_parameters(json_t *c) {
@@ -121,7 +131,8 @@ static void check_config_variants(void) {
     for (char *p = out; *p; p++) words += *p == ' ';
     bool first_is_eos = false;
     for (int i = 0; i < 3; i++) first_is_eos |= greedy[i] == eos_stop;
-    CHECK(first_is_eos || words == 3, "generation stops before the second listed eos id, after 3 tokens: %s", out);
+    CHECK(first_is_eos || words == 3,
+          "generation stops before the second listed eos id, after 3 tokens: %s", out);
 
     /* Stop ids from generation_config.json count too. */
     dir = variant("llama3-bf16", rope_parameters);
@@ -137,11 +148,13 @@ static void check_config_variants(void) {
 
     snprintf(npy, sizeof npy, "/tmp/celer-cli-rp-%d.npy", (int)getpid());
     /* the reference bound needs transformers' fp32 cache */
-    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all --cache-type f32 -o %s", bin(), dir, ids_s, npy);
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids %s --all --cache-type f32 -o %s", bin(),
+             dir, ids_s, npy);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "rope_parameters config loads");
     snprintf(path, sizeof path, "%s/golden_logits.npy", d);
     float *golden = npy_read_f32(path, &rows, &cols), *got = npy_read_f32(npy, &rows, &cols);
-    CHECK(golden && got && max_abs_diff(golden, got, rows * cols) <= 1e-4 * max_abs(golden, rows * cols),
+    CHECK(golden && got &&
+              max_abs_diff(golden, got, rows * cols) <= 1e-4 * max_abs(golden, rows * cols),
           "rope_parameters gives the golden logits");
     unlink(npy);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -158,12 +171,15 @@ static void check_convert(const char *fixture) {
     snprintf(b, sizeof b, "%s.b.npy", dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s' convert -m '%s' -o '%s'", dir, bin(), gguf, dir);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: convert exits 0", fixture);
-    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s' && '%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s'",
+    snprintf(cmd, sizeof cmd,
+             "'%s' logits -m '%s' --ids 5,9,200,7,3 --all -o '%s' && '%s' logits -m '%s' --ids "
+             "5,9,200,7,3 --all -o '%s'",
              bin(), gguf, a, bin(), dir, b);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits of both exit 0", fixture);
     int64_t r1, c1, r2, c2;
     float *x = npy_read_f32(a, &r1, &c1), *y = npy_read_f32(b, &r2, &c2);
-    CHECK(x && y && r1 == r2 && c1 == c2 && max_abs_diff(x, y, r1 * c1) == 0, "%s: converted directory gives identical logits", fixture);
+    CHECK(x && y && r1 == r2 && c1 == c2 && max_abs_diff(x, y, r1 * c1) == 0,
+          "%s: converted directory gives identical logits", fixture);
     free(x), free(y);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, a, b);
     if (system(cmd) != 0) CHECK(false, "cleanup");
@@ -182,41 +198,54 @@ static void check_image(const char *name) {
     size_t k = 0, w = 0;
     const json_t *t = json_object_get(c, "text_ids"), *gr = json_object_get(c, "greedy");
     for (size_t i = 0; i < json_array_size(t); i++)
-        k += (size_t)snprintf(ids + k, sizeof ids - k, i ? ",%lld" : "%lld", (long long)json_integer_value(json_array_get(t, i)));
+        k += (size_t)snprintf(ids + k, sizeof ids - k, i ? ",%lld" : "%lld",
+                              (long long)json_integer_value(json_array_get(t, i)));
     for (size_t i = 0; i < json_array_size(gr); i++)
-        w += (size_t)snprintf(want + w, sizeof want - w, i ? " %lld" : "%lld", (long long)json_integer_value(json_array_get(gr, i)));
+        w += (size_t)snprintf(want + w, sizeof want - w, i ? " %lld" : "%lld",
+                              (long long)json_integer_value(json_array_get(gr, i)));
     snprintf(want + w, sizeof want - w, "\n");
     const char *image = json_string_value(json_object_get(c, "image"));
-    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --image '%s/%s' --ids %s -n %zu --temp 0 --output-ids --ignore-eos",
-             bin(), d, d, image, ids, json_array_size(gr));
+    snprintf(
+        cmd, sizeof cmd,
+        "'%s' generate -m '%s' --image '%s/%s' --ids %s -n %zu --temp 0 --output-ids --ignore-eos",
+        bin(), d, d, image, ids, json_array_size(gr));
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: generate --image exits 0", name);
-    CHECK(strcmp(out, want) == 0, "%s: generate --image printed \"%s\", golden \"%s\"", name, out, want);
-    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --image '%s/%s' --ids %s --cache-type f32 -o /tmp/celer-img-%d.npy",
-             bin(), d, d, image, ids, (int)getpid());
+    CHECK(strcmp(out, want) == 0, "%s: generate --image printed \"%s\", golden \"%s\"", name, out,
+          want);
+    snprintf(
+        cmd, sizeof cmd,
+        "'%s' logits -m '%s' --image '%s/%s' --ids %s --cache-type f32 -o /tmp/celer-img-%d.npy",
+        bin(), d, d, image, ids, (int)getpid());
     CHECK(run_capture(cmd, out, sizeof out) == 0, "%s: logits --image exits 0", name);
     int64_t r, cols, gr_rows, gcols;
     snprintf(path, sizeof path, "/tmp/celer-img-%d.npy", (int)getpid());
     float *got = npy_read_f32(path, &r, &cols);
     remove(path);
-    snprintf(path, sizeof path, "%s/golden_logits_%s.npy", d, json_string_value(json_object_get(c, "name")));
+    snprintf(path, sizeof path, "%s/golden_logits_%s.npy", d,
+             json_string_value(json_object_get(c, "name")));
     float *gold = npy_read_f32(path, &gr_rows, &gcols);
     if (CHECK(got && gold && r == 1 && cols == gcols, "%s: logits --image shape", name)) {
         const float *last = gold + (gr_rows - 1) * gcols;
         const double dd = max_abs_diff(got, last, cols) / max_abs(last, cols);
         CHECK(dd <= 2e-3, "%s: logits --image last row differs by %g", name, dd);
-        printf("  %s: generate --image == golden greedy; logits --image last row rel %.2e\n", name, dd);
+        printf("  %s: generate --image == golden greedy; logits --image last row rel %.2e\n", name,
+               dd);
     }
     free(got), free(gold);
     /* bad images and prompts: one clear line each */
     char args[8192];
-    snprintf(args, sizeof args, "logits -m '%s' --image '%s/config.json' --ids %s -o /tmp/x.npy", d, d, ids);
+    snprintf(args, sizeof args, "logits -m '%s' --image '%s/config.json' --ids %s -o /tmp/x.npy", d,
+             d, ids);
     check_fails("not an image", args, "not an image");
-    snprintf(args, sizeof args, "logits -m '%s' --image /nonexistent.png --ids %s -o /tmp/x.npy", d, ids);
+    snprintf(args, sizeof args, "logits -m '%s' --image /nonexistent.png --ids %s -o /tmp/x.npy", d,
+             ids);
     check_fails("missing image file", args, "/nonexistent.png");
-    snprintf(args, sizeof args, "logits -m '%s' --ids %s -o /tmp/x.npy --image '%s/%s' --image '%s/%s'", d, ids, d, image, d,
-             image);
+    snprintf(args, sizeof args,
+             "logits -m '%s' --ids %s -o /tmp/x.npy --image '%s/%s' --image '%s/%s'", d, ids, d,
+             image, d, image);
     check_fails("two images, one image token", args, "2 --image files but 1 image tokens");
-    snprintf(args, sizeof args, "generate -m '%s' --ids 1,2,3 --image '%s/%s'", fixture_path("llama3-bf16"), d, image);
+    snprintf(args, sizeof args, "generate -m '%s' --ids 1,2,3 --image '%s/%s'",
+             fixture_path("llama3-bf16"), d, image);
     check_fails("image for a text model", args, "reads no images");
     json_decref(g);
 }
@@ -232,22 +261,131 @@ static void check_image_chat(void) {
     if (!CHECK(c != NULL, "chat fixture golden")) return;
     const char *prompt = json_string_value(json_object_get(g, "prompt"));
     const char *want = json_string_value(json_object_get(c, "completion_text"));
-    snprintf(cmd, sizeof cmd, "'%s' generate -m %s --image %s/image_a.png -p '%s' -n 8 --temp 0 --ignore-eos 2>/dev/null",
-             bin(), d, d, prompt);
+    snprintf(
+        cmd, sizeof cmd,
+        "'%s' generate -m %s --image %s/image_a.png -p '%s' -n 8 --temp 0 --ignore-eos 2>/dev/null",
+        bin(), d, d, prompt);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "generate --image -p exits 0");
-    CHECK(!strncmp(out, want, strlen(want)), "generate --image -p answered \"%s\", transformers \"%s\"", out, want);
+    CHECK(!strncmp(out, want, strlen(want)),
+          "generate --image -p answered \"%s\", transformers \"%s\"", out, want);
     snprintf(cmd, sizeof cmd,
-             "'%s' generate -m %s --image %s/image_a.png --text \"$(printf 'USER: <image>\\n%s\\nASSISTANT:')\" -n 8 "
+             "'%s' generate -m %s --image %s/image_a.png --text \"$(printf 'USER: "
+             "<image>\\n%s\\nASSISTANT:')\" -n 8 "
              "--temp 0 --ignore-eos 2>/dev/null",
              bin(), d, d, prompt);
     CHECK(run_capture(cmd, out, sizeof out) == 0, "generate --image --text exits 0");
-    CHECK(!strncmp(out, want, strlen(want)), "generate --image --text answered \"%s\", transformers \"%s\"", out, want);
-    printf("  llava-chat: generate --image with -p and with --text answers \"%s\" as transformers does\n", want);
+    CHECK(!strncmp(out, want, strlen(want)),
+          "generate --image --text answered \"%s\", transformers \"%s\"", out, want);
+    printf("  llava-chat: generate --image with -p and with --text answers \"%s\" as transformers "
+           "does\n",
+           want);
+    json_decref(g);
+}
+
+/* The ids of json array a as "1,2,3" (sep ",") or "1 2 3" (sep " ") into out[cap]. */
+static void join_ids(char *out, size_t cap, const json_t *a, const char *sep) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < json_array_size(a) && k < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%lld", i ? sep : "",
+                              (long long)json_integer_value(json_array_get(a, i)));
+}
+
+/* Gemma 3 case `cname` of fixture `name`: `celer generate --image... --ids` prints the golden
+ * greedy ids, `celer logits --image... --all` writes every golden row; with -p (the chat
+ * template's image parts) and --text (the template's text), the markers rewritten as
+ * Gemma3Processor does give the same greedy ids. */
+static void check_image_gemma3(const char *name, const char *cname) {
+    char path[4400], cmd[16384], out[4096], ids[4096], want[2048], images[4096] = "";
+    const char *d = fixture_path(name);
+    snprintf(path, sizeof path, "%s/golden.json", d);
+    json_t *g = json_load_file(path, 0, NULL);
+    const json_t *c = NULL, *cases = json_object_get(g, "cases");
+    for (size_t i = 0; i < json_array_size(cases); i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(cases, i), "name")), cname))
+            c = json_array_get(cases, i);
+    if (!CHECK(c != NULL, "%s: golden case %s", name, cname)) goto out;
+    const json_t *files = json_object_get(c, "images"), *gr = json_object_get(c, "greedy");
+    size_t k = 0;
+    for (size_t i = 0; i < json_array_size(files); i++)
+        k += (size_t)snprintf(images + k, sizeof images - k, " --image '%s/%s'", d,
+                              json_string_value(json_array_get(files, i)));
+    join_ids(ids, sizeof ids, json_object_get(c, "text_ids"), ",");
+    join_ids(want, sizeof want - 1, gr, " ");
+    strcat(want, "\n");
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate -m '%s'%s --ids %s -n %zu --temp 0 --output-ids --ignore-eos", bin(), d,
+             images, ids, json_array_size(gr));
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: generate --image --ids exits 0", name,
+          cname);
+    CHECK(strcmp(out, want) == 0, "%s/%s: generate --image --ids printed \"%s\", golden \"%s\"",
+          name, cname, out, want);
+    snprintf(path, sizeof path, "/tmp/celer-g3-%d.npy", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s'%s --ids %s --all --cache-type f32 -o %s", bin(),
+             d, images, ids, path);
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: logits --image --all exits 0", name,
+          cname);
+    int64_t r, cols, gr_rows, gcols;
+    float *got = npy_read_f32(path, &r, &cols);
+    remove(path);
+    snprintf(path, sizeof path, "%s/golden_logits_%s.npy", d, cname);
+    float *gold = npy_read_f32(path, &gr_rows, &gcols);
+    double dd = -1;
+    if (CHECK(got && gold && r == gr_rows && cols == gcols, "%s/%s: logits --image --all shape",
+              name, cname)) {
+        dd = max_abs_diff(got, gold, r * cols) / max_abs(gold, r * cols);
+        CHECK(dd <= 2e-3, "%s/%s: logits --image --all differ by %g", name, cname, dd);
+    }
+    free(got), free(gold);
+    /* the chat template's text: its last user text is the -p prompt, its images the --image files
+     */
+    const json_t *msg = json_array_get(json_object_get(c, "messages"), 0),
+                 *parts = json_object_get(msg, "content");
+    const char *prompt = json_string_value(
+        json_object_get(json_array_get(parts, json_array_size(parts) - 1), "text"));
+    if (json_array_size(parts) ==
+        json_array_size(files) + 1) { /* [images..., text]: the -p layout */
+        snprintf(
+            cmd, sizeof cmd,
+            "'%s' generate -m '%s'%s -p '%s' -n %zu --temp 0 --output-ids --ignore-eos 2>/dev/null",
+            bin(), d, images, prompt, json_array_size(gr));
+        CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: generate --image -p exits 0", name,
+              cname);
+        CHECK(strcmp(out, want) == 0, "%s/%s: generate --image -p printed \"%s\", golden \"%s\"",
+              name, cname, out, want);
+    }
+    char fmt[4096] = "";
+    const char *text = json_string_value(json_object_get(c, "text"));
+    for (size_t i = 0, j = 0; text[i] && j + 3 < sizeof fmt; i++) /* newlines as printf's \n */
+        if (text[i] == '\n')
+            fmt[j++] = '\\', fmt[j++] = 'n';
+        else
+            fmt[j++] = text[i];
+    /* (an x after the text keeps the command substitution from eating its last newline) */
+    snprintf(cmd, sizeof cmd,
+             "t=\"$(printf '%sx')\"; '%s' generate -m '%s'%s --text \"${t%%x}\" -n %zu --temp 0 "
+             "--output-ids --ignore-eos "
+             "2>/dev/null",
+             fmt, bin(), d, images, json_array_size(gr));
+    CHECK(run_capture(cmd, out, sizeof out) == 0, "%s/%s: generate --image --text exits 0", name,
+          cname);
+    CHECK(strcmp(out, want) == 0, "%s/%s: generate --image --text printed \"%s\", golden \"%s\"",
+          name, cname, out, want);
+    printf("  %s/%s: generate --image (--ids, -p, --text) == golden greedy; logits --image --all "
+           "rel %.2e\n",
+           name, cname, dd);
+    /* a marker without its image: one clear line */
+    char args[16384];
+    snprintf(args, sizeof args, "generate -m '%s' --text \"$(printf '%s')\" -n 2", d, fmt);
+    check_fails("a marker without an image", args, "markers for 0 images");
+out:
     json_decref(g);
 }
 
 int main(void) {
     check_image("llava-mistral-mlx-q4");
+    check_image_gemma3("gemma3-vision-mlx-bf16", "wide");
+    check_image_gemma3("gemma3-vision-hf-bf16", "two");
     check_image_chat();
     check_convert("llama-tied-gguf-q4_1");
     check_convert("qwen2-gguf-q8_0");
@@ -255,11 +393,14 @@ int main(void) {
     check_fixture("llama3-q4g64");
     check_fixture("qwen2-bf16");
     char args[4200];
-    snprintf(args, sizeof args, "logits -m '%s' --ids 1,2,x -o /tmp/x.npy", fixture_path("llama3-bf16"));
+    snprintf(args, sizeof args, "logits -m '%s' --ids 1,2,x -o /tmp/x.npy",
+             fixture_path("llama3-bf16"));
     check_fails("bad --ids", args, "--ids");
-    snprintf(args, sizeof args, "logits -m '%s' --ids 1,99999 -o /tmp/x.npy", fixture_path("llama3-bf16"));
+    snprintf(args, sizeof args, "logits -m '%s' --ids 1,99999 -o /tmp/x.npy",
+             fixture_path("llama3-bf16"));
     check_fails("token id past vocab", args, "outside the vocabulary");
-    snprintf(args, sizeof args, "generate -m '%s' --ids 1,2 -n 10 -c 4", fixture_path("llama3-bf16"));
+    snprintf(args, sizeof args, "generate -m '%s' --ids 1,2 -n 10 -c 4",
+             fixture_path("llama3-bf16"));
     check_fails("context too small", args, "-c 4");
     check_fails("no model", "logits --ids 1 -o /tmp/x.npy", "-m MODEL");
     check_fails("unknown command", "frobnicate", "unknown command");

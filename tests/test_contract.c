@@ -12,7 +12,11 @@
  * The vision-language wrapper (every fixture with preprocessor_config.json): a prompt
  * whose image token expands to the image's encoded rows, as a batch mixing token rows and
  * embedding rows; the three entry points equal the full forward's last row, the LM head
- * runs on one row (celer_context_head_rows), and a slice shifted by one row is caught.
+ * runs on one row (celer_context_head_rows), and a slice shifted by one row is caught. Where
+ * an image block's rows see each other (Gemma 3): the embeddings entry point (no blocks) is
+ * held to the forward of the same embedding rows, which the block must change; a forward in
+ * steps shorter than the prompt (one row more than the block) equals one step; a block
+ * longer than a step is refused.
  *
  * Everything runs on the CPU, then on the device CELER_TEST_DEVICE names (make test-cuda).
  * "Equal" is 1e-6 relative on the CPU, whose products sum in the same order whatever the
@@ -38,7 +42,8 @@ static celer_context *ctx_new(int64_t n_ctx, int32_t n_seq) {
     const celer_context_params cp = harness_context_params(n_ctx, n_seq, device);
     celer_context *ctx = NULL;
     char err[512];
-    if (celer_context_create(model, &cp, &ctx, err, sizeof err) != CELER_OK) CHECK(false, "%s", err);
+    if (celer_context_create(model, &cp, &ctx, err, sizeof err) != CELER_OK)
+        CHECK(false, "%s", err);
     return ctx;
 }
 
@@ -61,33 +66,45 @@ static void check_entry_points(const int32_t *ids, int64_t n) {
     CHECK(celer_embed_tokens(ctx, ids, n, embd) == CELER_OK, "embed_tokens");
     for (int k = 0; k < 3; k++) {
         celer_status s;
-        if (k == 0) s = celer_forward_last_logits(ctx, &b, last, row);
-        else if (k == 1) s = celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row);
-        else s = celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, embd, n, 2, last, row);
-        CHECK(s == CELER_OK, "%s n=%lld: %s", names[k], (long long)n, celer_context_last_error(ctx));
+        if (k == 0)
+            s = celer_forward_last_logits(ctx, &b, last, row);
+        else if (k == 1)
+            s = celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row);
+        else
+            s = celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, embd, n, 2, last,
+                                                                          row);
+        CHECK(s == CELER_OK, "%s n=%lld: %s", names[k], (long long)n,
+              celer_context_last_error(ctx));
         double d = rel_diff(row, want);
-        CHECK(d <= same, "%s n=%lld: differs from forward row %lld by %g", names[k], (long long)n, (long long)last, d);
+        CHECK(d <= same, "%s n=%lld: differs from forward row %lld by %g", names[k], (long long)n,
+              (long long)last, d);
         if (shifted) {
             double ds = rel_diff(row, shifted);
-            CHECK(ds > same, "%s n=%lld: also matches row %lld (%g): the shifted-slice check cannot fail", names[k],
-                  (long long)n, (long long)(last - 1), ds);
+            CHECK(ds > same,
+                  "%s n=%lld: also matches row %lld (%g): the shifted-slice check cannot fail",
+                  names[k], (long long)n, (long long)(last - 1), ds);
         }
     }
-    CHECK(celer_seq_length(ctx, 0) == n && celer_seq_length(ctx, 1) == n && celer_seq_length(ctx, 2) == n,
+    CHECK(celer_seq_length(ctx, 0) == n && celer_seq_length(ctx, 1) == n &&
+              celer_seq_length(ctx, 2) == n,
           "each entry point filled its own sequence");
     /* last_pos inside the batch but not the last row: still that row. */
     if (n > 2) {
         celer_seq_reset(ctx, 1);
-        CHECK(celer_forward_last_logits_with_sequence_id(ctx, &b, 1, 1, row) == CELER_OK, "last_pos 1");
-        CHECK(rel_diff(row, all + V) <= same, "n=%lld last_pos=1 equals forward row 1", (long long)n);
+        CHECK(celer_forward_last_logits_with_sequence_id(ctx, &b, 1, 1, row) == CELER_OK,
+              "last_pos 1");
+        CHECK(rel_diff(row, all + V) <= same, "n=%lld last_pos=1 equals forward row 1",
+              (long long)n);
     }
-    CHECK(celer_forward_last_logits(ctx, &b, n, row) == CELER_STATUS_INVALID_ARGUMENT, "last_pos n is refused");
+    CHECK(celer_forward_last_logits(ctx, &b, n, row) == CELER_STATUS_INVALID_ARGUMENT,
+          "last_pos n is refused");
     free(all), free(row), free(embd);
     celer_context_destroy(ctx);
 }
 
 static void check_cache(const int32_t *ids, int64_t n) {
-    float *all = malloc(sizeof(float) * (size_t)((n + 1) * V)), *row = malloc(sizeof(float) * (size_t)V);
+    float *all = malloc(sizeof(float) * (size_t)((n + 1) * V)),
+          *row = malloc(sizeof(float) * (size_t)V);
     celer_context *ctx = ctx_new(64, 2);
     celer_batch b = celer_batch_tokens(ids, n + 1);
     CHECK(celer_forward(ctx, &b, all) == CELER_OK, "forward n+1");
@@ -97,7 +114,8 @@ static void check_cache(const int32_t *ids, int64_t n) {
     celer_batch step = celer_batch_tokens(ids + n, 1);
     CHECK(celer_forward_last_logits(ctx, &step, 0, row) == CELER_OK, "decode");
     double d = rel_diff(row, all + n * V);
-    printf("  prefill %lld + 1 decode vs forward of %lld: rel %.3g\n", (long long)n, (long long)(n + 1), d);
+    printf("  prefill %lld + 1 decode vs forward of %lld: rel %.3g\n", (long long)n,
+           (long long)(n + 1), d);
     CHECK(d <= 1e-5, "prefill+decode differs from full forward by %g", d);
     free(all), free(row);
     celer_context_destroy(ctx);
@@ -132,7 +150,8 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
     one = celer_batch_tokens(&next_a, 1);
     celer_forward_last_logits_with_sequence_id(ctx, &one, 0, 0, got);
     CHECK(rel_diff(got, ref_a) <= same && rel_diff(got + V, ref_b) <= same,
-          "two interleaved sequences equal their solo runs (%g, %g)", rel_diff(got, ref_a), rel_diff(got + V, ref_b));
+          "two interleaved sequences equal their solo runs (%g, %g)", rel_diff(got, ref_a),
+          rel_diff(got + V, ref_b));
 
     /* One mixed batch: a decode row of sequence 0 beside sequence 1's prefill. */
     celer_seq_reset(ctx, 0);
@@ -145,27 +164,31 @@ static void check_two_sequences(const int32_t *ids, int64_t n) {
     for (int64_t i = 0; i < nb; i++) tok[1 + i] = bb[i], seq[1 + i] = 1;
     want[nb] = 1;
     celer_batch mix = {.n = nb + 1, .token = tok, .seq_id = seq, .logits = want};
-    CHECK(celer_batch_decode(ctx, &mix, got) == CELER_OK, "mixed batch: %s", celer_context_last_error(ctx));
+    CHECK(celer_batch_decode(ctx, &mix, got) == CELER_OK, "mixed batch: %s",
+          celer_context_last_error(ctx));
     float *pre_b = malloc(sizeof(float) * (size_t)V);
     celer_context *s2 = ctx_new(64, 1);
     x = celer_batch_tokens(bb, nb);
     celer_forward_last_logits(s2, &x, nb - 1, pre_b);
     celer_context_destroy(s2);
     CHECK(rel_diff(got, ref_a) <= same && rel_diff(got + V, pre_b) <= same,
-          "mixed decode+prefill batch equals separate calls (%g, %g)", rel_diff(got, ref_a), rel_diff(got + V, pre_b));
+          "mixed decode+prefill batch equals separate calls (%g, %g)", rel_diff(got, ref_a),
+          rel_diff(got + V, pre_b));
     free(pre_b);
 
     /* A full context: clean error, nothing changed. */
     celer_context *small = ctx_new(8, 1);
     x = celer_batch_tokens(a, 9);
     celer_status s = celer_forward_last_logits(small, &x, 8, got);
-    CHECK(s == CELER_STATUS_CONTEXT_FULL && strstr(celer_context_last_error(small), "context size 8"),
+    CHECK(s == CELER_STATUS_CONTEXT_FULL &&
+              strstr(celer_context_last_error(small), "context size 8"),
           "9 tokens into n_ctx 8: %s", celer_context_last_error(small));
     CHECK(celer_seq_length(small, 0) == 0, "a refused batch leaves the sequence empty");
     x.n = 8;
     CHECK(celer_forward_last_logits(small, &x, 7, got) == CELER_OK, "8 tokens fit");
     x.n = 1;
-    CHECK(celer_forward_last_logits(small, &x, 0, got) == CELER_STATUS_CONTEXT_FULL, "a 9th decode step is refused");
+    CHECK(celer_forward_last_logits(small, &x, 0, got) == CELER_STATUS_CONTEXT_FULL,
+          "a 9th decode step is refused");
     celer_context_destroy(small);
     free(ref_a), free(ref_b), free(got);
     celer_context_destroy(ctx);
@@ -185,7 +208,8 @@ static int32_t row_argmax(const float *row) {
  * of a third whose last row wants the argmax. */
 static void check_decode_ids(const int32_t *ids, int64_t n) {
     celer_context *c[2] = {ctx_new(64, 3), ctx_new(64, 3)};
-    float *lg[2] = {malloc(sizeof(float) * (size_t)(3 * V)), malloc(sizeof(float) * (size_t)(3 * V))};
+    float *lg[2] = {malloc(sizeof(float) * (size_t)(3 * V)),
+                    malloc(sizeof(float) * (size_t)(3 * V))};
     for (int i = 0; i < 2; i++) {
         celer_batch x = celer_batch_tokens(ids, n);
         celer_forward_last_logits_with_sequence_id(c[i], &x, 0, n - 1, lg[i]);
@@ -193,18 +217,21 @@ static void check_decode_ids(const int32_t *ids, int64_t n) {
         celer_forward_last_logits_with_sequence_id(c[i], &x, 1, n - 3, lg[i]);
     }
     int32_t tok[6] = {11, 17, ids[4], ids[5], ids[6], ids[7]}, seq[6] = {0, 1, 2, 2, 2, 2};
-    int8_t flags[6] = {CELER_ROW_LOGITS, CELER_ROW_ARGMAX, 0, 0, 0, CELER_ROW_ARGMAX}, all[6] = {1, 1, 0, 0, 0, 1};
+    int8_t flags[6] = {CELER_ROW_LOGITS, CELER_ROW_ARGMAX, 0, 0, 0, CELER_ROW_ARGMAX},
+           all[6] = {1, 1, 0, 0, 0, 1};
     const celer_batch b = {.n = 6, .token = tok, .seq_id = seq, .logits = flags};
     const celer_batch ref = {.n = 6, .token = tok, .seq_id = seq, .logits = all};
     int32_t got[3] = {-1, -1, -1};
-    CHECK(celer_batch_decode(c[1], &ref, lg[1]) == CELER_OK, "reference batch: %s", celer_context_last_error(c[1]));
+    CHECK(celer_batch_decode(c[1], &ref, lg[1]) == CELER_OK, "reference batch: %s",
+          celer_context_last_error(c[1]));
     CHECK(celer_batch_decode_ids(c[0], &b, lg[0], got) == CELER_OK, "batch with ids: %s",
           celer_context_last_error(c[0]));
     bool ids_ok = true;
     for (int k = 0; k < 3; k++) ids_ok &= got[k] == row_argmax(lg[1] + k * V);
-    CHECK(ids_ok, "ids (%d %d %d) are the argmax of the logits rows (%d %d %d)", got[0], got[1], got[2],
-          row_argmax(lg[1]), row_argmax(lg[1] + V), row_argmax(lg[1] + 2 * V));
-    CHECK(rel_diff(lg[0], lg[1]) <= same, "the logits row flagged CELER_ROW_LOGITS (%g)", rel_diff(lg[0], lg[1]));
+    CHECK(ids_ok, "ids (%d %d %d) are the argmax of the logits rows (%d %d %d)", got[0], got[1],
+          got[2], row_argmax(lg[1]), row_argmax(lg[1] + V), row_argmax(lg[1] + 2 * V));
+    CHECK(rel_diff(lg[0], lg[1]) <= same, "the logits row flagged CELER_ROW_LOGITS (%g)",
+          rel_diff(lg[0], lg[1]));
     CHECK(celer_seq_length(c[0], 2) == 4 && celer_seq_length(c[0], 1) == n - 1,
           "the batch is in the caches as celer_batch_decode puts it");
     CHECK(celer_batch_decode_ids(c[0], &b, lg[0], NULL) == CELER_STATUS_INVALID_ARGUMENT &&
@@ -228,7 +255,8 @@ static const char *fixture_image(const char *dir) {
     DIR *d = opendir(dir);
     const char *found = NULL;
     for (struct dirent *de; d && (de = readdir(d));)
-        if (!strncmp(de->d_name, "image_", 6) && (strstr(de->d_name, ".png") || strstr(de->d_name, ".jpg"))) {
+        if (!strncmp(de->d_name, "image_", 6) &&
+            (strstr(de->d_name, ".png") || strstr(de->d_name, ".jpg"))) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             found = path;
             break;
@@ -248,16 +276,21 @@ static void check_vlm(const char *name) {
     D = celer_model_n_embd(model);
     const int32_t image_tok = celer_model_image_token(model);
     int64_t rows = 0;
-    CHECK(celer_model_has_vision(model) && image_tok >= 0, "%s: a vision model with an image token", name);
-    CHECK(celer_model_image_positions(model, img, &rows, err, sizeof err) == CELER_OK && rows > 0, "%s", err);
+    CHECK(celer_model_has_vision(model) && image_tok >= 0, "%s: a vision model with an image token",
+          name);
+    CHECK(celer_model_image_positions(model, img, &rows, err, sizeof err) == CELER_OK && rows > 0,
+          "%s", err);
     /* 3 text rows, the image, 4 text rows */
     const int64_t n = 3 + rows + 4, last = n - 1;
     int32_t *tok = malloc(sizeof *tok * (size_t)n);
-    float *embd = calloc((size_t)(n * D), sizeof *embd), *all = malloc(sizeof(float) * (size_t)(n * V));
-    float *row = malloc(sizeof(float) * (size_t)V), *merged = malloc(sizeof(float) * (size_t)(n * D));
+    float *embd = calloc((size_t)(n * D), sizeof *embd),
+          *all = malloc(sizeof(float) * (size_t)(n * V));
+    float *row = malloc(sizeof(float) * (size_t)V),
+          *merged = malloc(sizeof(float) * (size_t)(n * D));
     for (int64_t i = 0; i < n; i++) tok[i] = i >= 3 && i < 3 + rows ? -1 : (int32_t)(5 + i % 40);
     celer_context *ctx = ctx_new(n + 8, 3);
-    CHECK(celer_image_encode(ctx, img, embd + 3 * D) == CELER_OK, "encode: %s", celer_context_last_error(ctx));
+    CHECK(celer_image_encode(ctx, img, embd + 3 * D) == CELER_OK, "encode: %s",
+          celer_context_last_error(ctx));
     const celer_batch b = {.n = n, .token = tok, .embd = embd};
     CHECK(celer_forward(ctx, &b, all) == CELER_OK, "forward: %s", celer_context_last_error(ctx));
     CHECK(celer_context_head_rows(ctx) == n, "forward ran the head on every row (%lld)",
@@ -266,30 +299,77 @@ static void check_vlm(const char *name) {
     /* merged input rows for the embeddings entry point: text rows from the table */
     memcpy(merged, embd, sizeof(float) * (size_t)(n * D));
     for (int64_t i = 0; i < n; i++)
-        if (tok[i] >= 0) CHECK(celer_embed_tokens(ctx, &tok[i], 1, merged + i * D) == CELER_OK, "embed");
+        if (tok[i] >= 0)
+            CHECK(celer_embed_tokens(ctx, &tok[i], 1, merged + i * D) == CELER_OK, "embed");
+    /* Embedding rows alone mark no image block (every row causal, as transformers runs
+     * inputs_embeds without token_type_ids): where the model's blocks see each other
+     * (Gemma 3), the embeddings entry point is held to the forward of those rows, which the
+     * blocks must change. */
+    const bool whole = celer_model_image_blocks_whole(model);
+    float *all_e = malloc(sizeof(float) * (size_t)(n * V));
+    const celer_batch be_rows = {.n = n, .embd = merged};
+    memcpy(all_e, all, sizeof(float) * (size_t)(n * V));
+    if (whole) {
+        CHECK(celer_forward(ctx, &be_rows, all_e) == CELER_OK, "forward of embedding rows: %s",
+              celer_context_last_error(ctx));
+        celer_seq_reset(ctx, 0);
+        CHECK(rel_diff(all_e + last * V, all + last * V) > 1e-4,
+              "%s: the image block's rows seeing each other "
+              "change the last row",
+              name);
+    }
     const char *names[3] = {"forward_last_logits", "forward_last_logits_with_sequence_id",
                             "forward_last_logits_with_embeddings_and_sequence_id"};
     for (int k = 0; k < 3; k++) {
-        celer_status s = k == 0   ? celer_forward_last_logits(ctx, &b, last, row)
-                         : k == 1 ? celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row)
-                                  : celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, merged, n, 2, last, row);
+        celer_status s =
+            k == 0   ? celer_forward_last_logits(ctx, &b, last, row)
+            : k == 1 ? celer_forward_last_logits_with_sequence_id(ctx, &b, 1, last, row)
+                     : celer_forward_last_logits_with_embeddings_and_sequence_id(ctx, merged, n, 2,
+                                                                                 last, row);
         CHECK(s == CELER_OK, "%s %s: %s", name, names[k], celer_context_last_error(ctx));
-        const double d = rel_diff(row, all + last * V), ds = rel_diff(row, all + (last - 1) * V);
+        const float *ref = k == 2 ? all_e : all;
+        const double d = rel_diff(row, ref + last * V), ds = rel_diff(row, ref + (last - 1) * V);
         CHECK(d <= same, "%s %s: differs from the forward's last row by %g", name, names[k], d);
-        CHECK(ds > same, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail", name, names[k],
-              (long long)(last - 1), ds);
-        CHECK(celer_context_head_rows(ctx) == 1, "%s %s: the head ran on %lld rows, expected 1", name, names[k],
-              (long long)celer_context_head_rows(ctx));
+        CHECK(ds > same, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail",
+              name, names[k], (long long)(last - 1), ds);
+        CHECK(celer_context_head_rows(ctx) == 1, "%s %s: the head ran on %lld rows, expected 1",
+              name, names[k], (long long)celer_context_head_rows(ctx));
+    }
+    if (whole) { /* steps of rows + 1: cut before the block, never inside; rows - 1: refused */
+        celer_context_params cp = harness_context_params(n + 8, 1, device);
+        cp.n_batch = rows + 1;
+        celer_context *small = NULL;
+        float *chunked = malloc(sizeof(float) * (size_t)(n * V));
+        if (CHECK(celer_context_create(model, &cp, &small, err, sizeof err) == CELER_OK, "%s",
+                  err)) {
+            CHECK(celer_forward(small, &b, chunked) == CELER_OK, "forward in steps of %lld: %s",
+                  (long long)cp.n_batch, celer_context_last_error(small));
+            const double dc = max_abs_diff(chunked, all, n * V) / max_abs(all, n * V);
+            CHECK(dc <= same, "%s: the forward in steps of %lld rows differs by %g", name,
+                  (long long)cp.n_batch, dc);
+            celer_context_destroy(small);
+        }
+        cp.n_batch = rows - 1;
+        if (rows > 1 && CHECK(celer_context_create(model, &cp, &small, err, sizeof err) == CELER_OK,
+                              "%s", err)) {
+            CHECK(celer_forward(small, &b, chunked) == CELER_STATUS_INVALID_ARGUMENT &&
+                      strstr(celer_context_last_error(small), "image block"),
+                  "%s: a block longer than n_batch is refused: %s", name,
+                  celer_context_last_error(small));
+            CHECK(celer_seq_length(small, 0) == 0, "%s: the refused call changed nothing", name);
+            celer_context_destroy(small);
+        }
+        free(chunked);
     }
     /* the image rows matter: the same prompt with the image rows zeroed differs */
     celer_seq_reset(ctx, 0);
     memset(embd + 3 * D, 0, sizeof(float) * (size_t)(rows * D));
     CHECK(celer_forward_last_logits(ctx, &b, last, row) == CELER_OK, "zeroed image");
     CHECK(rel_diff(row, all + last * V) > 1e-4, "%s: the image rows change the last row", name);
-    printf("  %s: %lld image rows, entry points == forward row %lld, head on 1 row\n", name, (long long)rows,
-           (long long)last);
+    printf("  %s: %lld image rows, entry points == forward row %lld, head on 1 row\n", name,
+           (long long)rows, (long long)last);
     celer_context_destroy(ctx);
-    free(tok), free(embd), free(all), free(row), free(merged);
+    free(tok), free(embd), free(all), free(all_e), free(row), free(merged);
 out:
     celer_image_free(img);
     celer_model_close(model);
@@ -308,22 +388,26 @@ static void check_memory(void) {
         return;
     }
     const celer_context_memory ma = celer_context_get_memory(a), mb = celer_context_get_memory(b);
-    CHECK(ma.kv == 2 * 48 * info.kv_bytes_per_token, "KV bytes %lld, expected %lld (2 x 48 positions)",
-          (long long)ma.kv, (long long)(2 * 48 * info.kv_bytes_per_token));
-    CHECK(mb.kv == 2 * 80 * info.kv_bytes_per_token, "KV bytes %lld, expected %lld (2 x 80 positions)",
-          (long long)mb.kv, (long long)(2 * 80 * info.kv_bytes_per_token));
-    CHECK(ma.weights > 0 && ma.weights == mb.weights, "weights %lld and %lld: one copy for both contexts",
-          (long long)ma.weights, (long long)mb.weights);
+    CHECK(ma.kv == 2 * 48 * info.kv_bytes_per_token,
+          "KV bytes %lld, expected %lld (2 x 48 positions)", (long long)ma.kv,
+          (long long)(2 * 48 * info.kv_bytes_per_token));
+    CHECK(mb.kv == 2 * 80 * info.kv_bytes_per_token,
+          "KV bytes %lld, expected %lld (2 x 80 positions)", (long long)mb.kv,
+          (long long)(2 * 80 * info.kv_bytes_per_token));
+    CHECK(ma.weights > 0 && ma.weights == mb.weights,
+          "weights %lld and %lld: one copy for both contexts", (long long)ma.weights,
+          (long long)mb.weights);
     const int64_t hidden = 4 * celer_context_n_batch(a) * D;
-    CHECK(ma.buffers >= hidden, "buffers %lld below a batch's hidden states (%lld)", (long long)ma.buffers,
-          (long long)hidden);
+    CHECK(ma.buffers >= hidden, "buffers %lld below a batch's hidden states (%lld)",
+          (long long)ma.buffers, (long long)hidden);
     celer_context_destroy(b);
 
     /* A backend with memory of its own holds the logits rows a call asked for, grown to
      * the most so far: one row for a last-row call, 9 for a 9-row forward, and no more
      * for a later last-row call. A host backend writes the caller's memory (none). */
     const char *staged = getenv("CELER_CPU_STAGED");
-    const bool own = strcmp(celer_context_device(a), "cpu") != 0 || (staged && !strcmp(staged, "1"));
+    const bool own =
+        strcmp(celer_context_device(a), "cpu") != 0 || (staged && !strcmp(staged, "1"));
     const int64_t row = own ? 4 * V : 0;
     int32_t ids[9];
     for (int i = 0; i < 9; i++) ids[i] = 1 + 7 * i % (int)(V - 1);
@@ -333,11 +417,12 @@ static void check_memory(void) {
     for (int k = 0; k < 3; k++) {
         celer_seq_reset(a, 0);
         const celer_batch bt = celer_batch_tokens(ids, k == 1 ? 9 : 5);
-        const celer_status st = k == 1 ? celer_forward(a, &bt, all) : celer_forward_last_logits(a, &bt, 4, all);
+        const celer_status st =
+            k == 1 ? celer_forward(a, &bt, all) : celer_forward_last_logits(a, &bt, 4, all);
         const int64_t buffers = celer_context_get_memory(a).buffers;
         CHECK(st == CELER_OK && buffers - ma.buffers == grown[k],
-              "call %d: buffers grew by %lld bytes, expected %lld (%s backend)", k, (long long)(buffers - ma.buffers),
-              (long long)grown[k], own ? "device" : "host");
+              "call %d: buffers grew by %lld bytes, expected %lld (%s backend)", k,
+              (long long)(buffers - ma.buffers), (long long)grown[k], own ? "device" : "host");
     }
 out:
     free(all);
@@ -349,13 +434,16 @@ static void run_all(void) {
     const char *names[] = {"mistral-bf16", "qwen2-q4g64", "llama3-q8g32", "cohere2-q4g64"};
     for (int f = 0; f < 4; f++) {
         char err[512];
-        if (!CHECK(celer_model_open(fixture_path(names[f]), NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
+        if (!CHECK(celer_model_open(fixture_path(names[f]), NULL, &model, err, sizeof err) ==
+                       CELER_OK,
+                   "%s", err))
             continue;
         V = celer_model_n_vocab(model);
         D = celer_model_n_embd(model);
         int32_t ids[32];
         uint64_t rng = 1234 + (uint64_t)f;
-        for (int i = 0; i < 32; i++) ids[i] = 3 + (int32_t)((rand_uniform(&rng) + 1.0f) * 0.5f * (float)(V - 4));
+        for (int i = 0; i < 32; i++)
+            ids[i] = 3 + (int32_t)((rand_uniform(&rng) + 1.0f) * 0.5f * (float)(V - 4));
         printf("  %s (%s)\n", names[f], device);
         check_entry_points(ids, 1);
         check_entry_points(ids, 7);
@@ -382,13 +470,14 @@ static void test_backend_check(void) {
     celer_error e = {{0}};
     if (!CHECK(model_open(fixture_path("cohere2-bf16"), &m, &e) == CELER_OK, "%s", e.msg)) return;
     backend *be = backend_ref_create(1, 256, 64, false);
-    CHECK(model_check_backend(m, be, &e) == CELER_OK, "the reference backend runs cohere2: %s", e.msg);
+    CHECK(model_check_backend(m, be, &e) == CELER_OK, "the reference backend runs cohere2: %s",
+          e.msg);
     const backend_ops *full = be->ops;
     backend_ops ops = *full;
     ops.layernorm = NULL;
     be->ops = &ops;
-    CHECK(model_check_backend(m, be, &e) == CELER_STATUS_UNSUPPORTED && strstr(e.msg, "no layernorm op") &&
-              !strchr(e.msg, '\n'),
+    CHECK(model_check_backend(m, be, &e) == CELER_STATUS_UNSUPPORTED &&
+              strstr(e.msg, "no layernorm op") && !strchr(e.msg, '\n'),
           "a backend without layernorm is refused for cohere2: \"%s\"", e.msg);
     ops = *full;
     ops.attention_softcap = false;
@@ -396,7 +485,8 @@ static void test_backend_check(void) {
     CHECK(model_check_backend(m, be, &e) == CELER_STATUS_UNSUPPORTED && strstr(e.msg, "soft-cap"),
           "soft-capped attention on a backend without it is refused: \"%s\"", e.msg);
     m->attn_softcap = false;
-    CHECK(model_check_backend(m, be, &e) == CELER_OK, "and accepted without soft-capping: %s", e.msg);
+    CHECK(model_check_backend(m, be, &e) == CELER_OK, "and accepted without soft-capping: %s",
+          e.msg);
     be->ops = full;
     backend_destroy(be);
     model_close(m);

@@ -46,9 +46,12 @@ typedef struct rand_affine {
 } rand_affine;
 
 static void store_scale(dtype st, void *p, int64_t i, float v) {
-    if (st == DTYPE_F32) ((float *)p)[i] = v;
-    else if (st == DTYPE_F16) ((uint16_t *)p)[i] = f32_to_f16(v);
-    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+    if (st == DTYPE_F32)
+        ((float *)p)[i] = v;
+    else if (st == DTYPE_F16)
+        ((uint16_t *)p)[i] = f32_to_f16(v);
+    else
+        ((uint16_t *)p)[i] = f32_to_bf16(v);
 }
 
 static rand_affine make_affine(int bits, int64_t group, dtype st, int64_t rows, int64_t cols) {
@@ -60,38 +63,57 @@ static rand_affine make_affine(int bits, int64_t group, dtype st, int64_t rows, 
     a.biases = malloc((size_t)(rows * groups) * 4);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) {
-            const uint32_t q = (uint32_t)(rand_uniform(&rng) * 0.5f + 0.5f) * 0u +
-                               (uint32_t)((rand_uniform(&rng) * 0.5f + 0.5f) * (float)((1 << bits) - 1) + 0.5f);
-            a.codes[r * words + c / per_word] |= (q & ((1u << bits) - 1u)) << ((c % per_word) * bits);
+            const uint32_t q =
+                (uint32_t)(rand_uniform(&rng) * 0.5f + 0.5f) * 0u +
+                (uint32_t)((rand_uniform(&rng) * 0.5f + 0.5f) * (float)((1 << bits) - 1) + 0.5f);
+            a.codes[r * words + c / per_word] |= (q & ((1u << bits) - 1u))
+                                                 << ((c % per_word) * bits);
         }
     for (int64_t i = 0; i < rows * groups; i++) {
         /* F32 scales that are exact in f16, as GGUF-derived and mlx files carry */
         const float s = f16_to_f32(f32_to_f16(0.01f + 0.02f * fabsf(rand_uniform(&rng))));
-        const float b = f16_to_f32(f32_to_f16(-s * (float)(1 << (bits - 1)) * (1.0f + 0.1f * rand_uniform(&rng))));
+        const float b = f16_to_f32(
+            f32_to_f16(-s * (float)(1 << (bits - 1)) * (1.0f + 0.1f * rand_uniform(&rng))));
         store_scale(st, a.scales, i, s);
         store_scale(st, a.biases, i, b);
     }
-    a.w = (matview){.rows = rows, .cols = cols, .type = DTYPE_U32, .data = a.codes, .quant_bits = bits,
-                    .group = group, .scale_type = st, .scales = a.scales, .biases = a.biases};
+    a.w = (matview){.rows = rows,
+                    .cols = cols,
+                    .type = DTYPE_U32,
+                    .data = a.codes,
+                    .quant_bits = bits,
+                    .group = group,
+                    .scale_type = st,
+                    .scales = a.scales,
+                    .biases = a.biases};
     return a;
 }
 
-static void free_affine(rand_affine *a) { free(a->codes), free(a->scales), free(a->biases); }
+static void free_affine(rand_affine *a) {
+    free(a->codes), free(a->scales), free(a->biases);
+}
 
 static qrows quantize_rows(const cpu_kernels *k, const float *x, int64_t n, int64_t cols) {
-    qrows q = {.n = n, .cols = cols, .q = malloc((size_t)(n * cols)),
+    qrows q = {.n = n,
+               .cols = cols,
+               .q = malloc((size_t)(n * cols)),
                .d = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK)),
                .s = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK))};
     for (int64_t t = 0; t < n; t++)
-        k->quantize_row(q.q + t * cols, q.d + t * cols / QBLOCK, q.s + t * cols / QBLOCK, x + t * cols, cols);
+        k->quantize_row(q.q + t * cols, q.d + t * cols / QBLOCK, q.s + t * cols / QBLOCK,
+                        x + t * cols, cols);
     return q;
 }
 
 /* Value and residual rows, as the backend makes them for pairs (pack.h). */
 static qrows quantize_pairs(const cpu_kernels *k, const float *x, int64_t n, int64_t cols) {
     const int64_t nb = cols / QBLOCK;
-    qrows q = {.n = 2 * n, .cols = cols, .pairs = 1, .q = malloc((size_t)(2 * n * cols)),
-               .d = malloc(sizeof(float) * (size_t)(2 * n * nb)), .s = malloc(sizeof(float) * (size_t)(2 * n * nb))};
+    qrows q = {.n = 2 * n,
+               .cols = cols,
+               .pairs = 1,
+               .q = malloc((size_t)(2 * n * cols)),
+               .d = malloc(sizeof(float) * (size_t)(2 * n * nb)),
+               .s = malloc(sizeof(float) * (size_t)(2 * n * nb))};
     float *res = malloc(sizeof(float) * (size_t)cols);
     for (int64_t t = 0; t < n; t++) {
         int8_t *qt = q.q + 2 * t * cols;
@@ -105,7 +127,9 @@ static qrows quantize_pairs(const cpu_kernels *k, const float *x, int64_t n, int
     return q;
 }
 
-static void free_qrows(qrows *q) { free(q->q), free(q->d), free(q->s); }
+static void free_qrows(qrows *q) {
+    free(q->q), free(q->d), free(q->s);
+}
 
 /* ==== packed layout ==== */
 
@@ -150,8 +174,10 @@ static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st,
         qdiff = fmax(qdiff, fabs((double)qg.d[i] - qk.d[i]));
         qdiff = fmax(qdiff, fabs((double)qg.s[i] - qk.s[i]) / 16.0);
     }
-    float *yk = malloc(sizeof(float) * (size_t)(n * rows)), *yg = malloc(sizeof(float) * (size_t)(n * rows));
-    float *yr = malloc(sizeof(float) * (size_t)(n * rows)), *wrow = malloc(sizeof(float) * (size_t)cols);
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
+          *yg = malloc(sizeof(float) * (size_t)(n * rows));
+    float *yr = malloc(sizeof(float) * (size_t)(n * rows)),
+          *wrow = malloc(sizeof(float) * (size_t)cols);
     for (int64_t i = 0; i < n * rows; i++) yk[i] = yg[i] = NAN;
     k->gemm_q(yk, rows, p, 0, p->tiles, &qg);
     cpu_kernels_generic.gemm_q(yg, rows, p, 0, p->tiles, &qg);
@@ -163,11 +189,13 @@ static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st,
         mx = fmax(mx, fabs(yr[i]));
     }
     char what[128];
-    snprintf(what, sizeof what, "%s quantize %d-bit g%lld [%lld x %lld] n=%lld", cpu_isa_name(k->isa), bits,
-             (long long)group, (long long)rows, (long long)cols, (long long)n);
+    snprintf(what, sizeof what, "%s quantize %d-bit g%lld [%lld x %lld] n=%lld",
+             cpu_isa_name(k->isa), bits, (long long)group, (long long)rows, (long long)cols,
+             (long long)n);
     report(what, qdiff, 1e-6);
-    snprintf(what, sizeof what, "%s gemm_q %d-bit g%lld %s [%lld x %lld] n=%lld vs generic", cpu_isa_name(k->isa),
-             bits, (long long)group, dtype_name(st), (long long)rows, (long long)cols, (long long)n);
+    snprintf(what, sizeof what, "%s gemm_q %d-bit g%lld %s [%lld x %lld] n=%lld vs generic",
+             cpu_isa_name(k->isa), bits, (long long)group, dtype_name(st), (long long)rows,
+             (long long)cols, (long long)n);
     report(what, dk, 1e-5 * fmax(mx, 1.0));
     if (k->isa == CPU_ISA_GENERIC) {
         snprintf(what, sizeof what, "generic gemm_q %d-bit g%lld [%lld x %lld] n=%lld vs ref", bits,
@@ -184,12 +212,13 @@ static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st,
         dk = fmax(dk, isnan(yk[i]) ? INFINITY : fabs((double)yk[i] - yg[i]));
         dr = fmax(dr, fabs((double)yg[i] - yr[i]));
     }
-    snprintf(what, sizeof what, "%s gemm_q pairs %d-bit g%lld [%lld x %lld] n=%lld vs generic", cpu_isa_name(k->isa),
-             bits, (long long)group, (long long)rows, (long long)cols, (long long)n);
+    snprintf(what, sizeof what, "%s gemm_q pairs %d-bit g%lld [%lld x %lld] n=%lld vs generic",
+             cpu_isa_name(k->isa), bits, (long long)group, (long long)rows, (long long)cols,
+             (long long)n);
     report(what, dk, 1e-5 * fmax(mx, 1.0));
     if (k->isa == CPU_ISA_GENERIC) {
-        snprintf(what, sizeof what, "generic gemm_q pairs %d-bit g%lld [%lld x %lld] n=%lld vs ref", bits,
-                 (long long)group, (long long)rows, (long long)cols, (long long)n);
+        snprintf(what, sizeof what, "generic gemm_q pairs %d-bit g%lld [%lld x %lld] n=%lld vs ref",
+                 bits, (long long)group, (long long)rows, (long long)cols, (long long)n);
         report(what, dr, 2e-4 * fmax(mx, 1.0));
     }
     free_qrows(&pg);
@@ -204,17 +233,20 @@ static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st,
 static void test_dense(const cpu_kernels *k, dtype t, int64_t rows, int64_t cols, int64_t n) {
     float *wf = rand_vec(rows * cols, 1.0f), *x = rand_vec(n * cols, 1.0f);
     uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(rows * cols));
-    for (int64_t i = 0; i < rows * cols; i++) h[i] = t == DTYPE_F16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
-    const matview w = {.rows = rows, .cols = cols, .type = t, .data = t == DTYPE_F32 ? (void *)wf : (void *)h};
-    float *yk = malloc(sizeof(float) * (size_t)(n * rows)), *yr = malloc(sizeof(float) * (size_t)(n * rows));
+    for (int64_t i = 0; i < rows * cols; i++)
+        h[i] = t == DTYPE_F16 ? f32_to_f16(wf[i]) : f32_to_bf16(wf[i]);
+    const matview w = {
+        .rows = rows, .cols = cols, .type = t, .data = t == DTYPE_F32 ? (void *)wf : (void *)h};
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
+          *yr = malloc(sizeof(float) * (size_t)(n * rows));
     float *wrow = malloc(sizeof(float) * (size_t)cols);
     k->gemm_dense(yk, rows, &w, 0, rows, x, n);
     ref_matmul(yr, &w, x, n, 0, rows, wrow);
     double d = 0;
     for (int64_t i = 0; i < n * rows; i++) d = fmax(d, fabs((double)yk[i] - yr[i]));
     char what[128];
-    snprintf(what, sizeof what, "%s gemm_dense %s [%lld x %lld] n=%lld", cpu_isa_name(k->isa), dtype_name(t),
-             (long long)rows, (long long)cols, (long long)n);
+    snprintf(what, sizeof what, "%s gemm_dense %s [%lld x %lld] n=%lld", cpu_isa_name(k->isa),
+             dtype_name(t), (long long)rows, (long long)cols, (long long)n);
     report(what, d, 1e-5 * sqrt((double)cols));
     free(wf), free(x), free(h), free(yk), free(yr), free(wrow);
 }
@@ -234,7 +266,8 @@ static void test_pieces(const cpu_kernels *k) {
     report("attn_scores hd=72 nq=7", d, 1e-5);
     free(kt);
     /* probabilities of nq vectors times a block of values (rows ld apart), into outputs ld apart */
-    float *pv = rand_vec(nq * ATT_BLOCK, 1.0f), *vb = rand_vec(ATT_BLOCK * ld, 1.0f), *ob = rand_vec(nq * ld, 1.0f);
+    float *pv = rand_vec(nq * ATT_BLOCK, 1.0f), *vb = rand_vec(ATT_BLOCK * ld, 1.0f),
+          *ob = rand_vec(nq * ld, 1.0f);
     float *ob0 = malloc(sizeof(float) * (size_t)(nq * ld)), corr[7];
     memcpy(ob0, ob, sizeof(float) * (size_t)(nq * ld));
     for (int i = 0; i < nq; i++) corr[i] = 0.25f * (float)i;
@@ -243,7 +276,8 @@ static void test_pieces(const cpu_kernels *k) {
     for (int64_t i = 0; i < nq; i++)
         for (int64_t c = 0; c < hd; c++) {
             double acc = (double)ob0[i * ld + c] * corr[i];
-            for (int j = 0; j < ATT_BLOCK; j++) acc += (double)pv[i * ATT_BLOCK + j] * vb[j * ld + c];
+            for (int j = 0; j < ATT_BLOCK; j++)
+                acc += (double)pv[i * ATT_BLOCK + j] * vb[j * ld + c];
             d = fmax(d, fabs(acc - ob[i * ld + c]));
         }
     report("attn_pv hd=72 nq=7", d, 1e-5);
@@ -272,7 +306,8 @@ static void test_pieces(const cpu_kernels *k) {
     hx[0] = 0x7c00, hx[1] = 0x8000;
     k->f16_to_f32(hy, hx, 37);
     d = 0;
-    for (int i = 0; i < 37; i++) d = fmax(d, fabs((double)f16_to_f32(hx[i]) - hy[i]) * (isinf(hy[i]) ? 0 : 1));
+    for (int i = 0; i < 37; i++)
+        d = fmax(d, fabs((double)f16_to_f32(hx[i]) - hy[i]) * (isinf(hy[i]) ? 0 : 1));
     CHECK(isinf(hy[0]) && hy[1] == 0.0f, "f16_to_f32: inf and -0 not kept");
     report("f16_to_f32 n=37 vs half.h", d, 0.0);
     free(q), free(kv), free(p);
@@ -327,11 +362,13 @@ static void test_act_entry(const cpu_kernels *k, backend_act kind, const char *n
     CHECK(!memcmp(x, y, sizeof(float) * (size_t)m), "%s entry in place equals out of place", name);
     /* gating a second input (the tail of m % 8 included), against ref_glu */
     float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
-    for (int64_t i = 0; i < m; i++) g[i] = rand_uniform(&rng) * 12.0f, u[i] = rand_uniform(&rng) * 2.0f;
+    for (int64_t i = 0; i < m; i++)
+        g[i] = rand_uniform(&rng) * 12.0f, u[i] = rand_uniform(&rng) * 2.0f;
     k->glu(y, g, u, m, kind);
     ref_glu(yr, g, u, m, kind);
     rel = 0;
-    for (int64_t i = 0; i < m; i++) rel = fmax(rel, fabs((double)y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
+    for (int64_t i = 0; i < m; i++)
+        rel = fmax(rel, fabs((double)y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
     snprintf(what, sizeof what, "%s gating n=%lld (relative)", name, (long long)m);
     report(what, rel, 2e-6);
     free(x), free(y), free(yr), free(g), free(u);
@@ -354,13 +391,16 @@ static void test_norm_act(const cpu_kernels *k) {
 static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     const int64_t h = 6, hk = 2, hd = 40, bs = 16, n_ctx = 80, n = 37, kvd = hk * hd;
     const backend_cpu_sizes sz = {.max_rows = n, .max_cols = 256, .max_keys = n_ctx, .hd = hd};
-    backend *fast = backend_cpu_create(isa, 3, &sz, kv_f16), *ref = backend_ref_create(3, 256, n_ctx, kv_f16);
+    backend *fast = backend_cpu_create(isa, 3, &sz, kv_f16),
+            *ref = backend_ref_create(3, 256, n_ctx, kv_f16);
     /* attention: two sequences' rows, 5 cache blocks each in shuffled order */
     const int32_t blocks_a[] = {3, 0, 7, 5, 9}, blocks_b[] = {1, 2, 4, 6, 8};
     /* each backend stores the same keys and values in its own block layout */
     float *kin = rand_vec(10 * bs * kvd, 1.0f), *vin = rand_vec(10 * bs * kvd, 1.0f);
-    float *kpool = calloc((size_t)(10 * bs * kvd), sizeof(float)), *vpool = calloc((size_t)(10 * bs * kvd), sizeof(float));
-    float *kpool_r = calloc((size_t)(10 * bs * kvd), sizeof(float)), *vpool_r = calloc((size_t)(10 * bs * kvd), sizeof(float));
+    float *kpool = calloc((size_t)(10 * bs * kvd), sizeof(float)),
+          *vpool = calloc((size_t)(10 * bs * kvd), sizeof(float));
+    float *kpool_r = calloc((size_t)(10 * bs * kvd), sizeof(float)),
+          *vpool_r = calloc((size_t)(10 * bs * kvd), sizeof(float));
     int32_t slots[160];
     for (int i = 0; i < 160; i++) slots[i] = i;
     fast->ops->kv_store(fast, kpool, vpool, kin, vin, slots, 160, kvd);
@@ -370,34 +410,65 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     int32_t pos[37], seq[37], tables[10];
     memcpy(tables, blocks_a, sizeof blocks_a);
     memcpy(tables + 5, blocks_b, sizeof blocks_b);
-    for (int64_t r = 0; r < n; r++) { /* rows 0..29: prefill of a at 40..69; the rest decode rows of b */
+    for (int64_t r = 0; r < n;
+         r++) { /* rows 0..29: prefill of a at 40..69; the rest decode rows of b */
         pos[r] = r < 30 ? (int32_t)(40 + r) : (int32_t)(7 * (r - 29));
         seq[r] = r < 30 ? 0 : 1;
     }
-    const int64_t windows[] = {0, 9, 0, 9};
-    const float caps[] = {0.0f, 0.0f, 1.5f, 1.5f};
-    for (int wi = 0; wi < 4; wi++) {
-        attn_rows ar = {.n = n, .pos = pos, .seq = seq, .tables = tables, .table_cols = 5, .block_size = bs,
+    /* rows 10..22 of a's prefill: an image block, each row seeing up to the block's end */
+    int32_t limit[37];
+    for (int64_t r = 0; r < n; r++) limit[r] = r >= 10 && r < 23 ? pos[22] : pos[r];
+    const int64_t windows[] = {0, 9, 0, 9, 0, 9};
+    const float caps[] = {0.0f, 0.0f, 1.5f, 1.5f, 0.0f, 1.5f};
+    for (int wi = 0; wi < 6; wi++) {
+        attn_rows ar = {.n = n,
+                        .pos = pos,
+                        .limit = wi >= 4 ? limit : NULL,
+                        .seq = seq,
+                        .tables = tables,
+                        .table_cols = 5,
+                        .block_size = bs,
                         .window = windows[wi],
-                        .h = h, .hk = hk, .hd = hd, .scale = 0.158f, .softcap = caps[wi]};
+                        .h = h,
+                        .hk = hk,
+                        .hd = hd,
+                        .scale = 0.158f,
+                        .softcap = caps[wi]};
         fast->ops->attention(fast, of, q, kpool, vpool, &ar);
         ref->ops->attention(ref, orf, q, kpool_r, vpool_r, &ar);
         double d = 0;
         for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)of[i] - orf[i]));
         char what[96];
-        snprintf(what, sizeof what, "%s attention GQA 6/2 paged, %s cache, window %lld, softcap %g",
-                 cpu_isa_name(isa), kv_f16 ? "fp16" : "fp32", (long long)windows[wi], (double)caps[wi]);
+        snprintf(what, sizeof what,
+                 "%s attention GQA 6/2 paged, %s cache, window %lld, softcap %g%s",
+                 cpu_isa_name(isa), kv_f16 ? "fp16" : "fp32", (long long)windows[wi],
+                 (double)caps[wi], wi >= 4 ? ", an image block" : "");
         report(what, d, 2e-5);
+        if (wi >= 4) { /* the block's rows read causally must be seen */
+            ar.limit = NULL;
+            ref->ops->attention(ref, orf, q, kpool_r, vpool_r, &ar);
+            CHECK(max_abs_diff(of, orf, n * h * hd) > 1e-3,
+                  "%s attention: the image block's limits change the output", cpu_isa_name(isa));
+        }
     }
     /* soft-capping must change the output: the test sees it applied */
     {
-        attn_rows ar = {.n = n, .pos = pos, .seq = seq, .tables = tables, .table_cols = 5, .block_size = bs,
-                        .h = h, .hk = hk, .hd = hd, .scale = 0.158f, .softcap = 1.5f};
+        attn_rows ar = {.n = n,
+                        .pos = pos,
+                        .seq = seq,
+                        .tables = tables,
+                        .table_cols = 5,
+                        .block_size = bs,
+                        .h = h,
+                        .hk = hk,
+                        .hd = hd,
+                        .scale = 0.158f,
+                        .softcap = 1.5f};
         fast->ops->attention(fast, of, q, kpool, vpool, &ar);
         ar.softcap = 0.0f;
         fast->ops->attention(fast, orf, q, kpool, vpool, &ar);
-        CHECK(max_abs_diff(of, orf, n * h * hd) > 1e-2, "%s attention: softcap 1.5 changes the output",
-              cpu_isa_name(isa));
+        CHECK(max_abs_diff(of, orf, n * h * hd) > 1e-2,
+              "%s attention: softcap 1.5 changes the output", cpu_isa_name(isa));
     }
     /* RoPE (table against direct) and the matmul op with a packed matrix */
     float inv_freq[20];
@@ -407,7 +478,9 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     rope_params rps[6];
     for (int trad = 0; trad < 6; trad++) {
         const int64_t dims = trad < 2 ? 0 : trad < 4 ? 24 : 0;
-        rps[trad] = (rope_params){.inv_freq = inv_freq, .dims = dims, .mscale = trad < 4 ? 1.1f : 0.9f,
+        rps[trad] = (rope_params){.inv_freq = inv_freq,
+                                  .dims = dims,
+                                  .mscale = trad < 4 ? 1.1f : 0.9f,
                                   .traditional = trad % 2};
         const rope_params rp = rps[trad];
         float *x1 = rand_vec(n * h * hd, 1.0f), *x2 = malloc(sizeof(float) * (size_t)(n * h * hd));
@@ -417,8 +490,9 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
         double d = 0;
         for (int64_t i = 0; i < n * h * hd; i++) d = fmax(d, fabs((double)x1[i] - x2[i]));
         char what[96];
-        snprintf(what, sizeof what, "rope %s, rotating %lld of %lld (op)", trad % 2 ? "traditional" : "half-split",
-                 (long long)(dims ? dims : hd), (long long)hd);
+        snprintf(what, sizeof what, "rope %s, rotating %lld of %lld (op)",
+                 trad % 2 ? "traditional" : "half-split", (long long)(dims ? dims : hd),
+                 (long long)hd);
         report(what, d, 0.0);
         free(x1), free(x2);
     }
@@ -432,13 +506,15 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
         free(y1), free(y2);
     }
     /* the class's prepared set: the F16 matrix packed, the inexact F32 one left as it is */
-    rand_affine a = make_affine(4, 32, DTYPE_F16, 100, 256), b = make_affine(4, 32, DTYPE_F32, 100, 256);
+    rand_affine a = make_affine(4, 32, DTYPE_F16, 100, 256),
+                b = make_affine(4, 32, DTYPE_F32, 100, 256);
     ((float *)b.scales)[5] = 1.0f + 1e-7f;
     a.w.id = 1, b.w.id = 2;
     matview *mats[] = {&a.w, &b.w};
     const weight_set ws = {.mats = mats, .n_mats = 2};
     cpu_weights *cw = NULL;
-    CHECK(pack_weights(&ws, &backend_cpu_class, &cw, NULL) == CELER_OK && cw->mats[0] && !cw->mats[1],
+    CHECK(pack_weights(&ws, &backend_cpu_class, &cw, NULL) == CELER_OK && cw->mats[0] &&
+              !cw->mats[1],
           "pack_weights packs the F16 matrix and leaves the inexact F32 one");
     fast->weights = &cw->base;
     float *x = rand_vec(n * 256, 1.0f), *yf = malloc(sizeof(float) * (size_t)(n * 100));
@@ -446,7 +522,8 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     fast->ops->matmul(fast, yf, &a.w, x, n);
     ref->ops->matmul(ref, yr, &a.w, x, n);
     double d = 0, mx = 0;
-    for (int64_t i = 0; i < n * 100; i++) d = fmax(d, fabs((double)yf[i] - yr[i])), mx = fmax(mx, fabs(yr[i]));
+    for (int64_t i = 0; i < n * 100; i++)
+        d = fmax(d, fabs((double)yf[i] - yr[i])), mx = fmax(mx, fabs(yr[i]));
     report("matmul op 4-bit g32 [100 x 256] n=37 vs ref", d, 2e-4 * mx);
     /* an unpackable matrix takes the row-at-a-time path and matches the reference exactly */
     fast->ops->matmul(fast, yf, &b.w, x, n);
@@ -472,7 +549,8 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     free_affine(&b);
     pack_weights_free(cw);
     free_affine(&a);
-    free(x), free(yf), free(yr), free(kpool), free(vpool), free(kpool_r), free(vpool_r), free(kin), free(vin), free(q), free(of), free(orf);
+    free(x), free(yf), free(yr), free(kpool), free(vpool), free(kpool_r), free(vpool_r), free(kin),
+        free(vin), free(q), free(of), free(orf);
     backend_destroy(fast);
     backend_destroy(ref);
 }
@@ -549,7 +627,9 @@ static void test_vision_ops(cpu_isa isa) {
             free(x), free(yf), free(yr);
         }
     /* segments: GQA, not multiples of 16, exact multiples, tiny (inline), one long */
-    const struct { int64_t n, seg, h, hk, hd; } cases[] = {
+    const struct {
+        int64_t n, seg, h, hk, hd;
+    } cases[] = {
         {3 * 37, 37, 6, 2, 64}, {2 * 50, 50, 4, 4, 80},    {4 * 32, 32, 8, 1, 64},
         {3 * 5, 5, 2, 1, 16},   {2 * 17, 17, 16, 16, 128}, {2 * 577, 577, 4, 4, 64},
     };

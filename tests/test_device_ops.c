@@ -11,17 +11,18 @@
  * pools, head dims 40 and 128), paged attention on every kernel the device picks (runs
  * of up to 300 rows, rows of several sequences mixed or at random positions, decode rows
  * with spans past 2048, windows, GQA ratios 1 to 8, head dims 40 to 256, blocks of 7 and
- * 16 positions; also against a double-precision oracle), full attention over segments,
+ * 16 positions, runs whose image blocks see past their positions (attn_rows.limit); also
+ * against a double-precision oracle), full attention over segments,
  * gated activations (glu), the GELU family, soft-capping, a gated activation fused into a
  * product (glu_matmul; also bit for bit
  * against the device's own glu then matmul),
  * add, add_bias, scale, and the memory ops (strided row copies, gathers with fill rows,
- * image patches), and the fused ops (add_rmsnorm; rope_store, its pools read back by
- * attention) against the reference's ops they stand for. Matrices and weight vectors reach the device as a model's do: prepared
- * by the device's class, vectors mirrored from an arena; every input moves up with upload
- * and every output comes down with download, and outputs start as NaN (or a pattern where
- * the op must leave some of them alone), so an element an op forgets is seen. Negative
- * cases (one weight code off by one quantum, a causal bound one key short, a window one
+ * image patches), average pooling, and the fused ops (add_rmsnorm; rope_store, its pools read back
+ * by attention) against the reference's ops they stand for. Matrices and weight vectors reach the
+ * device as a model's do: prepared by the device's class, vectors mirrored from an arena; every
+ * input moves up with upload and every output comes down with download, and outputs start as NaN
+ * (or a pattern where the op must leave some of them alone), so an element an op forgets is seen.
+ * Negative cases (one weight code off by one quantum, a causal bound one key short, a window one
  * key wider, segments moved by a row, positions moved by one) show that the bounds see
  * such bugs.
  *
@@ -150,7 +151,6 @@ static backend *open_pair(device *d, const weight_set *ws, const backend_params 
     return NULL;
 }
 
-
 /* Backend memory holding bytes of src (zeroed when src is NULL); release with drop. */
 static void *put(backend *be, const void *src, size_t bytes) {
     void *p = be->ops->alloc(be, bytes);
@@ -271,8 +271,8 @@ static weight_set mats_set(test_mat *mats, matview **list, int n, const arena *c
 /* One product of n random rows through w on both backends (x and dx: host and device
  * rows of at least n * w->cols; yr, yd: room for n * w->rows): the largest difference and
  * the largest reference value go into *diff and *mx. */
-static void matmul_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx, float *yr,
-                        float *yd, double *diff, double *mx) {
+static void matmul_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx,
+                        float *yr, float *yd, double *diff, double *mx) {
     const int64_t m = n * w->rows;
     fill_rand(x, n * w->cols, 1.0f, 0.0f);
     be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * w->cols));
@@ -287,8 +287,8 @@ static void matmul_case(backend *be, backend *ref, const matview *w, int64_t n, 
 
 /* matmul_multi over k <= 3 matrices of one input, n random rows, each output against the
  * reference's own product; as matmul_case. */
-static void multi_case(backend *be, backend *ref, const matview *const *mw, int k, int64_t n, float *x, float *dx,
-                       float *yr, float *yd, double *diff, double *mx) {
+static void multi_case(backend *be, backend *ref, const matview *const *mw, int k, int64_t n,
+                       float *x, float *dx, float *yr, float *yd, double *diff, double *mx) {
     const int64_t cols = mw[0]->cols;
     fill_rand(x, n * cols, 1.0f, 0.0f);
     be->ops->upload(be, dx, x, sizeof(float) * (size_t)(n * cols));
@@ -308,8 +308,9 @@ static void multi_case(backend *be, backend *ref, const matview *const *mw, int 
 /* swiglu_matmul of n random gate and up rows through w (x, dx: room for 2 n w->cols):
  * against the reference's swiglu then product (into *diff, *mx), and bit for bit against
  * the device's own swiglu then matmul (the largest difference into *self). */
-static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx, float *yr,
-                        float *yd, double *diff, double *mx, double *self, backend_act act) {
+static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, float *x, float *dx,
+                        float *yr, float *yd, double *diff, double *mx, double *self,
+                        backend_act act) {
     const int64_t m = n * w->rows, k = n * w->cols;
     fill_rand(x, 2 * k, 2.0f, 0.0f);
     float *dgate = dx, *dup = dx + k, *dy = put_nan(be, m);
@@ -335,9 +336,9 @@ static void swiglu_case(backend *be, backend *ref, const matview *w, int64_t n, 
 /* swiglu_mlp of n random rows x through gate g, up u and down d (x: room for n (cols + 2
  * g->rows) floats; dx: n cols): against the reference's products and swiglu (into *diff,
  * *mx), and against the device's own matmul_multi then swiglu_matmul (into *self). */
-static void mlp_case(backend *be, backend *ref, const matview *g, const matview *u, const matview *d, int64_t n,
-                     float *x, float *dx, float *yr, float *yd, double *diff, double *mx, double *self,
-                     backend_act act) {
+static void mlp_case(backend *be, backend *ref, const matview *g, const matview *u,
+                     const matview *d, int64_t n, float *x, float *dx, float *yr, float *yd,
+                     double *diff, double *mx, double *self, backend_act act) {
     const int64_t f = g->rows, m = n * d->rows;
     float *gr = x + n * g->cols, *ur = gr + n * f;
     fill_rand(x, n * g->cols, 1.0f, 0.0f);
@@ -413,7 +414,8 @@ static void test_matmul(void) {
             double diff = 0, mx = 0;
             for (int k = 0; k < 4; k++) matmul_case(be, ref, w, ns[k], x, dx, yr, yd, &diff, &mx);
             char what[128];
-            snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc, i == head ? " (a head)" : "");
+            snprintf(what, sizeof what, "matmul %s%s n=1,3,8,37", mats[i].desc,
+                     i == head ? " (a head)" : "");
             report(what, diff, 1e-5 * mx);
             /* an MLP's down projection: SwiGLU where the product reads x */
             /* and GeGLU (gelu tanh), which the fused decode staging leaves to the glu op */
@@ -423,22 +425,25 @@ static void test_matmul(void) {
                 diff = mx = 0;
                 for (int k = 0; k < 4; k++)
                     swiglu_case(be, ref, w, ns[k], x2, dx2, yr, yd, &diff, &mx, &self, act);
-                snprintf(what, sizeof what, "glu_matmul %s %s n=1,3,8,37", a ? "gelu tanh" : "silu", mats[i].desc);
+                snprintf(what, sizeof what, "glu_matmul %s %s n=1,3,8,37", a ? "gelu tanh" : "silu",
+                         mats[i].desc);
                 report(what, diff, 1e-5 * mx);
-                CHECK(self == 0, "glu_matmul %s: %g from the device's glu then matmul (must be 0)", mats[i].desc,
-                      self);
+                CHECK(self == 0, "glu_matmul %s: %g from the device's glu then matmul (must be 0)",
+                      mats[i].desc, self);
             }
         }
         /* matmul_multi: each output against the reference's own product */
         const int set_first[3] = {sets, sets + 3, sets + 6}, set_k[3] = {3, 3, 2};
-        const char *const set_names[3] = {"4-bit g64 F16, rows 100/33/33", "8-bit g32 BF16, rows 100/33/33",
+        const char *const set_names[3] = {"4-bit g64 F16, rows 100/33/33",
+                                          "8-bit g32 BF16, rows 100/33/33",
                                           "4-bit g64 and dense F16 (one by one)"};
         for (int si = 0; si < 3; si++) {
             const int k = set_k[si];
             double diff = 0, mx = 0;
             const matview *mw[3];
             for (int i = 0; i < k; i++) mw[i] = &mats[set_first[si] + i].w;
-            for (int ni = 0; ni < 4; ni++) multi_case(be, ref, mw, k, ns[ni], x, dx, yr, yd, &diff, &mx);
+            for (int ni = 0; ni < 4; ni++)
+                multi_case(be, ref, mw, k, ns[ni], x, dx, yr, yd, &diff, &mx);
             char what[128];
             snprintf(what, sizeof what, "matmul_multi %s, n=1,3,8,37", set_names[si]);
             report(what, diff, 1e-5 * mx);
@@ -522,7 +527,8 @@ static void test_embed(void) {
                 }
             CHECK(kept, "embed %s: a row of a negative id was written", mats[i].desc);
             char what[128];
-            snprintf(what, sizeof what, "embed %s x %g n=37, 3 ids negative", mats[i].desc, (double)scale);
+            snprintf(what, sizeof what, "embed %s x %g n=37, 3 ids negative", mats[i].desc,
+                     (double)scale);
             report(what, max_abs_diff(yd, yr, m), w->quant_bits ? 1e-6 * mx : 0.0);
         }
         drop(be, dids);
@@ -591,9 +597,11 @@ static void test_norms(backend *be, backend *ref, const vectors *v) {
         }
     for (int di = 0; di < 2; di++) { /* the fused add + rmsnorm against the reference's two ops */
         const int64_t d = norm_d[di], m = VEC_N * d;
-        float *x = rand_vec(m, 2.0f), *r = rand_vec(m, 1.0f), *yr = malloc(sizeof(float) * (size_t)m);
+        float *x = rand_vec(m, 2.0f), *r = rand_vec(m, 1.0f),
+              *yr = malloc(sizeof(float) * (size_t)m);
         float *yd = malloc(sizeof(float) * (size_t)m), *xd = malloc(sizeof(float) * (size_t)m);
-        float *dx = put(be, x, sizeof(float) * (size_t)m), *dr = put(be, r, sizeof(float) * (size_t)m);
+        float *dx = put(be, x, sizeof(float) * (size_t)m),
+              *dr = put(be, r, sizeof(float) * (size_t)m);
         float *dy = put_nan(be, m);
         backend_add_rmsnorm(be, dy, dx, dr, v->rms_w[di], VEC_N, d, 1e-6f);
         backend_add_rmsnorm(ref, yr, x, r, v->rms_w[di], VEC_N, d, 1e-6f);
@@ -648,8 +656,8 @@ static void test_elementwise(backend *be, backend *ref) {
             be->ops->glu(be, dg, dg, du, m, glus[k]);
             get(be, yd, dg, bytes);
             diff = fmax(diff, max_rel_diff(yd, yr, m));
-            snprintf(what, sizeof what, "glu %s m=%lld, out of place and in place (relative)", glu_names[k],
-                     (long long)m);
+            snprintf(what, sizeof what, "glu %s m=%lld, out of place and in place (relative)",
+                     glu_names[k], (long long)m);
             report(what, diff, 1e-5);
         }
         /* soft-capping of logits-sized values */
@@ -766,6 +774,23 @@ static void test_movement(backend *be, backend *ref, const vectors *v) {
         drop(be, dx);
         free(x);
     }
+    /* avg_pool: Gemma 3's projector (4 x 4 windows of a 16 x 16 grid), and odd sizes */
+    const struct { int64_t n, s, k, d; } ac[3] = {{2, 16, 4, 37}, {1, 64, 4, 72}, {3, 6, 3, 5}};
+    for (int c = 0; c < 3; c++) {
+        const int64_t n = ac[c].n, s = ac[c].s, k = ac[c].k, d = ac[c].d,
+                      m = n * (s / k) * (s / k) * d;
+        float *x = rand_vec(n * s * s * d, 1.0f), *y = malloc(sizeof(float) * (size_t)m),
+              *yd = malloc(sizeof(float) * (size_t)m);
+        float *dx = put(be, x, sizeof(float) * (size_t)(n * s * s * d)), *dy = put_nan(be, m);
+        be->ops->avg_pool(be, dy, dx, n, s, k, d);
+        ref->ops->avg_pool(ref, y, x, n, s, k, d);
+        get(be, yd, dy, sizeof(float) * (size_t)m);
+        snprintf(what, sizeof what, "avg_pool %lld x [%lld, %lld, %lld] k=%lld", (long long)n,
+                 (long long)s, (long long)s, (long long)d, (long long)k);
+        report(what, max_abs_diff(yd, y, m), 1e-6);
+        drop(be, dx), drop(be, dy);
+        free(x), free(y), free(yd);
+    }
 }
 
 /* argmax_rows (optional: a device backend's own) against sampling_argmax on the host:
@@ -775,10 +800,10 @@ static void test_argmax(backend *be) {
     if (!be->ops->argmax_rows) return;
     const int64_t n = 9, v = 49157;
     float *x = rand_vec(n * v, 1.0f);
-    x[0 * v + 0] = 5.0f;                                      /* at the first id */
-    x[1 * v + v - 1] = 5.0f;                                  /* at the last */
-    x[2 * v + 1000] = x[2 * v + 40000] = 5.0f;                /* a tie: 1000 */
-    for (int64_t i = 0; i < v; i += 3) x[3 * v + i] = NAN;    /* NaNs around the maximum */
+    x[0 * v + 0] = 5.0f;                                   /* at the first id */
+    x[1 * v + v - 1] = 5.0f;                               /* at the last */
+    x[2 * v + 1000] = x[2 * v + 40000] = 5.0f;             /* a tie: 1000 */
+    for (int64_t i = 0; i < v; i += 3) x[3 * v + i] = NAN; /* NaNs around the maximum */
     x[3 * v + 7777] = 5.0f, x[3 * v + 7776] = NAN;
     for (int64_t i = 0; i < v; i++) x[4 * v + i] = -INFINITY; /* every value -inf: 0 */
     for (int64_t i = 0; i < v; i++) x[5 * v + i] = NAN;       /* every value NaN: v - 1 */
@@ -791,8 +816,9 @@ static void test_argmax(backend *be) {
     get(be, got, dids, sizeof got);
     int wrong = 0;
     for (int64_t r = 0; r < n; r++) wrong += got[r] != want[r];
-    CHECK(wrong == 0, "argmax_rows [9 x 49157] equals sampling_argmax (%d rows differ; row 2: %d, want %d)", wrong,
-          got[2], want[2]);
+    CHECK(wrong == 0,
+          "argmax_rows [9 x 49157] equals sampling_argmax (%d rows differ; row 2: %d, want %d)",
+          wrong, got[2], want[2]);
     drop(be, dx), drop(be, dids);
     free(x);
 }
@@ -840,13 +866,15 @@ static void test_rope(int64_t hd) {
             powf(500000.0f, -(float)(2 * i) / (float)hd) * 0.25f; /* a scaled base, as YaRN makes */
     }
     /* distinct parameter sets, each in its own place, as models keep them */
-    const rope_params rp[5] = {{.inv_freq = inv[0], .mscale = 1.1f, .traditional = false},
-                               {.inv_freq = inv[0], .mscale = 1.1f, .traditional = true},
-                               {.inv_freq = inv[1], .mscale = 1.0f, .traditional = false},
-                               {.inv_freq = inv[0], .dims = hd / 2, .mscale = 1.0f, .traditional = false},
-                               {.inv_freq = inv[1], .dims = hd - 8, .mscale = 1.2f, .traditional = true}};
+    const rope_params rp[5] = {
+        {.inv_freq = inv[0], .mscale = 1.1f, .traditional = false},
+        {.inv_freq = inv[0], .mscale = 1.1f, .traditional = true},
+        {.inv_freq = inv[1], .mscale = 1.0f, .traditional = false},
+        {.inv_freq = inv[0], .dims = hd / 2, .mscale = 1.0f, .traditional = false},
+        {.inv_freq = inv[1], .dims = hd - 8, .mscale = 1.2f, .traditional = true}};
     const char *const names[5] = {"half-split, mscale 1.1", "traditional, mscale 1.1",
-                                  "half-split, other frequencies, mscale 1", "half-split, half the head rotated",
+                                  "half-split, other frequencies, mscale 1",
+                                  "half-split, half the head rotated",
                                   "traditional, all but 8 rotated, mscale 1.2"};
     int32_t pos[37], pos1[37];
     for (int t = 0; t < n; t++) pos[t] = rand_below(MAX_KEYS);
@@ -1023,7 +1051,8 @@ static void test_rope_store(int64_t hd, bool kv_f16, int N) {
     float *qd_ = malloc(sizeof(float) * N * qd), *kd = malloc(sizeof(float) * N * kvd);
     memcpy(q1, q, sizeof(float) * N * qd), memcpy(k1, k, sizeof(float) * N * kvd);
     const size_t pool = (size_t)(N_BLOCKS * BS * kvd * backend_kv_bytes(kv_f16));
-    void *kp = calloc(1, pool), *vp = calloc(1, pool), *dkp = put(be, NULL, pool), *dvp = put(be, NULL, pool);
+    void *kp = calloc(1, pool), *vp = calloc(1, pool), *dkp = put(be, NULL, pool),
+         *dvp = put(be, NULL, pool);
     float *dq = put(be, q, sizeof(float) * N * qd), *dk = put(be, k, sizeof(float) * N * kvd),
           *dv = put(be, v, sizeof(float) * N * kvd);
     int32_t *dpos = put(be, pos, sizeof(int32_t) * N), *dslot = put(be, slot, sizeof(int32_t) * N);
@@ -1032,30 +1061,43 @@ static void test_rope_store(int64_t hd, bool kv_f16, int N) {
     get(be, qd_, dq, sizeof(float) * N * qd);
     get(be, kd, dk, sizeof(float) * N * kvd);
     char what[128];
-    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: q", (long long)hd, kv_f16 ? "fp16" : "fp32", N);
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: q", (long long)hd,
+             kv_f16 ? "fp16" : "fp32", N);
     report(what, max_abs_diff(qd_, q, N * qd), 1e-6 * max_abs(q, N * qd));
-    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: k", (long long)hd, kv_f16 ? "fp16" : "fp32", N);
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: k", (long long)hd,
+             kv_f16 ? "fp16" : "fp32", N);
     report(what, max_abs_diff(kd, k, N * kvd), 1e-6 * max_abs(k, N * kvd));
     /* the pools, through attention of the rotated q over them (each backend its own) */
-    const attn_rows rows = {.n = N, .pos = pos, .seq = seq, .tables = table, .table_cols = N_BLOCKS,
-                            .block_size = BS, .window = 0, .h = H, .hk = HK, .hd = hd,
+    const attn_rows rows = {.n = N,
+                            .pos = pos,
+                            .seq = seq,
+                            .tables = table,
+                            .table_cols = N_BLOCKS,
+                            .block_size = BS,
+                            .window = 0,
+                            .h = H,
+                            .hk = HK,
+                            .hd = hd,
                             .scale = 1.0f / sqrtf((float)hd)};
     attn_rows drows = rows;
     int32_t *dseq = put(be, seq, sizeof(int32_t) * N), *dtab = put(be, table, sizeof table);
     drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
-    float *dout = put_nan(be, N * qd), *out = malloc(sizeof(float) * N * qd), *outd = malloc(sizeof(float) * N * qd);
+    float *dout = put_nan(be, N * qd), *out = malloc(sizeof(float) * N * qd),
+          *outd = malloc(sizeof(float) * N * qd);
     be->ops->attention(be, dout, dq, dkp, dvp, &drows);
     ref->ops->attention(ref, out, q, kp, vp, &rows);
     get(be, outd, dout, sizeof(float) * N * qd);
-    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: attention over the stored pools", (long long)hd,
-             kv_f16 ? "fp16" : "fp32", N);
+    snprintf(what, sizeof what, "rope_store hd=%lld %s KV, n=%d: attention over the stored pools",
+             (long long)hd, kv_f16 ? "fp16" : "fp32", N);
     report(what, max_abs_diff(outd, out, N * qd), 2e-5);
     backend_rope_store(ref, q1, k1, v, kp, vp, pos1, slot, N, H, HK, hd, &rp);
     snprintf(what, sizeof what, "  ... q against the reference at positions moved by one");
     report_wrong(what, max_abs_diff(qd_, q1, N * qd), 1e-6 * max_abs(q1, N * qd));
-    drop(be, dkp), drop(be, dvp), drop(be, dq), drop(be, dk), drop(be, dv), drop(be, dpos), drop(be, dslot);
+    drop(be, dkp), drop(be, dvp), drop(be, dq), drop(be, dk), drop(be, dv), drop(be, dpos),
+        drop(be, dslot);
     drop(be, dseq), drop(be, dtab), drop(be, dout);
-    free(q), free(k), free(v), free(q1), free(k1), free(qd_), free(kd), free(kp), free(vp), free(out), free(outd);
+    free(q), free(k), free(v), free(q1), free(k1), free(qd_), free(kd), free(kp), free(vp),
+        free(out), free(outd);
     device_close(&d);
     backend_destroy(ref);
     arena_free(&mem);
@@ -1080,7 +1122,20 @@ typedef struct att_case {
     att_layout layout;
     float qscale;
     bool f16;
+    int64_t block; /* rows in image blocks (ROWS_RUN): every other run of this many rows sees
+                      up to its last row (attn_rows.limit); 0 = causal rows */
 } att_case;
+
+/* limit[n] of case c's rows (ROWS_RUN with c->block): the rows of the odd runs of
+ * c->block rows see up to the run's last position. */
+static void att_limits(const att_case *c, const int32_t *pos, int32_t *limit) {
+    for (int64_t r = 0; r < c->n; r++) {
+        const int64_t run = r / c->block, last = (run + 1) * c->block - 1 < c->n - 1
+                                                     ? (run + 1) * c->block - 1
+                                                     : c->n - 1;
+        limit[r] = run % 2 ? pos[last] : pos[r];
+    }
+}
 
 /* The rows of case c: seq[n], pos[n]. */
 static void att_rows(const att_case *c, int32_t *seq, int32_t *pos) {
@@ -1118,11 +1173,13 @@ static void att_rows(const att_case *c, int32_t *seq, int32_t *pos) {
 static void attention_double(double *out, const float *q, const void *kp, const void *vp, bool f16,
                              const attn_rows *ar) {
     const int64_t group = ar->h / ar->hk, kvd = ar->hk * ar->hd, qd = ar->h * ar->hd;
-    double *sc = malloc(sizeof(double) * (size_t)(ar->pos[0] + 1));
-    int64_t cap = ar->pos[0] + 1;
+    double *sc = malloc(sizeof(double) * (size_t)(attn_rows_limit(ar, 0) + 1));
+    int64_t cap = attn_rows_limit(ar, 0) + 1;
     for (int64_t r = 0; r < ar->n; r++) {
-        const int64_t p = ar->pos[r],
-                      lo = ar->window > 0 && p - ar->window + 1 > 0 ? p - ar->window + 1 : 0;
+        const int64_t p = attn_rows_limit(ar, r),
+                      lo = ar->window > 0 && ar->pos[r] - ar->window + 1 > 0
+                               ? ar->pos[r] - ar->window + 1
+                               : 0;
         const int32_t *table = ar->tables + (int64_t)ar->seq[r] * ar->table_cols;
         if (p + 1 > cap) sc = realloc(sc, sizeof(double) * (size_t)(cap = p + 1));
         CELER_ASSERT(sc != NULL);
@@ -1206,7 +1263,8 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
             slot[k] = tables[s * cols + p / bs] * (int32_t)bs + p % (int32_t)bs;
 
     const weight_set ws = {0};
-    const backend_params bp = params(c->f16, n > 512 ? n : 512, qd > 1024 ? qd : 1024, ATT_MAX_KEYS, c->hd);
+    const backend_params bp =
+        params(c->f16, n > 512 ? n : 512, qd > 1024 ? qd : 1024, ATT_MAX_KEYS, c->hd);
     device d;
     backend *ref = open_pair(&d, &ws, &bp);
     if (!ref) {
@@ -1227,16 +1285,20 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
         ref->ops->kv_store(ref, kp, vp, k + r0 * kvd, v + r0 * kvd, slot + r0, m, kvd);
     }
     int32_t *seq = malloc(sizeof(int32_t) * (size_t)n), *pos = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *limit = c->block ? malloc(sizeof(int32_t) * (size_t)n) : NULL;
     att_rows(c, seq, pos);
+    if (limit) att_limits(c, pos, limit);
     float *q = rand_vec(n * qd, c->qscale), *out = malloc(sizeof(float) * (size_t)(n * qd)),
           *outd = malloc(sizeof(float) * (size_t)(n * qd));
     double *oracle = malloc(sizeof(double) * (size_t)(n * qd));
     float *dq = put(be, q, sizeof(float) * (size_t)(n * qd)), *dout = put_nan(be, n * qd);
     int32_t *dpos = put(be, pos, sizeof(int32_t) * (size_t)n),
             *dseq = put(be, seq, sizeof(int32_t) * (size_t)n),
-            *dtab = put(be, tables, sizeof(int32_t) * (size_t)(c->n_seq * cols));
+            *dtab = put(be, tables, sizeof(int32_t) * (size_t)(c->n_seq * cols)),
+            *dlim = limit ? put(be, limit, sizeof(int32_t) * (size_t)n) : NULL;
     const attn_rows rows = {.n = n,
                             .pos = pos,
+                            .limit = limit,
                             .seq = seq,
                             .tables = tables,
                             .table_cols = cols,
@@ -1247,10 +1309,11 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
                             .hd = c->hd,
                             .scale = 1.0f / sqrtf((float)c->hd),
                             .softcap = softcap,
-                            .seqs = c->n_seq, /* test_attention's cases leave both 0 (not counted) */
+                            .seqs =
+                                c->n_seq, /* test_attention's cases leave both 0 (not counted) */
                             .keys = max_len};
     attn_rows drows = rows;
-    drows.pos = dpos, drows.seq = dseq, drows.tables = dtab;
+    drows.pos = dpos, drows.seq = dseq, drows.tables = dtab, drows.limit = dlim;
     be->ops->attention(be, dout, dq, dkp, dvp, &drows);
     ref->ops->attention(ref, out, q, kp, vp, &rows);
     get(be, outd, dout, sizeof(float) * (size_t)(n * qd));
@@ -1264,8 +1327,17 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
              "attention %s: %lld %s rows, %d seq <= %d, %lld/%lld x %lld bs %lld%s%s%s%s", c->path,
              (long long)n, layouts[c->layout], c->n_seq, (int)keys, (long long)c->h,
              (long long)c->hk, (long long)c->hd, (long long)bs, c->window ? " win" : "",
-             c->qscale > 2.0f ? " peaked" : "", c->f16 ? "" : " fp32", softcap > 0 ? " softcap" : "");
+             c->qscale > 2.0f ? " peaked" : "", c->f16 ? "" : " fp32",
+             softcap > 0 ? " softcap" : "");
     report(what, diff, tol_ref);
+    if (limit) { /* the same rows without their limits (causal) must be seen */
+        attn_rows causal = rows;
+        causal.limit = NULL;
+        ref->ops->attention(ref, out, q, kp, vp, &causal);
+        report_wrong("  ... against the reference with causal rows instead of image blocks",
+                     max_abs_diff(outd, out, n * qd) / mx, tol_ref);
+        ref->ops->attention(ref, out, q, kp, vp, &rows);
+    }
     snprintf(what, sizeof what, "  ... against the double oracle (the reference: %.3g)",
              rel_to_double(out, oracle, n * qd));
     report(what, rel_to_double(outd, oracle, n * qd), tol_oracle);
@@ -1287,8 +1359,9 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
     }
     drop(be, dkp), drop(be, dvp), drop(be, dk), drop(be, dv), drop(be, dslot);
     drop(be, dq), drop(be, dout), drop(be, dpos), drop(be, dseq), drop(be, dtab);
+    if (dlim) drop(be, dlim);
     free(k), free(v), free(kp), free(vp), free(q), free(out), free(outd), free(oracle);
-    free(seq), free(pos), free(perm), free(tables), free(slot);
+    free(seq), free(pos), free(limit), free(perm), free(tables), free(slot);
     device_close(&d);
     backend_destroy(ref);
 }
@@ -1301,49 +1374,57 @@ static void attention_case(const att_case *c, float softcap, double tol_ref, dou
  * rows, and 2e-6 against the double oracle. */
 static void test_attention_paths(void) {
     const att_case cases[] = {
-        {"tiles", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true},
-        {"tiles", 200, 8, 8, 64, 7, 0, 1, {1200}, ROWS_RUN, 2.0f, true},
-        {"tiles", 150, 16, 2, 128, 16, 37, 1, {400}, ROWS_RUN, 2.0f, true},
-        {"tiles", 100, 4, 1, 80, 16, 0, 3, {700, 300, 1200}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 90, 8, 2, 128, 16, 50, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 77, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true},
-        {"tiles", 65, 4, 2, 256, 16, 0, 1, {333}, ROWS_RUN, 2.0f, true},
-        {"tiles", 40, 4, 1, 256, 16, 100, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 33, 8, 2, 112, 16, 0, 1, {140}, ROWS_RUN, 2.0f, true},
-        {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true},
-        {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true},
-        {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true}, /* peaked scores */
-        {"tiles", 160, 8, 2, 128, 16, 0, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 130, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true},
-        {"tiles", 128, 4, 2, 256, 16, 9, 2, {333, 150}, ROWS_MIXED, 2.0f, true},
-        {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
+        {"tiles", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 200, 8, 8, 64, 7, 0, 1, {1200}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 150, 16, 2, 128, 16, 37, 1, {400}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 100, 4, 1, 80, 16, 0, 3, {700, 300, 1200}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 90, 8, 2, 128, 16, 50, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 77, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true, 0},
+        {"tiles", 65, 4, 2, 256, 16, 0, 1, {333}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 40, 4, 1, 256, 16, 100, 2, {333, 150}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 33, 8, 2, 112, 16, 0, 1, {140}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 40, 4, 2, 160, 7, 0, 1, {90}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 47, 6, 6, 192, 16, 0, 2, {200, 77}, ROWS_RANDOM, 2.0f, true, 0},
+        {"tiles", 200, 8, 2, 128, 16, 0, 1, {700}, ROWS_RUN, 8.0f, true, 0}, /* peaked scores */
+        {"tiles", 160, 8, 2, 128, 16, 0, 3, {500, 260, 900}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 130, 6, 3, 96, 7, 0, 4, {50, 500, 90, 260}, ROWS_RANDOM, 2.0f, true, 0},
+        {"tiles", 128, 4, 2, 256, 16, 9, 2, {333, 150}, ROWS_MIXED, 2.0f, true, 0},
+        {"tiles", 33, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 48, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 64, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 65, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 40, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true, 0},
         /* grids of at least 4 fast blocks an SM (608 and 672 of them, on up to 152 SMs):
          * CUDA's wide kernels */
-        {"tiles", 600, 64, 32, 64, 16, 0, 1, {600}, ROWS_RUN, 2.0f, true},
-        {"tiles", 660, 64, 16, 128, 16, 0, 1, {700}, ROWS_RUN, 2.0f, true},
-        {"tiles", 600, 64, 32, 64, 7, 90, 3, {900, 700, 1000}, ROWS_MIXED, 2.0f, true},
-        {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true},
-        {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true},
-        {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true},
-        {"split", 2, 4, 4, 64, 16, 0, 1, {2100}, ROWS_DECODE, 2.0f, true},
-        {"split", 2, 4, 2, 40, 16, 0, 2, {1500, 129}, ROWS_DECODE, 2.0f, true},
-        {"split", 3, 16, 2, 128, 16, 0, 3, {2500, 700, 64}, ROWS_DECODE, 2.0f, true},
-        {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true},
-        {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true},
-        {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"split", 4, 8, 2, 128, 16, 0, 2, {60, 33}, ROWS_DECODE, 2.0f, true},    /* one split: no merge */
-        {"split", 3, 8, 2, 128, 16, 0, 3, {120, 64, 9}, ROWS_DECODE, 2.0f, true}, /* two at most */
-        {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true},
-        {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true},
-        {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false},
-        {"simple", 3, 8, 2, 128, 16, 0, 3, {2000, 100, 200}, ROWS_DECODE, 2.0f, false},
+        {"tiles", 600, 64, 32, 64, 16, 0, 1, {600}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 660, 64, 16, 128, 16, 0, 1, {700}, ROWS_RUN, 2.0f, true, 0},
+        {"tiles", 600, 64, 32, 64, 7, 90, 3, {900, 700, 1000}, ROWS_MIXED, 2.0f, true, 0},
+        {"split", 1, 32, 8, 128, 16, 0, 1, {2500}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 4, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 8, 8, 2, 128, 7, 1000, 2, {2500, 1800}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 2, 4, 4, 64, 16, 0, 1, {2100}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 2, 4, 2, 40, 16, 0, 2, {1500, 129}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 3, 16, 2, 128, 16, 0, 3, {2500, 700, 64}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 5, 6, 2, 96, 7, 0, 2, {1000, 300}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 32, 8, 2, 128, 16, 0, 4, {2500, 2049, 130, 1000}, ROWS_DECODE, 2.0f, true, 0},
+        {"split", 17, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"split", 4, 8, 2, 128, 16, 0, 2, {60, 33}, ROWS_DECODE, 2.0f, true, 0}, /* one split: no
+                                                                                    merge */
+        {"split", 3, 8, 2, 128, 16, 0, 3, {120, 64, 9}, ROWS_DECODE, 2.0f, true, 0}, /* two at most
+                                                                                      */
+        {"decode", 3, 8, 2, 128, 16, 0, 1, {500}, ROWS_RUN, 2.0f, true, 0},
+        {"decode", 30, 4, 2, 40, 16, 0, 2, {600, 129}, ROWS_RANDOM, 2.0f, true, 0},
+        {"simple", 50, 8, 2, 128, 16, 0, 3, {300, 100, 200}, ROWS_MIXED, 2.0f, false, 0},
+        {"simple", 3, 8, 2, 128, 16, 0, 3, {2000, 100, 200}, ROWS_DECODE, 2.0f, false, 0},
+        /* image blocks (Gemma 3 prefill): rows that see past their position, the simple
+         * kernel on fp16 and fp32 pools, with a window shorter than a block */
+        {"limits", 300, 8, 2, 128, 16, 0, 1, {300}, ROWS_RUN, 2.0f, true, 37},
+        {"limits", 100, 4, 2, 256, 16, 20, 1, {400}, ROWS_RUN, 2.0f, true, 33},
+        {"limits", 64, 8, 4, 64, 7, 0, 1, {90}, ROWS_RUN, 2.0f, false, 16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const bool fast = cases[i].n >= FAST_ROWS; /* prefill rows: a device's fp16 fast path */
+        /* prefill rows: a device's fp16 fast path (not rows with limits: the simple kernel) */
+        const bool fast = cases[i].n >= FAST_ROWS && !cases[i].block;
         attention_case(&cases[i], 0.0f, fast ? 1e-3 : 4e-6, fast ? 1e-3 : 2e-6);
     }
     /* soft-capped scores (Gemma 2) on each path: prefill rows take the exact kernels */
@@ -1412,9 +1493,9 @@ static void test_matmul_prefill(void) {
     mat_affine(&mats[0], 4, 64, DTYPE_F16, 300, 192);
     mat_affine(&mats[1], 8, 32, DTYPE_BF16, 100, 320);
     mat_affine(&mats[2], 4, 128, DTYPE_F32, 37, 640);
-    mat_affine(&mats[3], 4, 64, DTYPE_F16, 33, 192);      /* a set with mats[0] */
+    mat_affine(&mats[3], 4, 64, DTYPE_F16, 33, 192);     /* a set with mats[0] */
     mat_affine(&mats[4], 4, 64, DTYPE_F16, 16400, 4096); /* more than 64 Mi weights */
-    mat_affine(&mats[5], 4, 64, DTYPE_F16, 256, 192);     /* an MLP: gate, up, down */
+    mat_affine(&mats[5], 4, 64, DTYPE_F16, 256, 192);    /* an MLP: gate, up, down */
     mat_affine(&mats[6], 4, 64, DTYPE_F16, 256, 192);
     mat_affine(&mats[7], 4, 64, DTYPE_BF16, 192, 256);
     const weight_set ws = mats_set(mats, list, NM, NULL, 0);
@@ -1425,7 +1506,8 @@ static void test_matmul_prefill(void) {
     if (!ref) goto out;
     backend *be = d.be;
     float *x = malloc(sizeof(float) * (size_t)(max_n * max_cols));
-    float *yr = malloc(sizeof(float) * (size_t)(max_n * 16400)), *yd = malloc(sizeof(float) * (size_t)(max_n * 16400));
+    float *yr = malloc(sizeof(float) * (size_t)(max_n * 16400)),
+          *yd = malloc(sizeof(float) * (size_t)(max_n * 16400));
     float *dx = put(be, NULL, sizeof(float) * (size_t)(max_n * max_cols));
     CELER_ASSERT(x && yr && yd);
     const int64_t ns[] = {128, 129, 300};
@@ -1451,12 +1533,15 @@ static void test_matmul_prefill(void) {
     for (int i = 0; i < 3; i++) {
         double diff = 0, mx = 0, self = 0;
         for (int k = 0; k < 3; k++)
-            swiglu_case(be, ref, &mats[i].w, ns[k], x, dx, yr, yd, &diff, &mx, &self, BACKEND_ACT_SILU);
+            swiglu_case(be, ref, &mats[i].w, ns[k], x, dx, yr, yd, &diff, &mx, &self,
+                        BACKEND_ACT_SILU);
         char what[128];
         snprintf(what, sizeof what, "swiglu_matmul %s n=128,129,300", mats[i].desc);
         report(what, diff, 1e-3 * mx);
-        CHECK(self == 0, "swiglu_matmul %s at prefill rows: %g from the device's swiglu then matmul (must be 0)",
-              mats[i].desc, self);
+        CHECK(
+            self == 0,
+            "swiglu_matmul %s at prefill rows: %g from the device's swiglu then matmul (must be 0)",
+            mats[i].desc, self);
     }
     /* the MLP in one op: the device's own ops exactly below the prefill rows; from there
      * gate and up may be rounded to fp16 like x */
@@ -1466,13 +1551,16 @@ static void test_matmul_prefill(void) {
             const backend_act act = k < 4 ? BACKEND_ACT_SILU : BACKEND_ACT_GELU_TANH;
             const char *an = k < 4 ? "swiglu" : "geglu (tanh)";
             double diff = 0, mx = 0, self = 0;
-            mlp_case(be, ref, &mats[5].w, &mats[6].w, &mats[7].w, mn[k % 4], x, dx, yr, yd, &diff, &mx, &self, act);
+            mlp_case(be, ref, &mats[5].w, &mats[6].w, &mats[7].w, mn[k % 4], x, dx, yr, yd, &diff,
+                     &mx, &self, act);
             char what[128];
-            snprintf(what, sizeof what, "glu_mlp %s 4-bit g64 [256 x 192] x2, [192 x 256] n=%lld", an,
-                     (long long)mn[k % 4]);
+            snprintf(what, sizeof what, "glu_mlp %s 4-bit g64 [256 x 192] x2, [192 x 256] n=%lld",
+                     an, (long long)mn[k % 4]);
             report(what, diff, 1e-3 * mx);
             if (mn[k % 4] < 128 || act != BACKEND_ACT_SILU)
-                CHECK(self == 0, "glu_mlp %s at n=%lld: %g from the device's matmul_multi then glu_matmul (must be 0)",
+                CHECK(self == 0,
+                      "glu_mlp %s at n=%lld: %g from the device's matmul_multi then glu_matmul "
+                      "(must be 0)",
                       an, (long long)mn[k % 4], self);
         }
     }

@@ -11,10 +11,13 @@
  * bad requests and a full queue are clean errors; the stop-string scan; and, on the real
  * model, stop strings and logprobs through the tokenizer.
  *
- * Images (the first vision-language fixture): a prompt's image token expands to the
- * image's rows and gives what the same prompt gives through the context API alone; the
- * same image again attaches its cached blocks; a different image behind the same
- * placeholder ids reuses only the text blocks before it and gives its own tokens.
+ * Images (the first LLaVA-NeXT and the first Gemma 3 fixture): a prompt's image token
+ * expands to the image's rows and gives what the same prompt gives through the context API
+ * alone; the same image again attaches its cached blocks; a different image behind the same
+ * placeholder ids reuses only the text blocks before it and gives its own tokens. Gemma 3's
+ * image blocks (rows that see each other at prefill): a cache block ending inside one, and
+ * steps too short for a prompt, which the engine cuts before a block, give the solo tokens;
+ * a block longer than a step is refused.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
@@ -57,7 +60,8 @@ static void on_event(void *user, const celer_event *ev) {
         const int c = ev->index;
         if (ev->token >= 0 && o->n[c] < MAX_GEN) o->ids[c][o->n[c]++] = ev->token;
         const size_t have = strlen(o->text[c]);
-        if (have + ev->text_len < sizeof o->text[c]) memcpy(o->text[c] + have, ev->text, ev->text_len);
+        if (have + ev->text_len < sizeof o->text[c])
+            memcpy(o->text[c] + have, ev->text, ev->text_len);
         o->logprob_sum[c] += ev->logprob;
         if (ev->finish != CELER_FINISH_NONE) {
             o->finish[c] = ev->finish;
@@ -81,7 +85,8 @@ static celer_engine *engine_new(const celer_model *m, const celer_tokenizer *tok
     p.max_queue = 8;
     celer_engine *eng = NULL;
     char err[512];
-    if (!CHECK(celer_engine_create((celer_model *)m, tok, &p, &eng, err, sizeof err) == CELER_OK, "%s", err))
+    if (!CHECK(celer_engine_create((celer_model *)m, tok, &p, &eng, err, sizeof err) == CELER_OK,
+               "%s", err))
         return NULL;
     return eng;
 }
@@ -106,7 +111,8 @@ static void submit(celer_engine *eng, run_state *rs, const celer_request_params 
 /* Steps until nothing is pending (bounded). */
 static void drain(celer_engine *eng, run_state *rs) {
     for (int i = 0; i < 10000 && celer_engine_pending(eng); i++)
-        if (!CHECK(celer_engine_step(eng, on_event, rs) == CELER_OK, "step: %s", celer_engine_last_error(eng)))
+        if (!CHECK(celer_engine_step(eng, on_event, rs) == CELER_OK, "step: %s",
+                   celer_engine_last_error(eng)))
             return;
     CHECK(!celer_engine_pending(eng), "engine still has requests after 10000 steps");
 }
@@ -118,25 +124,30 @@ static void solo(const int32_t *prompt, int64_t n, int64_t n_predict, int32_t *o
     cp.n_threads = 2;
     celer_context *ctx;
     char err[512];
-    if (!CHECK(celer_context_create(model, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err)) return;
+    if (!CHECK(celer_context_create(model, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err))
+        return;
     celer_generate_params gp = {.seq_id = 0, .n_predict = n_predict, .stop_at_eos = 0};
     int64_t got = 0;
-    CHECK(celer_generate_greedy(ctx, prompt, n, &gp, out, &got) == CELER_OK && got == n_predict, "solo greedy");
+    CHECK(celer_generate_greedy(ctx, prompt, n, &gp, out, &got) == CELER_OK && got == n_predict,
+          "solo greedy");
     celer_context_destroy(ctx);
 }
 
-static bool same_ids(const int32_t *a, const int32_t *b, int64_t n) { return !memcmp(a, b, sizeof *a * (size_t)n); }
+static bool same_ids(const int32_t *a, const int32_t *b, int64_t n) {
+    return !memcmp(a, b, sizeof *a * (size_t)n);
+}
 
 static void check_idle(celer_engine *eng, const char *what) {
     const celer_engine_stats st = celer_engine_get_stats(eng);
     CHECK(st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0,
-          "%s: idle engine has %d running, %d waiting, %lld blocks held", what, st.running, st.waiting,
-          (long long)st.kv_blocks_used);
+          "%s: idle engine has %d running, %d waiting, %lld blocks held", what, st.running,
+          st.waiting, (long long)st.kv_blocks_used);
 }
 
 /* ==== Fixture model: token ids only ==== */
 
-static void test_single(const int32_t *input, int64_t n_input, const int32_t *golden, int64_t n_golden) {
+static void test_single(const int32_t *input, int64_t n_input, const int32_t *golden,
+                        int64_t n_golden) {
     celer_engine *eng = engine_new(model, NULL, 2, 0, 64, true);
     if (!eng) return;
     run_state rs = {0};
@@ -144,8 +155,10 @@ static void test_single(const int32_t *input, int64_t n_input, const int32_t *go
     submit(eng, &rs, &rp);
     drain(eng, &rs);
     const outcome *o = &rs.out[0];
-    CHECK(o->n[0] == n_golden && same_ids(o->ids[0], golden, n_golden), "one request: not the golden greedy ids");
-    CHECK(o->finish[0] == CELER_FINISH_LENGTH && o->completion_tokens[0] == n_golden && o->prompt_tokens == n_input,
+    CHECK(o->n[0] == n_golden && same_ids(o->ids[0], golden, n_golden),
+          "one request: not the golden greedy ids");
+    CHECK(o->finish[0] == CELER_FINISH_LENGTH && o->completion_tokens[0] == n_golden &&
+              o->prompt_tokens == n_input,
           "one request: finish %d, %lld completion tokens, %lld prompt tokens", o->finish[0],
           (long long)o->completion_tokens[0], (long long)o->prompt_tokens);
     check_idle(eng, "after one request");
@@ -153,7 +166,8 @@ static void test_single(const int32_t *input, int64_t n_input, const int32_t *go
 }
 
 /* Prompts: the golden input and its greedy continuation, cut at several lengths. */
-static int64_t make_prompts(const int32_t *base, int64_t n_base, int32_t prompts[][64], int64_t *lens, int count) {
+static int64_t make_prompts(const int32_t *base, int64_t n_base, int32_t prompts[][64],
+                            int64_t *lens, int count) {
     for (int i = 0; i < count; i++) {
         lens[i] = 3 + (i * 7) % (n_base - 3);
         for (int64_t t = 0; t < lens[i]; t++) prompts[i][t] = base[(t + i) % n_base];
@@ -179,7 +193,8 @@ static void test_concurrent(const int32_t *base, int64_t n_base) {
     celer_request_params rp = greedy_request(prompts[8], lens[8], GEN);
     uint64_t id;
     char err[512];
-    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_BUSY, "a full queue must be BUSY");
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_BUSY,
+          "a full queue must be BUSY");
     for (int i = 0; i < 3; i++) celer_engine_step(eng, on_event, &rs);
     for (int i = 8; i < N; i++) {
         rp = greedy_request(prompts[i], lens[i], GEN);
@@ -187,7 +202,8 @@ static void test_concurrent(const int32_t *base, int64_t n_base) {
     }
     drain(eng, &rs);
     int bad = 0;
-    for (int i = 0; i < N; i++) bad += !(rs.out[i].n[0] == GEN && same_ids(rs.out[i].ids[0], want[i], GEN));
+    for (int i = 0; i < N; i++)
+        bad += !(rs.out[i].n[0] == GEN && same_ids(rs.out[i].ids[0], want[i], GEN));
     CHECK(bad == 0, "concurrent: %d of %d requests differ from their solo greedy ids", bad, N);
     check_idle(eng, "after concurrent requests");
     celer_engine_destroy(eng);
@@ -209,13 +225,16 @@ static void test_prefix_cache(const int32_t *base, int64_t n_base) {
             drain(eng, &rs);
         }
         const int64_t want_cached = on ? (n - 1) / 16 * 16 : 0;
-        CHECK(rs.out[0].cached_tokens == 0, "prefix cache %s: first request reports %lld cached tokens",
-              on ? "on" : "off", (long long)rs.out[0].cached_tokens);
-        CHECK(rs.out[1].cached_tokens == want_cached, "prefix cache %s: second request has %lld cached tokens, want %lld",
+        CHECK(rs.out[0].cached_tokens == 0,
+              "prefix cache %s: first request reports %lld cached tokens", on ? "on" : "off",
+              (long long)rs.out[0].cached_tokens);
+        CHECK(rs.out[1].cached_tokens == want_cached,
+              "prefix cache %s: second request has %lld cached tokens, want %lld",
               on ? "on" : "off", (long long)rs.out[1].cached_tokens, (long long)want_cached);
         for (int k = 0; k < 2; k++)
             CHECK(rs.out[k].n[0] == GEN && same_ids(rs.out[k].ids[0], want, GEN),
-                  "prefix cache %s: request %d differs from the solo greedy ids", on ? "on" : "off", k);
+                  "prefix cache %s: request %d differs from the solo greedy ids", on ? "on" : "off",
+                  k);
         const celer_engine_stats st = celer_engine_get_stats(eng);
         CHECK(!on || (st.prefix_hits_total == want_cached && st.kv_blocks_cached > 0),
               "prefix cache stats: %lld hits, %lld cached blocks", (long long)st.prefix_hits_total,
@@ -244,10 +263,13 @@ static void test_preemption(const int32_t *base, int64_t n_base) {
         }
         drain(eng, &rs);
         int bad = 0;
-        for (int i = 0; i < N; i++) bad += !(rs.out[i].n[0] == GEN && same_ids(rs.out[i].ids[0], want[i], GEN));
+        for (int i = 0; i < N; i++)
+            bad += !(rs.out[i].n[0] == GEN && same_ids(rs.out[i].ids[0], want[i], GEN));
         const celer_engine_stats st = celer_engine_get_stats(eng);
-        CHECK(bad == 0, "pre-emption (prefix cache %d): %d of %d requests differ from solo", on, bad, N);
-        CHECK(st.preemptions_total > 0, "pre-emption (prefix cache %d): the pool never ran out", on);
+        CHECK(bad == 0, "pre-emption (prefix cache %d): %d of %d requests differ from solo", on,
+              bad, N);
+        CHECK(st.preemptions_total > 0, "pre-emption (prefix cache %d): the pool never ran out",
+              on);
         check_idle(eng, "after pre-emption");
         celer_engine_destroy(eng);
     }
@@ -262,7 +284,8 @@ static void test_choices_cancel_stop(const int32_t *input, int64_t n_input, cons
     submit(eng, &rs, &rp);
     drain(eng, &rs);
     for (int c = 0; c < 3; c++)
-        CHECK(rs.out[0].n[c] == 12 && same_ids(rs.out[0].ids[c], golden, 12), "n=3: choice %d is not the golden", c);
+        CHECK(rs.out[0].n[c] == 12 && same_ids(rs.out[0].ids[c], golden, 12),
+              "n=3: choice %d is not the golden", c);
     check_idle(eng, "after n=3");
 
     /* Cancel mid-generation: one CANCELLED event, every block back. */
@@ -270,11 +293,13 @@ static void test_choices_cancel_stop(const int32_t *input, int64_t n_input, cons
     rp = greedy_request(input, n_input, 40);
     submit(eng, &rs, &rp);
     for (int i = 0; i < 4; i++) celer_engine_step(eng, on_event, &rs);
-    CHECK(celer_engine_get_stats(eng).kv_blocks_used > 0, "cancel: the request holds no blocks while running");
+    CHECK(celer_engine_get_stats(eng).kv_blocks_used > 0,
+          "cancel: the request holds no blocks while running");
     CHECK(celer_engine_cancel(eng, rs.out[0].id) == CELER_OK, "cancel");
     CHECK(celer_engine_get_stats(eng).kv_blocks_used == 0, "cancel: blocks are not back at once");
     celer_engine_step(eng, on_event, &rs);
-    CHECK(rs.out[0].ended == 1 && rs.out[0].finish[0] == CELER_FINISH_CANCELLED, "cancel: no CANCELLED event");
+    CHECK(rs.out[0].ended == 1 && rs.out[0].finish[0] == CELER_FINISH_CANCELLED,
+          "cancel: no CANCELLED event");
     CHECK(celer_engine_cancel(eng, 12345) == CELER_STATUS_NOT_FOUND, "cancel of an unknown id");
     check_idle(eng, "after cancel");
 
@@ -288,8 +313,8 @@ static void test_choices_cancel_stop(const int32_t *input, int64_t n_input, cons
     int64_t first = 0;
     while (golden[first] != golden[4]) first++;
     CHECK(rs.out[0].finish[0] == CELER_FINISH_STOP && rs.out[0].n[0] == first + 1,
-          "stop id: finish %d after %lld tokens, want STOP after %lld", rs.out[0].finish[0], (long long)rs.out[0].n[0],
-          (long long)first + 1);
+          "stop id: finish %d after %lld tokens, want STOP after %lld", rs.out[0].finish[0],
+          (long long)rs.out[0].n[0], (long long)first + 1);
 
     /* Bad requests. */
     char err[512];
@@ -301,7 +326,8 @@ static void test_choices_cancel_stop(const int32_t *input, int64_t n_input, cons
           "too long a prompt: %s", err);
     int32_t bad_id = 1 << 20;
     rp = greedy_request(&bad_id, 1, 4);
-    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT && strstr(err, "vocabulary"),
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
+              strstr(err, "vocabulary"),
           "token outside the vocabulary: %s", err);
     rp = greedy_request(input, n_input, 0);
     CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
@@ -330,7 +356,8 @@ static void test_stop_scan(void) {
     CHECK(stop_scan(stops, 2, "a\n\nEND", 6, 0, &m) == 1 && m, "the earliest stop string wins");
     CHECK(stop_scan(stops, 2, "x\n", 2, 0, &m) == 1 && !m, "hold one newline");
     const char *overlap[] = {"aab"};
-    CHECK(stop_scan(overlap, 1, "aaa", 3, 0, &m) == 1 && !m, "overlapping prefixes: hold the longest");
+    CHECK(stop_scan(overlap, 1, "aaa", 3, 0, &m) == 1 && !m,
+          "overlapping prefixes: hold the longest");
     CHECK(stop_scan(overlap, 1, "aaab", 4, 1, &m) == 1 && m, "overlapping match found");
 }
 
@@ -342,16 +369,21 @@ static void test_stop_scan(void) {
 static void test_real_batched(celer_model *m, celer_tokenizer *tok) {
     enum { N = 8, GEN = 20 };
     static const char *texts[N] = {
-        "Write a haiku about the sea.", "What is 17 times 23?", "Name three primary colors.",
+        "Write a haiku about the sea.",
+        "What is 17 times 23?",
+        "Name three primary colors.",
         "Explain photosynthesis in one sentence to a child who is five years old.",
-        "Translate 'good morning' into French.", "List the days of the week.",
-        "Why is the sky blue? Give a short answer.", "def fibonacci(n):"};
+        "Translate 'good morning' into French.",
+        "List the days of the week.",
+        "Why is the sky blue? Give a short answer.",
+        "def fibonacci(n):"};
     int32_t *ids[N];
     int64_t n[N];
     char err[512];
     for (int i = 0; i < N; i++)
-        CHECK(celer_tokenize(tok, texts[i], strlen(texts[i]), true, &ids[i], &n[i], err, sizeof err) == CELER_OK, "%s",
-              err);
+        CHECK(celer_tokenize(tok, texts[i], strlen(texts[i]), true, &ids[i], &n[i], err,
+                             sizeof err) == CELER_OK,
+              "%s", err);
     run_state alone = {0}, together = {0};
     celer_engine *eng = engine_new(m, tok, 1, 0, 64, false);
     for (int i = 0; eng && i < N; i++) {
@@ -371,11 +403,13 @@ static void test_real_batched(celer_model *m, celer_tokenizer *tok) {
     for (int i = 0; i < N; i++) {
         const bool same = alone.out[i].n[0] == GEN && together.out[i].n[0] == GEN &&
                           same_ids(alone.out[i].ids[0], together.out[i].ids[0], GEN);
-        if (!same) printf("  batched \"%s\": \"%s\" alone, \"%s\" together\n", texts[i], alone.out[i].text[0],
-                          together.out[i].text[0]);
+        if (!same)
+            printf("  batched \"%s\": \"%s\" alone, \"%s\" together\n", texts[i],
+                   alone.out[i].text[0], together.out[i].text[0]);
         bad += !same;
     }
-    CHECK(bad == 0, "real model: %d of %d prompts give other tokens in a batch of %d than alone", bad, N, N);
+    CHECK(bad == 0, "real model: %d of %d prompts give other tokens in a batch of %d than alone",
+          bad, N, N);
     for (int i = 0; i < N; i++) free(ids[i]);
 }
 
@@ -392,7 +426,8 @@ static void test_real_text(void) {
     int32_t *ids;
     int64_t n;
     const char *prompt = "The list of the planets of the solar system, in order:";
-    CHECK(celer_tokenize(tok, prompt, strlen(prompt), true, &ids, &n, err, sizeof err) == CELER_OK, "%s", err);
+    CHECK(celer_tokenize(tok, prompt, strlen(prompt), true, &ids, &n, err, sizeof err) == CELER_OK,
+          "%s", err);
     celer_engine *eng = engine_new(m, tok, 2, 0, 64, true);
     if (!eng) goto out;
     run_state rs = {0};
@@ -402,9 +437,11 @@ static void test_real_text(void) {
     drain(eng, &rs);
     const char *full = rs.out[0].text[0];
     char *decoded;
-    CHECK(celer_detokenize(tok, rs.out[0].ids[0], rs.out[0].n[0], true, &decoded, NULL, err, sizeof err) == CELER_OK,
+    CHECK(celer_detokenize(tok, rs.out[0].ids[0], rs.out[0].n[0], true, &decoded, NULL, err,
+                           sizeof err) == CELER_OK,
           "%s", err);
-    CHECK(!strcmp(decoded, full), "event text \"%s\" is not the detokenized ids \"%s\"", full, decoded);
+    CHECK(!strcmp(decoded, full), "event text \"%s\" is not the detokenized ids \"%s\"", full,
+          decoded);
     free(decoded);
     CHECK(rs.out[0].logprob_sum[0] < 0 && isfinite(rs.out[0].logprob_sum[0]), "logprobs: sum %g",
           rs.out[0].logprob_sum[0]);
@@ -423,8 +460,8 @@ static void test_real_text(void) {
         submit(eng, &rs2, &rp);
         drain(eng, &rs2);
         CHECK(!strcmp(rs2.out[0].text[0], before) && rs2.out[0].finish[0] == CELER_FINISH_STOP,
-              "stop \"%s\": got \"%s\" (finish %d), want \"%s\"", stop, rs2.out[0].text[0], rs2.out[0].finish[0],
-              before);
+              "stop \"%s\": got \"%s\" (finish %d), want \"%s\"", stop, rs2.out[0].text[0],
+              rs2.out[0].finish[0], before);
     }
     /* A stop string that the end of the text begins but never completes: held back while
      * it could, then released when the length limit ends the choice. */
@@ -439,8 +476,8 @@ static void test_real_text(void) {
         submit(eng, &rs3, &rp);
         drain(eng, &rs3);
         CHECK(!strcmp(rs3.out[0].text[0], full) && rs3.out[0].finish[0] == CELER_FINISH_LENGTH,
-              "held-back text at the length limit: got \"%s\" (finish %d), want \"%s\"", rs3.out[0].text[0],
-              rs3.out[0].finish[0], full);
+              "held-back text at the length limit: got \"%s\" (finish %d), want \"%s\"",
+              rs3.out[0].text[0], rs3.out[0].finish[0], full);
     }
     check_idle(eng, "real model");
     celer_engine_destroy(eng);
@@ -456,7 +493,8 @@ out:
 #define VLM_TEXT_BEFORE 20 /* text ids before the image: one full cache block and some */
 
 /* Greedy ids of ids[n] (one image token, img) through the context API alone. */
-static void vlm_solo(celer_model *m, const int32_t *ids, int64_t n, celer_image *img, int64_t n_predict, int32_t *out) {
+static void vlm_solo(celer_model *m, const int32_t *ids, int64_t n, celer_image *img,
+                     int64_t n_predict, int32_t *out) {
     char err[512];
     const int32_t image_tok = celer_model_image_token(m);
     const int64_t d = celer_model_n_embd(m), v = celer_model_n_vocab(m);
@@ -469,14 +507,16 @@ static void vlm_solo(celer_model *m, const int32_t *ids, int64_t n, celer_image 
     celer_context *ctx;
     if (!CHECK(celer_context_create(m, &cp, &ctx, err, sizeof err) == CELER_OK, "%s", err)) return;
     int32_t *tok = malloc(sizeof *tok * (size_t)total);
-    float *embd = malloc(sizeof(float) * (size_t)(total * d)), *logits = malloc(sizeof(float) * (size_t)v);
+    float *embd = malloc(sizeof(float) * (size_t)(total * d)),
+          *logits = malloc(sizeof(float) * (size_t)v);
     int64_t at = 0;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] != image_tok) {
             tok[at++] = ids[i];
             continue;
         }
-        CHECK(celer_image_encode(ctx, img, embd + at * d) == CELER_OK, "encode: %s", celer_context_last_error(ctx));
+        CHECK(celer_image_encode(ctx, img, embd + at * d) == CELER_OK, "encode: %s",
+              celer_context_last_error(ctx));
         for (int64_t j = 0; j < rows; j++) tok[at++] = -1;
     }
     celer_batch b = {.n = total, .token = tok, .embd = embd};
@@ -509,29 +549,36 @@ static bool two_images(const char *dir, char a[4400], char b[4400]) {
     return found == 2;
 }
 
-static void test_images(void) {
-    char *names[64], err[512], pa[4400], pb[4400];
-    const int nv = vlm_fixture_names(names, 64);
-    if (!CHECK(nv >= 1, "a vision-language fixture")) return;
-    const char *dir = fixture_path(names[0]);
+/* The engine on the vision-language fixture dir, the image after text_before ids. A model
+ * whose image blocks run whole (Gemma 3) puts text_before = 14: the block straddles the
+ * first cache block, so a prompt that shares the image but not what follows attaches a
+ * cache block that ends inside the image block, and computes the rest of the block from
+ * there; and its prompts also run in steps of 6 rows, which the engine cuts at blocks. */
+static void test_images(const char *name) {
+    char err[512], pa[4400], pb[4400];
+    const char *dir = fixture_path(name);
     celer_model *m = NULL;
     celer_image *ia = NULL, *ib = NULL;
-    if (!CHECK(two_images(dir, pa, pb), "%s: two image_* files", names[0]) ||
+    if (!CHECK(two_images(dir, pa, pb), "%s: two image_* files", name) ||
         !CHECK(celer_model_open(dir, NULL, &m, err, sizeof err) == CELER_OK, "%s", err) ||
         !CHECK(celer_image_load(pa, &ia, err, sizeof err) == CELER_OK, "%s", err) ||
         !CHECK(celer_image_load(pb, &ib, err, sizeof err) == CELER_OK, "%s", err))
         goto out;
+    const bool whole = celer_model_image_blocks_whole(m);
+    const int64_t before = whole ? 14 : VLM_TEXT_BEFORE, n = before + (whole ? 16 : 6);
     const int32_t image_tok = celer_model_image_token(m);
-    int32_t ids[VLM_TEXT_BEFORE + 6];
-    const int64_t n = VLM_TEXT_BEFORE + 6;
+    int32_t ids[VLM_TEXT_BEFORE + 16], ids_c[VLM_TEXT_BEFORE + 16];
     for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + (i * 7) % 97);
-    ids[VLM_TEXT_BEFORE] = image_tok;
+    ids[before] = image_tok;
+    memcpy(ids_c, ids, sizeof ids);
+    ids_c[n - 2] = ids[n - 2] + 1; /* request C: the same image, another tail */
     int64_t rows_a = 0;
     CHECK(celer_model_image_positions(m, ia, &rows_a, err, sizeof err) == CELER_OK, "%s", err);
     enum { N_GEN = 8 };
-    int32_t want_a[N_GEN], want_b[N_GEN];
+    int32_t want_a[N_GEN], want_b[N_GEN], want_c[N_GEN];
     vlm_solo(m, ids, n, ia, N_GEN, want_a);
     vlm_solo(m, ids, n, ib, N_GEN, want_b);
+    vlm_solo(m, ids_c, n, ia, N_GEN, want_c);
 
     celer_engine *eng = engine_new(m, NULL, 2, 0, 64, true);
     if (!eng) goto out;
@@ -542,41 +589,80 @@ static void test_images(void) {
     submit(eng, &rs, &rp);
     drain(eng, &rs);
     const outcome *o = &rs.out[0];
-    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_a, N_GEN), "image A through the engine equals its solo run");
+    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_a, N_GEN),
+          "%s: image A through the engine equals its solo run", name);
     CHECK(o->prompt_tokens == n - 1 + rows_a, "prompt_tokens %lld counts the image rows (%lld)",
           (long long)o->prompt_tokens, (long long)(n - 1 + rows_a));
     submit(eng, &rs, &rp); /* the same image again: its blocks come from the cache */
     drain(eng, &rs);
     o = &rs.out[1];
-    const int64_t full = (n - 1 + rows_a - 1) / 16 * 16;
+    const int64_t full = (n - 1 + rows_a - 1) / 16 * 16, text_blocks = before / 16 * 16;
     CHECK(o->cached_tokens == full && same_ids(o->ids[0], want_a, N_GEN),
-          "the same image again: %lld cached (expected %lld), same tokens", (long long)o->cached_tokens,
-          (long long)full);
-    imgs[0] = ib; /* another image behind the same ids: only the text block before it */
+          "%s: the same image again: %lld cached (expected %lld), same tokens", name,
+          (long long)o->cached_tokens, (long long)full);
+    imgs[0] = ib; /* another image behind the same ids: only the text blocks before it */
     submit(eng, &rs, &rp);
     drain(eng, &rs);
     o = &rs.out[2];
-    CHECK(o->cached_tokens == 16, "a different image reuses only the text block before it (%lld cached)",
+    CHECK(o->cached_tokens == text_blocks,
+          "%s: a different image reuses only the text blocks before it (%lld cached)", name,
           (long long)o->cached_tokens);
-    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_b, N_GEN), "image B through the engine equals its solo run");
-    printf("  %s: image A %lld rows, cached %lld on repeat, 16 with image B; A %s B\n", names[0], (long long)rows_a,
-           (long long)full, same_ids(want_a, want_b, N_GEN) ? "==" : "!=");
+    CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_b, N_GEN),
+          "%s: image B through the engine equals its solo run", name);
+    int64_t cached_c = -1;
+    if (whole) { /* the same image, another tail: a cache block ends inside the image block */
+        imgs[0] = ia;
+        rp.prompt = ids_c;
+        submit(eng, &rs, &rp);
+        drain(eng, &rs);
+        o = &rs.out[3];
+        cached_c = o->cached_tokens;
+        CHECK(cached_c == 16 && before < 16 && before + rows_a > 16,
+              "%s: the other tail attaches the block that ends inside the image (%lld cached)",
+              name, (long long)cached_c);
+        CHECK(o->n[0] == N_GEN && same_ids(o->ids[0], want_c, N_GEN),
+              "%s: the rest of the image block computed after the cache equals the solo run", name);
+        rp.prompt = ids;
+    }
+    printf("  %s: image A %lld rows, cached %lld on repeat, %lld with image B, %lld with another "
+           "tail; A %s B\n",
+           name, (long long)rows_a, (long long)full, (long long)text_blocks, (long long)cached_c,
+           same_ids(want_a, want_b, N_GEN) ? "==" : "!=");
     /* bad requests: an image without its token, a token without an image */
     rp.n_images = 0;
     uint64_t id;
     CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
               strstr(err, "image tokens"),
           "an image token without an image: %s", err);
-    rp.prompt = ids, rp.n_prompt = VLM_TEXT_BEFORE, rp.n_images = 1;
+    rp.prompt = ids, rp.n_prompt = before, rp.n_images = 1;
     CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT,
           "an image without its token: %s", err);
     check_idle(eng, "images");
     celer_engine_destroy(eng);
+    if (whole) { /* steps of 6 rows: cut before each image block, never inside it */
+        eng = engine_new(m, NULL, 1, 0, 6, false);
+        if (!eng) goto out;
+        run_state rs2 = {0};
+        rp = greedy_request(ids, n, N_GEN);
+        rp.images = imgs, rp.n_images = 1;
+        submit(eng, &rs2, &rp);
+        drain(eng, &rs2);
+        CHECK(rs2.out[0].n[0] == N_GEN && same_ids(rs2.out[0].ids[0], want_a, N_GEN),
+              "%s: prefill in steps of 6 rows equals the solo run", name);
+        celer_engine_destroy(eng);
+        eng = engine_new(m, NULL, 1, 0, 3, false); /* a block of 4 rows cannot fit a step */
+        if (eng) {
+            CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) ==
+                          CELER_STATUS_INVALID_ARGUMENT &&
+                      strstr(err, "batch_tokens"),
+                  "%s: an image block longer than batch_tokens is refused: %s", name, err);
+            celer_engine_destroy(eng);
+        }
+    }
 out:
     celer_image_free(ia);
     celer_image_free(ib);
     celer_model_close(m);
-    for (int i = 0; i < nv; i++) free(names[i]);
 }
 
 int main(void) {
@@ -586,7 +672,8 @@ int main(void) {
     int32_t *input = NULL, *golden = NULL;
     int64_t n_input = 0, n_golden = 0;
     if (CHECK(golden_read(dir, &input, &n_input, &golden, &n_golden) == 0, "golden of %s", dir) &&
-        CHECK(celer_model_open(fixture_model_path(dir), NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) {
+        CHECK(celer_model_open(fixture_model_path(dir), NULL, &model, err, sizeof err) == CELER_OK,
+              "%s", err)) {
         int32_t base[64];
         memcpy(base, input, sizeof *base * (size_t)n_input);
         memcpy(base + n_input, golden, sizeof *base * (size_t)n_golden);
@@ -600,6 +687,16 @@ int main(void) {
     free(input);
     free(golden);
     test_real_text();
-    test_images();
+    /* the first fixture of each vision-language family */
+    char *names[64];
+    const int nv = vlm_fixture_names(names, 64);
+    CHECK(nv >= 2, "vision-language fixtures");
+    bool llava = false, gemma3 = false;
+    for (int i = 0; i < nv; i++) {
+        if (!strncmp(names[i], "llava-", 6) && !llava) llava = true, test_images(names[i]);
+        if (!strncmp(names[i], "gemma3-", 7) && !gemma3) gemma3 = true, test_images(names[i]);
+        free(names[i]);
+    }
+    CHECK(llava && gemma3, "a LLaVA-NeXT and a Gemma 3 fixture");
     return harness_done("test_engine");
 }

@@ -36,12 +36,16 @@ static void test_dense(dtype t, int64_t rows, int64_t cols, int64_t n) {
     void *data = malloc((size_t)(rows * cols) * 4);
     double *wd = malloc(sizeof(double) * (size_t)(rows * cols));
     for (int64_t i = 0; i < rows * cols; i++) {
-        if (t == DTYPE_F32) ((float *)data)[i] = wf[i], wd[i] = wf[i];
-        else if (t == DTYPE_F16) ((uint16_t *)data)[i] = f32_to_f16(wf[i]), wd[i] = f16_to_f32(((uint16_t *)data)[i]);
-        else ((uint16_t *)data)[i] = f32_to_bf16(wf[i]), wd[i] = bf16_to_f32(((uint16_t *)data)[i]);
+        if (t == DTYPE_F32)
+            ((float *)data)[i] = wf[i], wd[i] = wf[i];
+        else if (t == DTYPE_F16)
+            ((uint16_t *)data)[i] = f32_to_f16(wf[i]), wd[i] = f16_to_f32(((uint16_t *)data)[i]);
+        else
+            ((uint16_t *)data)[i] = f32_to_bf16(wf[i]), wd[i] = bf16_to_f32(((uint16_t *)data)[i]);
     }
     matview w = {.rows = rows, .cols = cols, .type = t, .data = data};
-    float *y = malloc(sizeof(float) * (size_t)(n * rows)), *scratch = malloc(sizeof(float) * (size_t)cols);
+    float *y = malloc(sizeof(float) * (size_t)(n * rows)),
+          *scratch = malloc(sizeof(float) * (size_t)cols);
     ref_matmul(y, &w, x, n, 0, rows, scratch);
     double diff = 0, mx = 0;
     for (int64_t tk = 0; tk < n; tk++)
@@ -52,7 +56,8 @@ static void test_dense(dtype t, int64_t rows, int64_t cols, int64_t n) {
             mx = fmax(mx, fabs(acc));
         }
     char what[96];
-    snprintf(what, sizeof what, "matmul %s [%lld x %lld] n=%lld", dtype_name(t), (long long)rows, (long long)cols, (long long)n);
+    snprintf(what, sizeof what, "matmul %s [%lld x %lld] n=%lld", dtype_name(t), (long long)rows,
+             (long long)cols, (long long)n);
     report(what, diff, 1e-6 * fmax(mx, 1.0) * sqrt((double)cols));
     free(wf), free(x), free(data), free(wd), free(y), free(scratch);
 }
@@ -64,7 +69,8 @@ static void test_affine(int bits, int64_t group, dtype st, int64_t rows, int64_t
     uint8_t *q = malloc((size_t)(rows * cols));
     uint16_t *sc = malloc(2 * (size_t)(rows * groups)), *bi = malloc(2 * (size_t)(rows * groups));
     for (int64_t i = 0; i < rows * cols; i++) {
-        q[i] = (uint8_t)(((uint64_t)((rand_uniform(&rng) + 1.0f) * 0.5f * (float)(1 << bits))) & ((1u << bits) - 1));
+        q[i] = (uint8_t)(((uint64_t)((rand_uniform(&rng) + 1.0f) * 0.5f * (float)(1 << bits))) &
+                         ((1u << bits) - 1));
         codes[i / per_word] |= (uint32_t)q[i] << ((i % per_word) * bits);
     }
     for (int64_t i = 0; i < rows * groups; i++) {
@@ -72,8 +78,15 @@ static void test_affine(int bits, int64_t group, dtype st, int64_t rows, int64_t
         sc[i] = st == DTYPE_F16 ? f32_to_f16(s) : f32_to_bf16(s);
         bi[i] = st == DTYPE_F16 ? f32_to_f16(b) : f32_to_bf16(b);
     }
-    matview w = {.rows = rows, .cols = cols, .type = DTYPE_U32, .data = codes, .quant_bits = bits,
-                 .group = group, .scale_type = st, .scales = sc, .biases = bi};
+    matview w = {.rows = rows,
+                 .cols = cols,
+                 .type = DTYPE_U32,
+                 .data = codes,
+                 .quant_bits = bits,
+                 .group = group,
+                 .scale_type = st,
+                 .scales = sc,
+                 .biases = bi};
     float *x = rand_vec(n * cols, 1.0f), *y = malloc(sizeof(float) * (size_t)(n * rows));
     float *scratch = malloc(sizeof(float) * (size_t)cols);
     ref_matmul(y, &w, x, n, 0, rows, scratch);
@@ -91,8 +104,8 @@ static void test_affine(int bits, int64_t group, dtype st, int64_t rows, int64_t
             mx = fmax(mx, fabs(acc));
         }
     char what[96];
-    snprintf(what, sizeof what, "matmul %d-bit g%lld %s [%lld x %lld] n=%lld", bits, (long long)group,
-             dtype_name(st), (long long)rows, (long long)cols, (long long)n);
+    snprintf(what, sizeof what, "matmul %d-bit g%lld %s [%lld x %lld] n=%lld", bits,
+             (long long)group, dtype_name(st), (long long)rows, (long long)cols, (long long)n);
     report(what, diff, 1e-6 * fmax(mx, 1.0) * sqrt((double)cols));
     /* ref_mat_row: the dequantized row equals s*q+b exactly in fp32. */
     float *row = malloc(sizeof(float) * (size_t)cols);
@@ -130,7 +143,8 @@ static void test_rope(bool traditional, int64_t dims) {
     float inv_freq[11];
     for (int i = 0; i < r / 2; i++) inv_freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / (double)r));
     memcpy(y, x, sizeof(float) * (size_t)(h * hd));
-    const rope_params rp = {.inv_freq = inv_freq, .dims = dims, .mscale = 1.25f, .traditional = traditional};
+    const rope_params rp = {
+        .inv_freq = inv_freq, .dims = dims, .mscale = 1.25f, .traditional = traditional};
     ref_rope(y, h, hd, pos, &rp);
     double diff = 0;
     for (int64_t k = 0; k < h; k++) {
@@ -144,8 +158,8 @@ static void test_rope(bool traditional, int64_t dims) {
         for (int64_t i = r; i < hd; i++) diff = fmax(diff, fabs(x[k * hd + i] - y[k * hd + i]));
     }
     char what[96];
-    snprintf(what, sizeof what, "rope %s h=3 hd=22 rotating %lld", traditional ? "traditional" : "half-split",
-             (long long)r);
+    snprintf(what, sizeof what, "rope %s h=3 hd=22 rotating %lld",
+             traditional ? "traditional" : "half-split", (long long)r);
     report(what, diff, 2e-5);
     free(x), free(y);
 }
@@ -163,7 +177,8 @@ static void test_softmax_silu(void) {
     float *g = rand_vec(n, 6.0f), *u = rand_vec(n, 2.0f);
     ref_glu(y, g, u, n, BACKEND_ACT_SILU);
     diff = 0;
-    for (int64_t i = 0; i < n; i++) diff = fmax(diff, fabs(g[i] / (1.0 + exp(-(double)g[i])) * u[i] - y[i]));
+    for (int64_t i = 0; i < n; i++)
+        diff = fmax(diff, fabs(g[i] / (1.0 + exp(-(double)g[i])) * u[i] - y[i]));
     report("swiglu n=53", diff, 1e-5);
     /* soft-capping: cap tanh(x / cap), against double, and bounded by the cap */
     memcpy(y, x, sizeof(float) * (size_t)n);
@@ -268,43 +283,49 @@ static void test_act(backend_act kind, const char *name) {
 
 /* ==== attention over a shuffled paged cache ==== */
 
-static void test_attention(int64_t window, float softcap) {
+/* A row at position pos = 44 - ahead seeing the keys up to 44 (ahead > 0: a row of an image
+ * block, which sees the rest of its block). */
+static void test_attention(int64_t window, float softcap, int64_t ahead) {
     const int64_t h = 6, hk = 2, hd = 12, n_pos = 45, bs = 8, n_blocks = 8;
     const int64_t kvd = hk * hd;
     int32_t blocks[8] = {5, 2, 7, 0, 3, 6, 1, 4}; /* position p in block blocks[p/8] */
-    float *k = calloc((size_t)(n_blocks * bs * kvd), sizeof(float)), *v = calloc((size_t)(n_blocks * bs * kvd), sizeof(float));
-    float *kc = rand_vec(n_pos * kvd, 1.0f), *vc = rand_vec(n_pos * kvd, 1.0f), *q = rand_vec(h * hd, 2.0f);
+    float *k = calloc((size_t)(n_blocks * bs * kvd), sizeof(float)),
+          *v = calloc((size_t)(n_blocks * bs * kvd), sizeof(float));
+    float *kc = rand_vec(n_pos * kvd, 1.0f), *vc = rand_vec(n_pos * kvd, 1.0f),
+          *q = rand_vec(h * hd, 2.0f);
     kv_span kv = {k, v, blocks, bs, false};
     for (int64_t p = 0; p < n_pos; p++) {
         memcpy(k + kv_span_slot(&kv, p) * kvd, kc + p * kvd, sizeof(float) * (size_t)kvd);
         memcpy(v + kv_span_slot(&kv, p) * kvd, vc + p * kvd, sizeof(float) * (size_t)kvd);
     }
-    const int64_t pos = n_pos - 1;
+    const int64_t limit = n_pos - 1, pos = limit - ahead;
     float *out = malloc(sizeof(float) * (size_t)(h * hd)), scores[64];
     const float scale = 1.0f / sqrtf((float)hd);
-    ref_attention(out, q, &kv, pos, window, h, hk, hd, scale, softcap, scores);
+    ref_attention(out, q, &kv, pos, limit, window, h, hk, hd, scale, softcap, scores);
     double diff = 0;
     const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     for (int64_t i = 0; i < h; i++) {
         const int64_t kh = i / (h / hk);
         double s[64], mx = -1e300, sum = 0;
-        for (int64_t p = lo; p <= pos; p++) {
+        for (int64_t p = lo; p <= limit; p++) {
             double dot = 0;
-            for (int64_t c = 0; c < hd; c++) dot += (double)q[i * hd + c] * kc[p * kvd + kh * hd + c];
+            for (int64_t c = 0; c < hd; c++)
+                dot += (double)q[i * hd + c] * kc[p * kvd + kh * hd + c];
             s[p] = dot * scale;
             if (softcap > 0) s[p] = softcap * tanh(s[p] / softcap);
             mx = fmax(mx, s[p]);
         }
-        for (int64_t p = lo; p <= pos; p++) sum += exp(s[p] - mx);
+        for (int64_t p = lo; p <= limit; p++) sum += exp(s[p] - mx);
         for (int64_t c = 0; c < hd; c++) {
             double o = 0;
-            for (int64_t p = lo; p <= pos; p++) o += exp(s[p] - mx) / sum * vc[p * kvd + kh * hd + c];
+            for (int64_t p = lo; p <= limit; p++)
+                o += exp(s[p] - mx) / sum * vc[p * kvd + kh * hd + c];
             diff = fmax(diff, fabs(o - out[i * hd + c]));
         }
     }
     char what[96];
-    snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=44 window=%lld softcap=%g", (long long)window,
-             (double)softcap);
+    snprintf(what, sizeof what, "attention GQA 6/2 hd=12 pos=%lld limit=44 window=%lld softcap=%g",
+             (long long)pos, (long long)window, (double)softcap);
     report(what, diff, 1e-5);
     free(k), free(v), free(kc), free(vc), free(q), free(out);
 }
@@ -418,7 +439,8 @@ static void test_threadpool(void) {
         ok = ok && atomic_load(&j.sum) == 1001 * 1000 / 2;
     }
     CHECK(ok, "200 jobs over chunks sum 0..1000 exactly");
-    CHECK(j.seen[0] == 200 && j.seen[1] == 200 && j.seen[2] == 200, "each thread ran each job once");
+    CHECK(j.seen[0] == 200 && j.seen[1] == 200 && j.seen[2] == 200,
+          "each thread ran each job once");
     threadpool_destroy(pool);
 }
 
@@ -445,10 +467,12 @@ int main(void) {
     test_act(BACKEND_ACT_GELU_ERF, "gelu erf");
     test_act(BACKEND_ACT_GELU_TANH, "gelu tanh");
     test_act(BACKEND_ACT_QUICK_GELU, "quick gelu");
-    test_attention(0, 0.0f);
-    test_attention(9, 0.0f);
-    test_attention(0, 1.5f);
-    test_attention(9, 1.5f);
+    test_attention(0, 0.0f, 0);
+    test_attention(9, 0.0f, 0);
+    test_attention(0, 1.5f, 0);
+    test_attention(9, 1.5f, 0);
+    test_attention(0, 0.0f, 3); /* a row of an image block: keys past its own position */
+    test_attention(5, 1.5f, 3); /* ... under a window shorter than the block */
     test_attention_full(64);
     test_attention_full(80);
     test_half();

@@ -1,5 +1,5 @@
 /*
- * test_vision.c - image decoding and LLaVA-NeXT preprocessing against transformers.
+ * test_vision.c - image decoding and LLaVA-NeXT and Gemma 3 preprocessing against transformers.
  *
  * Goldens (tests/fixtures/vision, made by tools/make_vision_goldens.py): the RGB pixels
  * Pillow + transformers' convert_to_rgb give for each test image, the pixel_values of
@@ -197,7 +197,8 @@ static void check_case(const json_t *c, const golden_set *px) {
     image_rgb img = {0};
     float *out = NULL, *want = NULL;
     celer_error e;
-    if (!CHECK(vision_config_load(&cfg, dir, &e) == CELER_OK, "%s: config: %s", key, e.msg) ||
+    if (!CHECK(vision_config_load(&cfg, dir, VISION_LLAVA_NEXT, &e) == CELER_OK, "%s: config: %s",
+               key, e.msg) ||
         !CHECK(image_load(&img, image_path(img_name), &e) == CELER_OK, "%s: %s", key, e.msg))
         goto out;
     vision_layout lay;
@@ -401,10 +402,11 @@ static void check_configs(void) {
     write_file(OUT_DIR "/cfg-disagree/preprocessor_config.json",
                "{\"image_grid_pinpoints\": [[56, 112]], \"crop_size\": 56}");
     write_file(OUT_DIR "/cfg-disagree/config.json", "{\"image_grid_pinpoints\": [[112, 56]]}");
-    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-disagree", &e) == CELER_STATUS_BAD_CONFIG &&
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-disagree", VISION_LLAVA_NEXT, &e) ==
+                  CELER_STATUS_BAD_CONFIG &&
               strstr(e.msg, "image_grid_pinpoints differ"),
           "disagreeing pinpoints: %s", e.msg);
-    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-none", &e) == CELER_STATUS_IO &&
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-none", VISION_LLAVA_NEXT, &e) == CELER_STATUS_IO &&
               strstr(e.msg, "preprocessor_config.json"),
           "no processor files: %s", e.msg);
     /* transformers 5 nests the image processor in processor_config.json; it wins over
@@ -420,9 +422,9 @@ static void check_configs(void) {
     write_file(OUT_DIR "/cfg-nested/config.json",
                "{\"vision_config\": {\"patch_size\": 3}, "
                "\"vision_feature_select_strategy\": \"default\"}");
-    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-nested", &e) == CELER_OK && cfg.crop_h == 42 &&
-              cfg.crop_w == 40 && cfg.size_shortest_edge == 0 && cfg.size_h == 44 &&
-              cfg.size_w == 46 && cfg.resample == VISION_RESAMPLE_BILINEAR &&
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-nested", VISION_LLAVA_NEXT, &e) == CELER_OK &&
+              cfg.crop_h == 42 && cfg.crop_w == 40 && cfg.size_shortest_edge == 0 &&
+              cfg.size_h == 44 && cfg.size_w == 46 && cfg.resample == VISION_RESAMPLE_BILINEAR &&
               cfg.n_pinpoints == 1 && cfg.pinpoints[0][0] == 84 && cfg.patch_size == 7 &&
               cfg.num_additional_image_tokens == 1 && cfg.strategy == VISION_FEATURES_FULL,
           "nested processor config: %s", e.msg);
@@ -462,6 +464,147 @@ static void check_configs(void) {
           "no patch size: %s", e.msg);
 }
 
+/* ==== Gemma 3 ==== */
+
+/* Gemma3ImageProcessor on the Gemma 3 fixtures' images (tools/make_gemma3_fixtures.py):
+ * every case's pixel values (each image's whole picture, then its pan-and-scan crops, in
+ * prompt order) equal transformers' exactly; the crops of a rejected filter do not. */
+static void check_gemma3_pixels(const char *name) {
+    char path[4400];
+    const char *dir = fixture_path(name);
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    json_t *g = json_load_file(path, 0, NULL);
+    vision_config cfg;
+    celer_error e = {{0}};
+    if (!CHECK(g != NULL, "%s: golden.json", name) ||
+        !CHECK(vision_config_load(&cfg, dir, VISION_GEMMA3, &e) == CELER_OK, "%s: %s", name, e.msg))
+        goto out;
+    CHECK(cfg.kind == VISION_GEMMA3 &&
+              cfg.do_pan_and_scan == json_is_true(json_object_get(g, "pan_and_scan")),
+          "%s: Gemma 3 processor, pan and scan as the fixture has it", name);
+    const json_t *cases = json_object_get(g, "cases");
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i), *files = json_object_get(c, "images");
+        const char *cname = json_string_value(json_object_get(c, "name"));
+        int64_t gr, gc;
+        snprintf(path, sizeof path, "%s/golden_pixels_%s.npy", dir, cname);
+        float *gold = npy_read_f32(path, &gr, &gc);
+        if (!CHECK(gold != NULL, "%s", path)) continue;
+        int64_t at = 0, tiles = 0;
+        double diff = 0, wrong = 0;
+        for (size_t k = 0; k < json_array_size(files); k++) {
+            image_rgb img;
+            float *px = NULL;
+            vision_layout lay;
+            snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_array_get(files, k)));
+            if (!CHECK(image_load(&img, path, &e) == CELER_OK, "%s", e.msg)) continue;
+            if (CHECK(vision_preprocess(&px, &lay, &cfg, &img, &e) == CELER_OK, "%s: %s", path,
+                      e.msg)) {
+                const int64_t want_blocks =
+                    json_integer_value(json_array_get(json_object_get(c, "blocks"), k));
+                const int64_t m = lay.n_tiles * 3 * lay.out_h * lay.out_w;
+                CHECK(lay.n_tiles == want_blocks && at + m <= gr * gc,
+                      "%s/%s: %lld tiles, golden %lld", name, cname, (long long)lay.n_tiles,
+                      (long long)want_blocks);
+                if (at + m <= gr * gc) diff = fmax(diff, max_abs_diff(px, gold + at, m));
+                /* bicubic instead of bilinear must be seen */
+                vision_config bad = cfg;
+                bad.resample = VISION_RESAMPLE_BICUBIC;
+                float *w = NULL;
+                vision_layout wl;
+                if (vision_preprocess(&w, &wl, &bad, &img, &e) == CELER_OK && at + m <= gr * gc)
+                    wrong = fmax(wrong, max_abs_diff(w, gold + at, m));
+                free(w);
+                at += m, tiles += lay.n_tiles;
+            }
+            free(px);
+            image_free(&img);
+        }
+        CHECK(at == gr * gc, "%s/%s: %lld pixel values, golden %lld", name, cname, (long long)at,
+              (long long)(gr * gc));
+        CHECK(diff == 0, "%s/%s: pixel values differ from Gemma3ImageProcessor by %g", name, cname,
+              diff);
+        CHECK(wrong > 1e-2,
+              "%s/%s: bicubic resampling gives the same pixels (%g): the check cannot fail", name,
+              cname, wrong);
+        printf("  %s/%s: %lld tiles, pixel values max diff %g (bicubic instead: %.3g)\n", name,
+               cname, (long long)tiles, diff, wrong);
+        free(gold);
+    }
+out:
+    json_decref(g);
+}
+
+/* Gemma3ImageProcessor.pan_and_scan_batched's arithmetic by hand, and its settings. */
+static void check_gemma3_layout(void) {
+    vision_config cfg;
+    vision_config_default_gemma3(&cfg);
+    cfg.size_h = cfg.size_w = 896;
+    cfg.do_pan_and_scan = true; /* min crop 256, at most 4 crops, ratio 1.2 */
+    const struct {
+        int64_t w, h, rows, cols, crop_w, crop_h;
+    } cases[] = {
+        {1000, 400, 1, 3, 334, 400},   /* ratio 2.5: 3 crops */
+        {600, 400, 1, 2, 300, 400},    /* 1.5: 2 */
+        {500, 480, 0, 0, 0, 0},        /* under 1.2: none */
+        {300, 100, 0, 0, 0, 0},        /* 2 crops of 150 < 256: none */
+        {400, 1000, 3, 1, 400, 334},   /* portrait */
+        {2000, 300, 1, 4, 500, 300},   /* 6.7, by size 7: at most 4 */
+        {1001, 1000, 0, 0, 0, 0},      /* square enough */
+        {1201, 1000, 1, 2, 601, 1000}, /* 1.201 activates; round(1.7) = 2 */
+    };
+    celer_error e;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        vision_layout lay;
+        const bool ok = vision_layout_compute(&lay, &cfg, cases[i].h, cases[i].w, &e) == CELER_OK;
+        CHECK(ok && lay.grid_rows == cases[i].rows && lay.grid_cols == cases[i].cols &&
+                  lay.crop_w == cases[i].crop_w && lay.crop_h == cases[i].crop_h &&
+                  lay.n_tiles == 1 + cases[i].rows * cases[i].cols && lay.out_h == 896 &&
+                  lay.out_w == 896,
+              "pan and scan of %lldx%lld: %lldx%lld crops of %lldx%lld, expected %lldx%lld of "
+              "%lldx%lld",
+              (long long)cases[i].w, (long long)cases[i].h, (long long)lay.grid_rows,
+              (long long)lay.grid_cols, (long long)lay.crop_w, (long long)lay.crop_h,
+              (long long)cases[i].rows, (long long)cases[i].cols, (long long)cases[i].crop_w,
+              (long long)cases[i].crop_h);
+    }
+    cfg.do_pan_and_scan = false;
+    vision_layout lay;
+    CHECK(vision_layout_compute(&lay, &cfg, 400, 1000, &e) == CELER_OK && lay.n_tiles == 1,
+          "no pan and scan: 1 tile");
+    /* settings: null keeps the processor's defaults; bad values and another processor are refused
+     */
+    vision_config_default_gemma3(&cfg);
+    CHECK(vision_config_parse(&cfg, "p",
+                              "{\"do_pan_and_scan\": null, \"pan_and_scan_min_crop_size\": null, "
+                              "\"size\": {\"height\": 896, \"width\": 896}}",
+                              &e) == CELER_OK &&
+              !cfg.do_pan_and_scan && cfg.pas_min_crop == 256 && cfg.pas_max_crops == 4 &&
+              cfg.pas_min_ratio == 1.2,
+          "null pan-and-scan settings keep Gemma3Processor's defaults: %s", e.msg);
+    const char *bad[][2] = {
+        {"{\"do_pan_and_scan\": 1}", "do_pan_and_scan"},
+        {"{\"pan_and_scan_min_crop_size\": 0}", "pan_and_scan_min_crop_size"},
+        {"{\"pan_and_scan_min_ratio_to_activate\": -1}", "pan_and_scan_min_ratio_to_activate"},
+        {"{\"size\": {\"shortest_edge\": 896}}", "Gemma3ImageProcessor"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vision_config_default_gemma3(&cfg);
+        const celer_status st =
+            vision_config_parse(&cfg, "preprocessor_config.json", bad[i][0], &e);
+        CHECK(st != CELER_OK && strstr(e.msg, bad[i][1]) && !strchr(e.msg, '\n'), "config %s: %s",
+              bad[i][0], e.msg);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/cfg-llava", OUT_DIR);
+    CHECK(system(cmd) == 0, "mkdir");
+    write_file(OUT_DIR "/cfg-llava/preprocessor_config.json",
+               "{\"image_processor_type\": \"LlavaNextImageProcessor\"}");
+    CHECK(vision_config_load(&cfg, OUT_DIR "/cfg-llava", VISION_GEMMA3, &e) ==
+                  CELER_STATUS_BAD_CONFIG &&
+              strstr(e.msg, "image_processor_type"),
+          "another processor's settings for Gemma 3: %s", e.msg);
+}
+
 int main(void) {
     char path[4200];
     snprintf(path, sizeof path, "%s/cases.json", fixture_path(GOLDEN_DIR));
@@ -482,5 +625,8 @@ int main(void) {
     free(dec.buf), free(px.buf);
     check_bad_images();
     check_configs();
+    check_gemma3_pixels("gemma3-vision-hf-bf16");
+    check_gemma3_pixels("gemma3-vision-mlx-bf16");
+    check_gemma3_layout();
     return harness_done("test_vision");
 }

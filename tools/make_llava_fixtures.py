@@ -456,11 +456,17 @@ def write_mlx(model, spec, dst, scratch):
     convert(hf_path=str(src), mlx_path=str(out), quantize=True, q_group_size=MLX_GROUP, q_bits=MLX_BITS)
     # Keep the checkpoint and the processor configs; leave out the generated model card and
     # the word-level tokenizer (made here only because convert loads a processor).
+    return copy_kept(out, dst, ("README.md", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                "chat_template.jinja"))
+
+
+def copy_kept(out, dst, skip):
+    """The files of a conversion's output folder out, but those named in skip, copied into
+    dst; returns their names."""
     dst.mkdir(parents=True, exist_ok=True)
     kept = []
     for f in sorted(out.iterdir()):
-        if f.name in ("README.md", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                      "chat_template.jinja"):
+        if f.name in skip:
             continue
         assert f.is_file(), f
         shutil.copy(f, dst / f.name)
@@ -691,16 +697,9 @@ def run_case(model, proc, d, case, seed):
         fdiff = float((ref - feats).abs().max())
         assert fdiff < 1e-5 * max(1.0, float(feats.abs().max())), fdiff
         # the rows that replace the image tokens are exactly these features
-        captured = {}
-
-        def hook(mod, args, kwargs):
-            captured["e"] = kwargs["inputs_embeds"][0].clone()
-
-        hnd = model.model.language_model.register_forward_pre_hook(hook, with_kwargs=True)
         x = torch.tensor([ids])
-        logits = model(input_ids=x, pixel_values=pv, image_sizes=sizes).logits[0].float().numpy()
-        hnd.remove()
-        assert torch.equal(captured["e"][start:start + n_img], feats)
+        logits, embeds = forward_capturing_embeds(model, input_ids=x, pixel_values=pv, image_sizes=sizes)
+        assert torch.equal(embeds[start:start + n_img], feats)
         gen = model.generate(input_ids=x, attention_mask=torch.ones_like(x), pixel_values=pv,
                              image_sizes=sizes, max_new_tokens=GEN_LEN, min_new_tokens=GEN_LEN,
                              do_sample=False, eos_token_id=None, pad_token_id=0,
@@ -745,6 +744,22 @@ def run_case(model, proc, d, case, seed):
         f"golden_pixels_{name}.npy": pv[0].float().numpy().astype("<f4"),
     }
     return rec, arrays, fdiff
+
+
+def forward_capturing_embeds(model, **inputs):
+    """The logits of every row of model(**inputs) (float32 numpy) and the inputs_embeds its
+    language model received (the text rows with the image rows merged in)."""
+    captured = {}
+
+    def hook(mod, args, kwargs):
+        captured["e"] = kwargs["inputs_embeds"][0].clone()
+
+    hnd = model.model.language_model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        logits = model(**inputs).logits[0].float().numpy()
+    finally:
+        hnd.remove()
+    return logits, captured["e"]
 
 
 def resized_size(h, w, H, W):

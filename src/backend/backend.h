@@ -30,10 +30,13 @@
  * never fails on its own; CELER_FAULT_STEP (backend_fault_init) makes any backend fail a
  * given step on purpose, for tests.
  *
- * attention reads the paged KV cache causally (text models); attention_full has no cache
- * and no mask (a vision encoder): its n rows form n / seg independent segments of seg
- * consecutive rows (n % seg == 0, one image tile each), and every row attends to every
- * row of its own segment. Query head i reads KV head i / (h / hk) in both.
+ * attention reads the paged KV cache causally (text models): row r sees the keys up to its
+ * own position, or up to limit[r] where the rows carry limits (the rows of a Gemma 3 image
+ * block see the whole block during prefill; docs/architecture.md, "Image blocks");
+ * attention_full has no cache and no mask (a vision encoder): its n rows form n / seg
+ * independent segments of seg consecutive rows (n % seg == 0, one image tile each), and
+ * every row attends to every row of its own segment. Query head i reads KV head i / (h / hk)
+ * in both.
  */
 #ifndef CELER_BACKEND_H
 #define CELER_BACKEND_H
@@ -56,13 +59,18 @@ typedef struct rope_params {
 } rope_params;
 
 /* The rotated values of a head of hd under rp. */
-static inline int64_t rope_dims(const rope_params *rp, int64_t hd) { return rp->dims ? rp->dims : hd; }
+static inline int64_t rope_dims(const rope_params *rp, int64_t hd) {
+    return rp->dims ? rp->dims : hd;
+}
 
 /* The rows of one attention call: row r sits at position pos[r] of the sequence whose
- * block table is row seq[r] of tables, and attends causally over that sequence's cache. */
+ * block table is row seq[r] of tables, and attends over that sequence's cache: the keys at
+ * positions (pos[r] - window, limit[r]] (from 0 without a window). */
 typedef struct attn_rows {
     int64_t n;
     const int32_t *pos;    /* [n] */
+    const int32_t *limit;  /* [n] the last position row r sees (>= pos[r]; along the rows of a
+                              sequence, never smaller than the row before's), or NULL: pos[r] */
     const int32_t *seq;    /* [n] */
     const int32_t *tables; /* [*, table_cols] cache block of each block_size positions */
     int64_t table_cols;
@@ -71,8 +79,8 @@ typedef struct attn_rows {
     int64_t h, hk, hd;
     float scale;   /* multiplies q . k */
     float softcap; /* scores become softcap * tanh(score / softcap) before the softmax; 0 = none */
-    int64_t seqs; /* distinct sequences among the rows, or 0 where not counted */
-    int64_t keys; /* the most keys a row reads (its position + 1, at most), or 0 where not counted */
+    int64_t seqs;  /* distinct sequences among the rows, or 0 where not counted */
+    int64_t keys;  /* the most keys a row reads (its limit + 1, at most), or 0 where not counted */
 } attn_rows;
 
 /* Elementwise activations of the act and gated (glu) ops, each as Hugging Face names it. */
@@ -123,10 +131,11 @@ typedef struct backend_ops {
     void (*upload)(backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(backend *be, void *dst, const void *src, size_t bytes);
     /* y[n, d] (rows ldy floats apart) = x[n, d] (rows ldx apart) */
-    void (*copy_rows)(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d);
+    void (*copy_rows)(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n,
+                      int64_t d);
     /* y[n, d]: row i = x[idx[i]], or the weight vector fill[d] where idx[i] < 0 */
-    void (*gather_rows)(backend *be, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
-                        int64_t d);
+    void (*gather_rows)(backend *be, float *y, const float *x, const int32_t *idx,
+                        const float *fill, int64_t n, int64_t d);
     /* bytes of the backend's own work buffers (NULL: none worth counting) */
     int64_t (*work_bytes)(const backend *be);
     /* ---- steps ---- */
@@ -140,7 +149,8 @@ typedef struct backend_ops {
     void (*matmul)(backend *be, float *y, const matview *w, const float *x, int64_t n);
     /* y[n, w.cols] = rows ids[n] of W (an embedding table, dequantized) times scale; a row
      * whose id is negative is left as it is */
-    void (*embed)(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale);
+    void (*embed)(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n,
+                  float scale);
     /* y[n, d] = rmsnorm(x[n, d]) * w[d] */
     void (*rmsnorm)(backend *be, float *y, const float *x, const float *w, int64_t n, int64_t d,
                     float eps);
@@ -157,15 +167,18 @@ typedef struct backend_ops {
     void (*kv_store)(backend *be, void *kpool, void *vpool, const float *k, const float *v,
                      const int32_t *slot, int64_t n, int64_t kvd);
     /* out[n, h*hd] = attention of q[n, h*hd] over the pools; rows->softcap only where
-     * attention_softcap is set (a model that needs it is refused elsewhere) */
+     * attention_softcap is set, rows->limit only where attention_limit is (a model that
+     * needs either is refused elsewhere) */
     bool attention_softcap;
-    void (*attention)(backend *be, float *out, const float *q, const void *kpool,
-                      const void *vpool, const attn_rows *rows);
+    bool attention_limit;
+    void (*attention)(backend *be, float *out, const float *q, const void *kpool, const void *vpool,
+                      const attn_rows *rows);
     /* out[n, h*hd] = attention of q[n, h*hd] over k, v[n, hk*hd] within segments of seg rows */
     void (*attention_full)(backend *be, float *out, const float *q, const float *k, const float *v,
                            int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
     /* y[m] = act(gate[m]) * up[m] (y may alias gate) */
-    void (*glu)(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act);
+    void (*glu)(backend *be, float *y, const float *gate, const float *up, int64_t m,
+                backend_act act);
     /* y[m] = act(x[m]) */
     void (*act)(backend *be, float *y, const float *x, int64_t m, backend_act kind);
     /* y[m] = cap * tanh(y[m] / cap) */
@@ -182,12 +195,17 @@ typedef struct backend_ops {
      * image's rows start with one row of zeros (a class token's place) */
     void (*patches)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                     bool channels_last, bool lead);
+    /* y[n * (s/k)^2, d] = the means of the k x k windows (stride k) of the n maps x[n, s, s, d]
+     * (rows row-major), each window summed row by row in fp32, then divided by k^2 (torch's
+     * AvgPool2d; Gemma 3's projector) */
+    void (*avg_pool)(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k,
+                     int64_t d);
 
     /* ---- fused ops: optional (NULL: the backend_* helper below calls the ops above) ---- */
     /* ys[i][n, ws[i]->rows] = x[n, cols] @ W_i^T for i < k: products of one input (q, k and
      * v; gate and up), which a backend may run as one */
-    void (*matmul_multi)(backend *be, float *const *ys, const matview *const *ws, int k, const float *x,
-                         int64_t n);
+    void (*matmul_multi)(backend *be, float *const *ys, const matview *const *ws, int k,
+                         const float *x, int64_t n);
     /* x[n, d] += r[n, d], then y[n, d] = rmsnorm(x) * w[d] */
     void (*add_rmsnorm)(backend *be, float *y, float *x, const float *r, const float *w, int64_t n,
                         int64_t d, float eps);
@@ -197,8 +215,8 @@ typedef struct backend_ops {
                        int64_t hd, const rope_params *rp);
     /* y[n, w.rows] = (act(gate) * up)[n, w.cols] @ W^T (an MLP's down projection); gate
      * may be overwritten */
-    void (*glu_matmul)(backend *be, float *y, const matview *w, float *gate, const float *up, int64_t n,
-                       backend_act act);
+    void (*glu_matmul)(backend *be, float *y, const matview *w, float *gate, const float *up,
+                       int64_t n, backend_act act);
     /* y[n, down.rows] = (act(x @ G^T) * (x @ U^T)) @ D^T, a gated MLP without biases; gate
      * and up [n, G.rows] are scratch the backend may use in any form (their contents after
      * the call are unspecified) */
@@ -215,8 +233,8 @@ typedef struct backend_ops {
 struct backend {
     const backend_ops *ops;
     const char *kernels; /* the kernel set it runs: "avx2", "ref", "cuda" */
-    bool kv_f16; /* the KV pools hold fp16 values (else fp32); fixed at creation */
-    bool host;   /* ops address host memory: callers' own buffers may be passed in */
+    bool kv_f16;         /* the KV pools hold fp16 values (else fp32); fixed at creation */
+    bool host;           /* ops address host memory: callers' own buffers may be passed in */
     const backend_weights *weights; /* the prepared set ops look matrices up in, or NULL */
     backend_fault fault;            /* zeroed at creation, then backend_fault_init */
 };
@@ -241,10 +259,10 @@ typedef struct backend_params {
     const char *kernels; /* the CPU's kernel set: auto, ref, generic, avx2, avx512, amx */
     int n_threads;
     bool kv_f16;
-    int64_t max_rows; /* rows in one op call */
-    int64_t max_cols; /* widest matrix input (and row of the elementwise ops) */
-    int64_t max_keys; /* positions one attention row reads */
-    int64_t hd;       /* head dimension */
+    int64_t max_rows;   /* rows in one op call */
+    int64_t max_cols;   /* widest matrix input (and row of the elementwise ops) */
+    int64_t max_keys;   /* positions one attention row reads */
+    int64_t hd;         /* head dimension */
     int64_t rope_kinds; /* distinct RoPE parameter sets a forward passes (0 counts as 1) */
 } backend_params;
 
@@ -259,7 +277,8 @@ struct backend_class {
     void (*device_name)(int device, char *out, size_t size);
     /* *out = a copy of ws laid out for the class's kernels on p->device (NULL when its
      * kernels read every weight where it lies) */
-    celer_status (*prepare)(const weight_set *ws, const backend_params *p, backend_weights **out, celer_error *e);
+    celer_status (*prepare)(const weight_set *ws, const backend_params *p, backend_weights **out,
+                            celer_error *e);
     void (*unprepare)(backend_weights *w);
     /* a backend running with weights w (may be NULL), or NULL (e says why) */
     backend *(*create)(const backend_params *p, const backend_weights *w, celer_error *e);
@@ -271,7 +290,8 @@ struct backend_class {
 
 /* The class and device index a device string names ("cpu", "cuda", "cuda:1"; NULL or
  * empty is "cpu"), checking that the device exists. */
-celer_status backend_find(const char *device, const backend_class **cls, int *index, celer_error *e);
+celer_status backend_find(const char *device, const backend_class **cls, int *index,
+                          celer_error *e);
 /* The name of class i of those this build knows, in device-list order (0: the host class
  * "cpu", built in; then "cuda", a module), or NULL past the last. Knowing a name loads nothing. */
 const char *backend_class_name(int i);
@@ -295,7 +315,9 @@ void backend_fault_init(backend_fault *f);
 /* Counts a step begun; true when it is the one that must fail. */
 bool backend_fault_step(backend_fault *f);
 
-static inline bool backend_failed(const backend *be) { return be->fault.status != CELER_OK; }
+static inline bool backend_failed(const backend *be) {
+    return be->fault.status != CELER_OK;
+}
 
 /* CELER_OK, or be's failure with its line in e (may be NULL); a failure that is not
  * sticky is cleared by being reported. */
@@ -308,21 +330,25 @@ static inline celer_status backend_status(backend *be, celer_error *e) {
 }
 
 /* Bytes of one cached K or V value. */
-static inline int64_t backend_kv_bytes(bool kv_f16) { return kv_f16 ? 2 : 4; }
+static inline int64_t backend_kv_bytes(bool kv_f16) {
+    return kv_f16 ? 2 : 4;
+}
 
 /* ==== Host memory: what every CPU backend shares ==== */
 
 /* The memory entries of a host backend's op table. */
-#define BACKEND_HOST_MEMORY_OPS                                                                  \
-    .alloc = backend_host_alloc, .release = backend_host_release, .upload = backend_host_copy,    \
-    .download = backend_host_copy, .copy_rows = backend_host_copy_rows, .gather_rows = backend_host_gather_rows
+#define BACKEND_HOST_MEMORY_OPS                                                                    \
+    .alloc = backend_host_alloc, .release = backend_host_release, .upload = backend_host_copy,     \
+    .download = backend_host_copy, .copy_rows = backend_host_copy_rows,                            \
+    .gather_rows = backend_host_gather_rows
 
 void *backend_host_alloc(backend *be, size_t bytes);
 void backend_host_release(backend *be, void *p);
 void backend_host_copy(backend *be, void *dst, const void *src, size_t bytes);
-void backend_host_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d);
-void backend_host_gather_rows(backend *be, float *y, const float *x, const int32_t *idx, const float *fill,
-                              int64_t n, int64_t d);
+void backend_host_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+                            int64_t n, int64_t d);
+void backend_host_gather_rows(backend *be, float *y, const float *x, const int32_t *idx,
+                              const float *fill, int64_t n, int64_t d);
 
 /* The begin of a host backend: counts the step and fails it where CELER_FAULT_STEP says
  * (the step still runs: only its status says it failed). */
@@ -335,7 +361,8 @@ static inline void backend_host_add(backend *be, float *y, const float *x, int64
     for (int64_t i = 0; i < m; i++) y[i] += x[i];
 }
 
-static inline void backend_host_add_bias(backend *be, float *y, const float *bias, int64_t n, int64_t d) {
+static inline void backend_host_add_bias(backend *be, float *y, const float *bias, int64_t n,
+                                         int64_t d) {
     (void)be;
     for (int64_t t = 0; t < n; t++)
         for (int64_t i = 0; i < d; i++) y[t * d + i] += bias[i];
@@ -349,11 +376,19 @@ static inline void backend_host_scale(backend *be, float *y, float s, int64_t m)
 /* The patches op on host memory (data movement only; both CPU backends use it). */
 void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t p,
                           bool channels_last, bool lead);
+/* The avg_pool op on host memory (both CPU backends use it). */
+void backend_host_avg_pool(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k,
+                           int64_t d);
+
+/* The last position row r of ar sees. */
+static inline int64_t attn_rows_limit(const attn_rows *ar, int64_t r) {
+    return ar->limit ? ar->limit[r] : ar->pos[r];
+}
 
 /* ==== Fused ops: one op where the backend has it, else the ops it stands for ==== */
 
-static inline void backend_matmul_multi(backend *be, float *const *ys, const matview *const *ws, int k,
-                                        const float *x, int64_t n) {
+static inline void backend_matmul_multi(backend *be, float *const *ys, const matview *const *ws,
+                                        int k, const float *x, int64_t n) {
     if (be->ops->matmul_multi) {
         be->ops->matmul_multi(be, ys, ws, k, x, n);
         return;
@@ -361,8 +396,8 @@ static inline void backend_matmul_multi(backend *be, float *const *ys, const mat
     for (int i = 0; i < k; i++) be->ops->matmul(be, ys[i], ws[i], x, n);
 }
 
-static inline void backend_add_rmsnorm(backend *be, float *y, float *x, const float *r, const float *w,
-                                       int64_t n, int64_t d, float eps) {
+static inline void backend_add_rmsnorm(backend *be, float *y, float *x, const float *r,
+                                       const float *w, int64_t n, int64_t d, float eps) {
     if (be->ops->add_rmsnorm) {
         be->ops->add_rmsnorm(be, y, x, r, w, n, d, eps);
         return;
@@ -372,8 +407,9 @@ static inline void backend_add_rmsnorm(backend *be, float *y, float *x, const fl
 }
 
 static inline void backend_rope_store(backend *be, float *q, float *k, const float *v, void *kpool,
-                                      void *vpool, const int32_t *pos, const int32_t *slot, int64_t n,
-                                      int64_t h, int64_t hk, int64_t hd, const rope_params *rp) {
+                                      void *vpool, const int32_t *pos, const int32_t *slot,
+                                      int64_t n, int64_t h, int64_t hk, int64_t hd,
+                                      const rope_params *rp) {
     if (be->ops->rope_store) {
         be->ops->rope_store(be, q, k, v, kpool, vpool, pos, slot, n, h, hk, hd, rp);
         return;
@@ -383,8 +419,8 @@ static inline void backend_rope_store(backend *be, float *q, float *k, const flo
     be->ops->kv_store(be, kpool, vpool, k, v, slot, n, hk * hd);
 }
 
-static inline void backend_glu_matmul(backend *be, float *y, const matview *w, float *gate, const float *up,
-                                      int64_t n, backend_act act) {
+static inline void backend_glu_matmul(backend *be, float *y, const matview *w, float *gate,
+                                      const float *up, int64_t n, backend_act act) {
     if (be->ops->glu_matmul) {
         be->ops->glu_matmul(be, y, w, gate, up, n, act);
         return;
@@ -394,8 +430,8 @@ static inline void backend_glu_matmul(backend *be, float *y, const matview *w, f
 }
 
 static inline void backend_glu_mlp(backend *be, float *y, const matview *g, const matview *u,
-                                   const matview *down, const float *x, float *gate, float *up, int64_t n,
-                                   backend_act act) {
+                                   const matview *down, const float *x, float *gate, float *up,
+                                   int64_t n, backend_act act) {
     if (be->ops->glu_mlp) {
         be->ops->glu_mlp(be, y, g, u, down, x, gate, up, n, act);
         return;
@@ -415,6 +451,8 @@ static inline void backend_begin(backend *be, int64_t rows) {
 }
 
 /* Whether the step ran; false: call its ops again (from backend_begin). */
-static inline bool backend_end(backend *be) { return be->ops->end ? be->ops->end(be) : true; }
+static inline bool backend_end(backend *be) {
+    return be->ops->end ? be->ops->end(be) : true;
+}
 
 #endif

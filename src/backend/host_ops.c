@@ -17,7 +17,8 @@ void *backend_host_alloc(backend *be, size_t bytes) {
     if (bytes > SIZE_MAX - 2 * HOST_ALIGN) return NULL;
     unsigned char *raw = calloc(1, bytes + 2 * HOST_ALIGN);
     if (!raw) return NULL;
-    unsigned char *p = (unsigned char *)(((uintptr_t)raw + sizeof(void *) + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1));
+    unsigned char *p = (unsigned char *)(((uintptr_t)raw + sizeof(void *) + HOST_ALIGN - 1) &
+                                         ~(uintptr_t)(HOST_ALIGN - 1));
     ((void **)p)[-1] = raw;
     return p;
 }
@@ -32,13 +33,14 @@ void backend_host_copy(backend *be, void *dst, const void *src, size_t bytes) {
     if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
-void backend_host_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, int64_t d) {
+void backend_host_copy_rows(backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+                            int64_t n, int64_t d) {
     (void)be;
     for (int64_t r = 0; r < n; r++) memmove(y + r * ldy, x + r * ldx, sizeof(float) * (size_t)d);
 }
 
-void backend_host_gather_rows(backend *be, float *y, const float *x, const int32_t *idx, const float *fill,
-                              int64_t n, int64_t d) {
+void backend_host_gather_rows(backend *be, float *y, const float *x, const int32_t *idx,
+                              const float *fill, int64_t n, int64_t d) {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
         const float *src = idx[i] >= 0 ? x + (int64_t)idx[i] * d : fill;
@@ -69,4 +71,23 @@ void backend_host_patches(backend *be, float *y, const float *x, int64_t n, int6
                     }
             }
     }
+}
+
+void backend_host_avg_pool(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k,
+                           int64_t d) {
+    (void)be;
+    const int64_t g = s / k;
+    const float inv = (float)(k * k);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t oy = 0; oy < g; oy++)
+            for (int64_t ox = 0; ox < g; ox++) {
+                float *o = y + ((t * g + oy) * g + ox) * d;
+                for (int64_t c = 0; c < d; c++) {
+                    float sum = 0.0f;
+                    for (int64_t ky = 0; ky < k; ky++)
+                        for (int64_t kx = 0; kx < k; kx++)
+                            sum += x[((t * s + oy * k + ky) * s + ox * k + kx) * d + c];
+                    o[c] = sum / inv;
+                }
+            }
 }

@@ -23,8 +23,8 @@ double cli_parse_num(const char *flag, const char *s);
 /* The flags every model command takes. */
 typedef struct cli_model_opts {
     const char *model;
-    int32_t n_threads; /* -t */
-    int64_t n_ctx;     /* -c, 0 = fit the request */
+    int32_t n_threads;   /* -t */
+    int64_t n_ctx;       /* -c, 0 = fit the request */
     const char *kv_type; /* --cache-type f16|f32, NULL = the default (f16) */
     const char *device;  /* --device cpu|cuda[:N], NULL = $CELER_DEVICE or cpu */
 } cli_model_opts;
@@ -50,12 +50,20 @@ celer_tokenizer *cli_open_tokenizer(const char *model_path);
 int64_t cli_context_size(const cli_model_opts *o, const celer_model *m, int64_t n_prompt,
                          int64_t n_predict);
 
+/* --image FILE, repeatable: the images of a vision-language prompt, in prompt order. */
+#define CLI_MAX_IMAGES 8
+typedef struct cli_images {
+    const char *path[CLI_MAX_IMAGES];
+    celer_image *img[CLI_MAX_IMAGES];
+    int n;
+} cli_images;
+
 /* Prompt flags: -p/--prompt, --system, --no-chat-template, --chat-template-kwargs. */
 typedef struct cli_prompt_opts {
     const char *prompt;
     const char *system;
     bool no_template;
-    int n_images;                /* image parts placed before the text of the user turn */
+    const cli_images *images;    /* image parts placed before the text of the user turn, or NULL */
     const char *template_kwargs; /* extra template variables, a JSON object, or NULL */
 } cli_prompt_opts;
 
@@ -67,26 +75,24 @@ const char *cli_template_kwargs(const char *text);
 bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i);
 
 /* The prompt's token ids (malloc'd): the chat template applied to one user turn (and the
- * system text; o->n_images image parts before the text) unless o->no_template, then
- * tokenized. Dies on error. */
+ * system text; an image part per o->images before the text) unless o->no_template, then
+ * tokenized (cli_tokenize). Dies on error. */
 int32_t *cli_prompt_ids(const celer_model *m, const celer_tokenizer *tok, const char *model_path,
                         const cli_prompt_opts *o, int64_t *n);
-
-/* --image FILE, repeatable: the images of a vision-language prompt, in prompt order. */
-#define CLI_MAX_IMAGES 8
-typedef struct cli_images {
-    const char *path[CLI_MAX_IMAGES];
-    celer_image *img[CLI_MAX_IMAGES];
-    int n;
-} cli_images;
 
 bool cli_image_flag(cli_images *im, int argc, char **argv, int *i);
 /* Decodes every --image for m; dies when m reads no images or a file is bad. */
 void cli_images_load(cli_images *im, const celer_model *m);
 void cli_images_free(cli_images *im);
-/* The prompt's length once each image token of ids[n] expands to its image's rows; dies
- * when the image tokens and the images do not pair up. */
-int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids, int64_t n);
+/* The prompt's length once each image token of ids[n] expands to its block's rows (an
+ * image takes celer_model_image_blocks tokens); dies when the image tokens and the images
+ * do not pair up. */
+int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids,
+                            int64_t n);
+/* The ids (malloc'd) of text, its image markers first rewritten as m's processor does
+ * (celer_model_image_text, with the images of im, which may be NULL); dies on error. */
+int32_t *cli_tokenize(const celer_model *m, const celer_tokenizer *tok, const cli_images *im,
+                      const char *text, bool add_special, int64_t *n);
 
 /* Writes data[rows, cols] as a float32 little-endian C-order .npy file (version 1.0). */
 int npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols);

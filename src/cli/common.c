@@ -72,11 +72,13 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
     } else if (device) {
         o->device = val;
     } else if (cache) {
-        if (strcmp(val, "f16") && strcmp(val, "f32")) cli_die("--cache-type: expected f16 or f32, found %s", val);
+        if (strcmp(val, "f16") && strcmp(val, "f32"))
+            cli_die("--cache-type: expected f16 or f32, found %s", val);
         o->kv_type = val;
     } else if (threads) {
         int64_t t = cli_parse_int(a, val);
-        if (t < 1 || t > 1024) cli_die("%s: expected 1 to 1024 threads, found %lld", a, (long long)t);
+        if (t < 1 || t > 1024)
+            cli_die("%s: expected 1 to 1024 threads, found %lld", a, (long long)t);
         o->n_threads = (int32_t)t;
     } else {
         o->n_ctx = cli_parse_int(a, val);
@@ -88,10 +90,15 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
 const char *cli_default_model(void) {
     static char path[4096];
     const char *cache = getenv("CELER_CACHE_DIR"), *home = getenv("HOME");
-    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    if (cache && *cache)
+        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else
+        snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 home ? home : ".");
     if (access(path, R_OK) != 0)
-        cli_die("no MODEL given and the default model %s is not there\nHINT: fetch it with `make model` (tools/fetch_model.sh)", path);
+        cli_die("no MODEL given and the default model %s is not there\nHINT: fetch it with `make "
+                "model` (tools/fetch_model.sh)",
+                path);
     return path;
 }
 
@@ -135,8 +142,8 @@ int64_t cli_context_size(const cli_model_opts *o, const celer_model *m, int64_t 
     if (o->n_ctx) {
         if (o->n_ctx < need)
             cli_die("-c %lld: the prompt of %lld tokens and %lld to generate need %lld positions",
-                    (long long)o->n_ctx, (long long)n_prompt, (long long)(n_predict > 0 ? n_predict : 1),
-                    (long long)need);
+                    (long long)o->n_ctx, (long long)n_prompt,
+                    (long long)(n_predict > 0 ? n_predict : 1), (long long)need);
         return o->n_ctx;
     }
     int64_t cap = celer_model_n_ctx_train(m);
@@ -154,7 +161,8 @@ const char *cli_template_kwargs(const char *text) {
     if (!v) cli_die("--chat-template-kwargs: column %d: %s", je.column, je.text);
     const bool object = json_is_object(v);
     json_decref(v);
-    if (!object) cli_die("--chat-template-kwargs: expected a JSON object, as {\"enable_thinking\": false}");
+    if (!object)
+        cli_die("--chat-template-kwargs: expected a JSON object, as {\"enable_thinking\": false}");
     return text;
 }
 
@@ -168,15 +176,18 @@ bool cli_prompt_flag(cli_prompt_opts *o, int argc, char **argv, int *i) {
                kwargs = !strcmp(a, "--chat-template-kwargs");
     if (!prompt && !sys && !kwargs) return false;
     if (*i + 1 >= argc) cli_die("%s: expected a value", a);
-    if (prompt) o->prompt = argv[++*i];
-    else if (sys) o->system = argv[++*i];
-    else o->template_kwargs = cli_template_kwargs(argv[++*i]);
+    if (prompt)
+        o->prompt = argv[++*i];
+    else if (sys)
+        o->system = argv[++*i];
+    else
+        o->template_kwargs = cli_template_kwargs(argv[++*i]);
     return true;
 }
 
 bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i) {
-    static const char *const flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
-                                        "--repeat-last-n", "--seed"};
+    static const char *const flags[] = {"--temp",           "--top-k",         "--top-p", "--min-p",
+                                        "--repeat-penalty", "--repeat-last-n", "--seed"};
     int k = -1;
     for (int j = 0; j < 7; j++)
         if (!strcmp(argv[*i], flags[j])) k = j;
@@ -184,17 +195,33 @@ bool cli_sampler_flag(celer_sampler_params *p, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) cli_die("%s: expected a value", argv[*i]);
     const char *a = argv[*i], *v = argv[++*i];
     switch (k) {
-    case 0: p->temp = (float)cli_parse_num(a, v); break;
-    case 1: p->top_k = (int32_t)cli_parse_int(a, v); break;
-    case 2: p->top_p = (float)cli_parse_num(a, v); break;
-    case 3: p->min_p = (float)cli_parse_num(a, v); break;
-    case 4: p->repeat_penalty = (float)cli_parse_num(a, v); break;
-    case 5: p->repeat_last_n = (int32_t)cli_parse_int(a, v); break;
-    default: p->seed = (uint64_t)cli_parse_int(a, v); break;
+    case 0:
+        p->temp = (float)cli_parse_num(a, v);
+        break;
+    case 1:
+        p->top_k = (int32_t)cli_parse_int(a, v);
+        break;
+    case 2:
+        p->top_p = (float)cli_parse_num(a, v);
+        break;
+    case 3:
+        p->min_p = (float)cli_parse_num(a, v);
+        break;
+    case 4:
+        p->repeat_penalty = (float)cli_parse_num(a, v);
+        break;
+    case 5:
+        p->repeat_last_n = (int32_t)cli_parse_int(a, v);
+        break;
+    default:
+        p->seed = (uint64_t)cli_parse_int(a, v);
+        break;
     }
-    if (p->temp < 0 || p->top_k < 0 || p->top_p <= 0 || p->top_p > 1 || p->min_p < 0 || p->min_p > 1 ||
-        p->repeat_penalty <= 0 || p->repeat_last_n < 0)
-        cli_die("%s %s: out of range (temp >= 0, top-k >= 0, 0 < top-p <= 1, 0 <= min-p <= 1, repeat-penalty > 0)", a, v);
+    if (p->temp < 0 || p->top_k < 0 || p->top_p <= 0 || p->top_p > 1 || p->min_p < 0 ||
+        p->min_p > 1 || p->repeat_penalty <= 0 || p->repeat_last_n < 0)
+        cli_die("%s %s: out of range (temp >= 0, top-k >= 0, 0 < top-p <= 1, 0 <= min-p <= 1, "
+                "repeat-penalty > 0)",
+                a, v);
     return true;
 }
 
@@ -232,9 +259,11 @@ bool cli_image_flag(cli_images *im, int argc, char **argv, int *i) {
 
 void cli_images_load(cli_images *im, const celer_model *m) {
     char err[512];
-    if (im->n && !celer_model_has_vision(m)) cli_die("--image: %s reads no images", celer_model_desc(m));
+    if (im->n && !celer_model_has_vision(m))
+        cli_die("--image: %s reads no images", celer_model_desc(m));
     for (int i = 0; i < im->n; i++)
-        if (celer_image_load(im->path[i], &im->img[i], err, sizeof err) != CELER_OK) cli_die("%s", err);
+        if (celer_image_load(im->path[i], &im->img[i], err, sizeof err) != CELER_OK)
+            cli_die("%s", err);
 }
 
 void cli_images_free(cli_images *im) {
@@ -242,19 +271,43 @@ void cli_images_free(cli_images *im) {
     im->n = 0;
 }
 
-int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids, int64_t n) {
+int64_t cli_images_expanded(const cli_images *im, const celer_model *m, const int32_t *ids,
+                            int64_t n) {
     char err[512];
     const int32_t tok = celer_model_image_token(m);
-    int64_t total = n, k = 0;
+    int64_t total = n, k = 0, block = 0, found = 0;
     for (int64_t i = 0; tok >= 0 && i < n; i++) {
         if (ids[i] != tok) continue;
-        if (k == im->n) cli_die("the prompt has more image tokens (id %d) than --image files (%d)", tok, im->n);
-        int64_t rows;
-        if (celer_model_image_positions(m, im->img[k++], &rows, err, sizeof err) != CELER_OK) cli_die("%s", err);
-        total += rows - 1;
+        found++;
+        if (k == im->n)
+            cli_die("the prompt has more image tokens (id %d) than --image files (%d) take", tok,
+                    im->n);
+        int64_t rows, blocks;
+        if (celer_model_image_positions(m, im->img[k], &rows, err, sizeof err) != CELER_OK ||
+            celer_model_image_blocks(m, im->img[k], &blocks, err, sizeof err) != CELER_OK)
+            cli_die("%s", err);
+        total += rows / blocks - 1;
+        if (++block == blocks) block = 0, k++;
     }
     if (k != im->n)
-        cli_die("%d --image files but %lld image tokens (id %d) in the prompt%s", im->n, (long long)k, tok,
-                k ? "" : " (with --text, write <image> where the image goes)");
+        cli_die("%d --image files but %lld image tokens (id %d) in the prompt%s", im->n,
+                (long long)found, tok,
+                found ? ""
+                      : " (with --text, write the image marker of the chat template where the "
+                        "image goes)");
     return total;
+}
+
+int32_t *cli_tokenize(const celer_model *m, const celer_tokenizer *tok, const cli_images *im,
+                      const char *text, bool add_special, int64_t *n) {
+    char err[512], *full;
+    size_t len;
+    int32_t *ids;
+    if (celer_model_image_text(m, tok, text, strlen(text), im ? im->img : NULL, im ? im->n : 0,
+                               &full, &len, err, sizeof err) != CELER_OK)
+        cli_die("%s", err);
+    if (celer_tokenize(tok, full, len, add_special, &ids, n, err, sizeof err) != CELER_OK)
+        cli_die("%s", err);
+    free(full);
+    return ids;
 }

@@ -9,8 +9,10 @@
  * --text TEXT is a raw prompt (no chat template), tokenized with the special tokens.
  *
  * Vision-language models take --image FILE (repeatable): with -p the user turn gets an
- * image part per file before the text, as the chat template lays it out; with --text or
- * --ids the prompt's image tokens (<image> in the text) mark where each image goes.
+ * image part per file before the text, as the chat template lays it out; with --text the
+ * template's image marker (<image>, Gemma 3's <start_of_image>) marks where each image goes,
+ * rewritten as the model's processor does before tokenizing; with --ids the image tokens
+ * (one per image block) do.
  * --output-ids prints the generated ids instead of text.
  */
 #include "cli/session.h"
@@ -20,11 +22,13 @@
 #include <string.h>
 #include <time.h>
 
-static const char usage_text[] =
-    "usage: celer generate -m MODEL (-p TEXT | --text TEXT | --ids 1,2,3) [--image FILE]... [-n N]\n"
-    "       [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
-    "       [--seed S] [--system TEXT] [--chat-template-kwargs JSON] [--no-chat-template] [--output-ids]\n"
-    "       [--ignore-eos] [-t THREADS] [-c CTX]";
+static const char usage_text[] = "usage: celer generate -m MODEL (-p TEXT | --text TEXT | --ids "
+                                 "1,2,3) [--image FILE]... [-n N]\n"
+                                 "       [--temp T] [--top-k K] [--top-p P] [--min-p P] "
+                                 "[--repeat-penalty R] [--repeat-last-n N]\n"
+                                 "       [--seed S] [--system TEXT] [--chat-template-kwargs JSON] "
+                                 "[--no-chat-template] [--output-ids]\n"
+                                 "       [--ignore-eos] [-t THREADS] [-c CTX]";
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts o = {0};
@@ -40,18 +44,27 @@ int cmd_generate(int argc, char **argv) {
         if (cli_model_flag(&o, argc, argv, &i) || cli_prompt_flag(&po, argc, argv, &i) ||
             cli_sampler_flag(&sp, argc, argv, &i) || cli_image_flag(&im, argc, argv, &i))
             continue;
-        if (!strcmp(a, "--ids") && i + 1 < argc) ids_arg = argv[++i];
-        else if (!strcmp(a, "--text") && i + 1 < argc) text = argv[++i];
-        else if (!strcmp(a, "-n") && i + 1 < argc) n_predict = cli_parse_int("-n", argv[++i]);
-        else if (!strcmp(a, "--print-ids") || !strcmp(a, "--output-ids")) print_ids = true;
-        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
-        else cli_die("generate: unknown or incomplete option %s\n%s", a, usage_text);
+        if (!strcmp(a, "--ids") && i + 1 < argc)
+            ids_arg = argv[++i];
+        else if (!strcmp(a, "--text") && i + 1 < argc)
+            text = argv[++i];
+        else if (!strcmp(a, "-n") && i + 1 < argc)
+            n_predict = cli_parse_int("-n", argv[++i]);
+        else if (!strcmp(a, "--print-ids") || !strcmp(a, "--output-ids"))
+            print_ids = true;
+        else if (!strcmp(a, "--ignore-eos"))
+            ignore_eos = true;
+        else
+            cli_die("generate: unknown or incomplete option %s\n%s", a, usage_text);
     }
     if ((ids_arg != NULL) + (po.prompt != NULL) + (text != NULL) != 1)
-        cli_die("generate: give exactly one of -p TEXT, --text TEXT and --ids 1,2,3\n%s", usage_text);
+        cli_die("generate: give exactly one of -p TEXT, --text TEXT and --ids 1,2,3\n%s",
+                usage_text);
     if (po.template_kwargs && (!po.prompt || po.no_template))
-        cli_die("--chat-template-kwargs: the chat template only renders -p TEXT (not --text, --ids or --no-chat-template)");
-    if (n_predict < -1 || n_predict == 0) cli_die("-n: expected a positive count or -1 (until EOS or the context is full)");
+        cli_die("--chat-template-kwargs: the chat template only renders -p TEXT (not --text, --ids "
+                "or --no-chat-template)");
+    if (n_predict < -1 || n_predict == 0)
+        cli_die("-n: expected a positive count or -1 (until EOS or the context is full)");
     if (ids_arg) print_ids = true;
 
     const double t0 = cli_now();
@@ -60,14 +73,13 @@ int cmd_generate(int argc, char **argv) {
     celer_tokenizer *tok = ids_arg ? NULL : cli_open_tokenizer(o.model);
     int64_t n;
     int32_t *ids;
-    char err[512];
     if (ids_arg) {
         ids = cli_parse_ids(ids_arg, &n);
     } else if (text) {
-        if (celer_tokenize(tok, text, strlen(text), true, &ids, &n, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        ids = cli_tokenize(m, tok, &im, text, true, &n);
         if (n == 0) cli_die("--text: the prompt is empty");
     } else {
-        po.n_images = im.n;
+        po.images = &im;
         ids = cli_prompt_ids(m, tok, o.model, &po, &n);
     }
     const int64_t n_ctx = cli_context_size(&o, m, cli_images_expanded(&im, m, ids, n), n_predict);

@@ -19,22 +19,24 @@
 
 static const char usage_text[] =
     "usage: celer run [MODEL] [-p TEXT] [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-    "       [--min-p P] [--repeat-penalty R] [--seed S] [--chat-template-kwargs JSON] [-t THREADS] [-c CTX]";
+    "       [--min-p P] [--repeat-penalty R] [--seed S] [--chat-template-kwargs JSON] [-t THREADS] "
+    "[-c CTX]";
 
 /* One assistant turn over the history; appends the reply to it. */
-static void turn(cli_session *s, const cli_prompt_opts *po, const char *model_path, json_t *history, int64_t n_predict,
-                 int32_t *out, double t_load) {
+static void turn(cli_session *s, const cli_prompt_opts *po, const char *model_path, json_t *history,
+                 int64_t n_predict, int32_t *out, double t_load) {
     char *text = json_dumps(history, 0), err[512];
     if (!text) cli_die("the message is not valid UTF-8");
     int64_t n;
-    int32_t *ids = cli_chat_ids(model_path, s->tok, text, po->template_kwargs, &n);
+    int32_t *ids = cli_chat_ids(s->m, model_path, s->tok, NULL, text, po->template_kwargs, &n);
     free(text);
     cli_stats st;
     const int64_t got = cli_session_reply(s, ids, n, n_predict, false, false, out, &st);
     printf("\n");
     cli_stats_print(&st, t_load);
     char *reply;
-    if (celer_detokenize(s->tok, out, got, true, &reply, NULL, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    if (celer_detokenize(s->tok, out, got, true, &reply, NULL, err, sizeof err) != CELER_OK)
+        cli_die("%s", err);
     json_array_append_new(history, json_pack("{s:s, s:s}", "role", "assistant", "content", reply));
     free(reply);
     free(ids);
@@ -48,13 +50,18 @@ int cmd_run(int argc, char **argv) {
     sp.seed = (uint64_t)time(NULL);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_model_flag(&o, argc, argv, &i) || cli_prompt_flag(&po, argc, argv, &i) || cli_sampler_flag(&sp, argc, argv, &i))
+        if (cli_model_flag(&o, argc, argv, &i) || cli_prompt_flag(&po, argc, argv, &i) ||
+            cli_sampler_flag(&sp, argc, argv, &i))
             continue;
-        if (!strcmp(a, "-n") && i + 1 < argc) n_predict = cli_parse_int("-n", argv[++i]);
-        else if (a[0] != '-' && !o.model) o.model = a;
-        else cli_die("run: unknown or incomplete option %s\n%s", a, usage_text);
+        if (!strcmp(a, "-n") && i + 1 < argc)
+            n_predict = cli_parse_int("-n", argv[++i]);
+        else if (a[0] != '-' && !o.model)
+            o.model = a;
+        else
+            cli_die("run: unknown or incomplete option %s\n%s", a, usage_text);
     }
-    if (po.no_template) cli_die("run: a chat needs the chat template (use `celer generate --no-chat-template`)");
+    if (po.no_template)
+        cli_die("run: a chat needs the chat template (use `celer generate --no-chat-template`)");
     if (n_predict < -1 || n_predict == 0) cli_die("-n: expected a positive count or -1");
     if (!o.model) o.model = cli_default_model();
     const double t0 = cli_now();
@@ -67,7 +74,8 @@ int cmd_run(int argc, char **argv) {
     int32_t *out = malloc(sizeof *out * (size_t)n_ctx);
     json_t *history = json_array();
     if (!out || !history) cli_die("out of memory");
-    json_t *sys = po.system ? json_pack("{s:s, s:s}", "role", "system", "content", po.system) : NULL;
+    json_t *sys =
+        po.system ? json_pack("{s:s, s:s}", "role", "system", "content", po.system) : NULL;
     if (po.system && !sys) cli_die("--system: the text is not valid UTF-8");
     if (sys) json_array_append(history, sys);
     if (po.prompt) {
@@ -79,7 +87,9 @@ int cmd_run(int argc, char **argv) {
         const bool tty = isatty(STDIN_FILENO);
         char *line = NULL;
         size_t cap = 0;
-        if (tty) fprintf(stderr, "%s\n/reset forgets the conversation, /exit leaves\n", celer_model_desc(m));
+        if (tty)
+            fprintf(stderr, "%s\n/reset forgets the conversation, /exit leaves\n",
+                    celer_model_desc(m));
         for (;;) {
             if (tty) fputs("> ", stdout), fflush(stdout);
             ssize_t len = getline(&line, &cap, stdin);

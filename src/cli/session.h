@@ -12,9 +12,11 @@ double cli_now(void);
 
 /* Prompt ids of an OpenAI-style messages array rendered by the model's chat template
  * with add_generation_prompt and the extra variables of template_kwargs (a JSON object,
- * or NULL) (malloc'd); dies on error. */
-int32_t *cli_chat_ids(const char *model_path, const celer_tokenizer *tok, const char *messages_json,
-                      const char *template_kwargs, int64_t *n);
+ * or NULL), then tokenized by cli_tokenize with the images of im (may be NULL) (malloc'd);
+ * dies on error. */
+int32_t *cli_chat_ids(const celer_model *m, const char *model_path, const celer_tokenizer *tok,
+                      const cli_images *im, const char *messages_json, const char *template_kwargs,
+                      int64_t *n);
 
 typedef struct cli_session {
     const char *model_path;
@@ -40,12 +42,13 @@ void cli_session_close(cli_session *s);
  * n_predict tokens (-1: until EOS or the context is full), printing ids or streamed text.
  * The generated ids go to out (if not NULL, capacity n_predict or n_ctx); an ending EOS
  * is not among them. Returns their count. */
-int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int64_t n_predict, bool print_ids,
-                          bool ignore_eos, int32_t *out, cli_stats *st);
+int64_t cli_session_reply(cli_session *s, const int32_t *prompt, int64_t n, int64_t n_predict,
+                          bool print_ids, bool ignore_eos, int32_t *out, cli_stats *st);
 
 /* The same with the images of the prompt's image tokens (im may be NULL). */
-int64_t cli_session_reply_images(cli_session *s, const int32_t *prompt, int64_t n, const cli_images *im,
-                                 int64_t n_predict, bool print_ids, bool ignore_eos, int32_t *out, cli_stats *st);
+int64_t cli_session_reply_images(cli_session *s, const int32_t *prompt, int64_t n,
+                                 const cli_images *im, int64_t n_predict, bool print_ids,
+                                 bool ignore_eos, int32_t *out, cli_stats *st);
 
 void cli_stats_print(const cli_stats *st, double t_load);
 

@@ -25,39 +25,41 @@
 struct celer_context {
     celer_model *model;
     const backend_class *cls;
-    char device[32];          /* "cpu", "cuda:0" */
-    const char *kernels;      /* the kernel set the backend runs (a static string) */
+    char device[32];     /* "cpu", "cuda:0" */
+    const char *kernels; /* the kernel set the backend runs (a static string) */
     backend *be;
-    backend *vbe;             /* the vision tower's backend (vision-language models), or NULL */
+    backend *vbe; /* the vision tower's backend (vision-language models), or NULL */
     model_vision_sizes vsz;
     int64_t tiles_per_call;
-    float *vscratch;          /* [vsz.scratch_floats], memory of vbe */
-    int64_t head_rows;        /* rows the LM head ran on in the last call */
+    float *vscratch;   /* [vsz.scratch_floats], memory of vbe */
+    int64_t head_rows; /* rows the LM head ran on in the last call */
     int32_t n_threads;
     kv_cache kv;
     int64_t n_batch;
-    int64_t buffer_bytes;     /* what the context allocated through be and vbe (not the KV pools) */
+    int64_t buffer_bytes; /* what the context allocated through be and vbe (not the KV pools) */
     /* memory of be */
-    float *scratch;    /* model activations for n_batch rows */
-    float *hidden;     /* [n_batch, d] */
-    float *out;        /* [out_rows, v] logits a backend of its own memory writes (else NULL) */
-    int64_t out_rows;  /* the most logits rows a step has asked for so far */
-    int32_t *out_ids;  /* [n_batch] their argmax where the backend takes it (else NULL) */
-    int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables; /* step inputs (else NULL) */
-    float *in_embd;    /* [n_batch, d] (else NULL) */
+    float *scratch;   /* model activations for n_batch rows */
+    float *hidden;    /* [n_batch, d] */
+    float *out;       /* [out_rows, v] logits a backend of its own memory writes (else NULL) */
+    int64_t out_rows; /* the most logits rows a step has asked for so far */
+    int32_t *out_ids; /* [n_batch] their argmax where the backend takes it (else NULL) */
+    int32_t *in_token, *in_pos, *in_slot, *in_seq, *in_tables,
+        *in_limit;  /* step inputs (else NULL) */
+    float *in_embd; /* [n_batch, d] (else NULL) */
     /* host */
-    float *logits;     /* [v]: the generate loop's row */
-    int32_t *pos, *slot, *seq;      /* [n_batch] */
-    int32_t *tables;                /* [n_batch, kv.max_blocks] the step's block tables (else NULL) */
-    int32_t *seq_row;               /* [n_seq] row of tables of each sequence in the step */
-    int64_t *add, *next;            /* [n_seq] */
+    float *logits;             /* [v]: the generate loop's row */
+    int32_t *pos, *slot, *seq; /* [n_batch] */
+    int32_t *limit;            /* [n_batch] the rows' limits where image blocks see ahead */
+    int32_t *tables;           /* [n_batch, kv.max_blocks] the step's block tables (else NULL) */
+    int32_t *seq_row;          /* [n_seq] row of tables of each sequence in the step */
+    int64_t *add, *next;       /* [n_seq] */
     celer_error err;
 };
 
 /* ==== Model ==== */
 
-celer_status celer_model_open(const char *path, const celer_model_params *params,
-                              celer_model **out, char *err, size_t err_size) {
+celer_status celer_model_open(const char *path, const celer_model_params *params, celer_model **out,
+                              char *err, size_t err_size) {
     (void)params;
     celer_error e = {{0}};
     if (!path || !out) {
@@ -74,14 +76,27 @@ celer_status celer_model_open(const char *path, const celer_model_params *params
     return s;
 }
 
-void celer_model_close(celer_model *model) { model_close(model); }
-int64_t celer_model_n_vocab(const celer_model *m) { return m->dims.v; }
-int64_t celer_model_n_embd(const celer_model *m) { return m->dims.d; }
-int64_t celer_model_n_layer(const celer_model *m) { return m->dims.n_layer; }
-int64_t celer_model_n_ctx_train(const celer_model *m) { return m->dims.n_ctx_train; }
-const char *celer_model_desc(const celer_model *m) { return m->desc; }
+void celer_model_close(celer_model *model) {
+    model_close(model);
+}
+int64_t celer_model_n_vocab(const celer_model *m) {
+    return m->dims.v;
+}
+int64_t celer_model_n_embd(const celer_model *m) {
+    return m->dims.d;
+}
+int64_t celer_model_n_layer(const celer_model *m) {
+    return m->dims.n_layer;
+}
+int64_t celer_model_n_ctx_train(const celer_model *m) {
+    return m->dims.n_ctx_train;
+}
+const char *celer_model_desc(const celer_model *m) {
+    return m->desc;
+}
 
-celer_status celer_model_convert(const celer_model *m, const char *dir, char *err, size_t err_size) {
+celer_status celer_model_convert(const celer_model *m, const char *dir, char *err,
+                                 size_t err_size) {
     celer_error e = {{0}};
     celer_status s = checkpoint_write_mlx(&m->ck, dir, &e);
     error_copy(&e, err, err_size);
@@ -93,7 +108,8 @@ celer_model_info celer_model_get_info(const celer_model *m) {
     model_count(m, &info.n_params, &info.weight_bytes);
     /* fp16 K and V (the default cache type) for every layer */
     model_prepared_info(m, &info.packed_bytes, &info.pack_ms);
-    info.kv_bytes_per_token = 2 * m->dims.n_layer * m->dims.hk * m->dims.hd * backend_kv_bytes(true);
+    info.kv_bytes_per_token =
+        2 * m->dims.n_layer * m->dims.hk * m->dims.hd * backend_kv_bytes(true);
     return info;
 }
 
@@ -128,6 +144,7 @@ void celer_context_destroy(celer_context *ctx) {
     release(be, ctx->out_ids);
     release(be, ctx->in_tables);
     release(be, ctx->in_embd);
+    release(be, ctx->in_limit);
     release(ctx->vbe, ctx->vscratch);
     backend_destroy(ctx->be);
     backend_destroy(ctx->vbe);
@@ -135,6 +152,7 @@ void celer_context_destroy(celer_context *ctx) {
     free(ctx->pos);
     free(ctx->slot);
     free(ctx->seq);
+    free(ctx->limit);
     free(ctx->tables);
     free(ctx->seq_row);
     free(ctx->add);
@@ -144,8 +162,8 @@ void celer_context_destroy(celer_context *ctx) {
 
 /* A vision tower runs on a backend of its own, sized for its rows and head size, with
  * its scratch made here: several tiles per call while they fit about 1024 rows. */
-static celer_status vision_backend(celer_context *ctx, const backend_params *tp, const backend_weights *w,
-                                   celer_error *e) {
+static celer_status vision_backend(celer_context *ctx, const backend_params *tp,
+                                   const backend_weights *w, celer_error *e) {
     const celer_model *m = ctx->model;
     if (!m->family->encode_image) return CELER_OK;
     m->family->vision_sizes(m, 1, &ctx->vsz);
@@ -158,7 +176,8 @@ static celer_status vision_backend(celer_context *ctx, const backend_params *tp,
     p.max_rows = v->rows, p.max_cols = v->cols, p.max_keys = v->keys, p.hd = v->hd;
     if (!(ctx->vbe = ctx->cls->create(&p, w, e))) return CELER_STATUS_OUT_OF_MEMORY;
     ctx->vscratch = ctx_alloc(ctx, ctx->vbe, sizeof(float) * (size_t)v->scratch_floats);
-    if (!ctx->vscratch) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory (vision)");
+    if (!ctx->vscratch)
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "context: out of memory (vision)");
     return CELER_OK;
 }
 
@@ -168,7 +187,8 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     backend *be = ctx->be;
     const model_dims *dm = &ctx->model->dims;
     const size_t nb = (size_t)n_batch, d = (size_t)dm->d;
-    ctx->scratch = ctx_alloc(ctx, be, sizeof(float) * (size_t)model_scratch_floats(ctx->model, n_batch));
+    ctx->scratch =
+        ctx_alloc(ctx, be, sizeof(float) * (size_t)model_scratch_floats(ctx->model, n_batch));
     ctx->hidden = ctx_alloc(ctx, be, sizeof(float) * nb * d);
     if (!ctx->scratch || !ctx->hidden) return false;
     if (be->host) return true;
@@ -180,6 +200,8 @@ static bool context_buffers(celer_context *ctx, int64_t n_batch) {
     if (be->ops->argmax_rows) ctx->out_ids = ctx_alloc(ctx, be, sizeof(int32_t) * nb);
     ctx->in_tables = ctx_alloc(ctx, be, sizeof(int32_t) * tables);
     ctx->in_embd = ctx_alloc(ctx, be, sizeof(float) * nb * d);
+    if (ctx->model->image_blocks && !(ctx->in_limit = ctx_alloc(ctx, be, sizeof(int32_t) * nb)))
+        return false;
     ctx->tables = malloc(sizeof(int32_t) * tables);
     return ctx->in_token && ctx->in_pos && ctx->in_slot && ctx->in_seq && ctx->in_tables &&
            ctx->in_embd && ctx->tables && (ctx->out_ids || !be->ops->argmax_rows);
@@ -202,8 +224,8 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     const char *kv_type = p.kv_type ? p.kv_type : "f16";
     const bool kv_f16 = !strcmp(kv_type, "f16");
     if (!kv_f16 && strcmp(kv_type, "f32")) {
-        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT, "KV cache type \"%s\": expected f16 or f32",
-                      kv_type);
+        s = error_set(&e, CELER_STATUS_INVALID_ARGUMENT,
+                      "KV cache type \"%s\": expected f16 or f32", kv_type);
         error_copy(&e, err, err_size);
         return s;
     }
@@ -213,18 +235,27 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     ctx->model = model;
     ctx->n_threads = p.n_threads;
     int device;
-    if ((s = backend_find(p.device ? p.device : getenv("CELER_DEVICE"), &ctx->cls, &device, &e)) != CELER_OK)
+    if ((s = backend_find(p.device ? p.device : getenv("CELER_DEVICE"), &ctx->cls, &device, &e)) !=
+        CELER_OK)
         goto fail;
     if (p.n_batch == 0) p.n_batch = ctx->cls->rows_per_step;
     ctx->n_batch = p.n_batch;
-    if (!strcmp(ctx->cls->name, "cpu")) snprintf(ctx->device, sizeof ctx->device, "cpu");
-    else snprintf(ctx->device, sizeof ctx->device, "%s:%d", ctx->cls->name, device);
+    if (!strcmp(ctx->cls->name, "cpu"))
+        snprintf(ctx->device, sizeof ctx->device, "cpu");
+    else
+        snprintf(ctx->device, sizeof ctx->device, "%s:%d", ctx->cls->name, device);
     int64_t max_cols = dm->d;
     if (dm->h * dm->hd > max_cols) max_cols = dm->h * dm->hd;
     if (dm->f > max_cols) max_cols = dm->f;
     const char *kernels = p.kernels ? p.kernels : getenv("CELER_CPU");
-    const backend_params bp = {.device = device, .kernels = kernels, .n_threads = p.n_threads, .kv_f16 = kv_f16,
-                               .max_rows = p.n_batch, .max_cols = max_cols, .max_keys = p.n_ctx, .hd = dm->hd,
+    const backend_params bp = {.device = device,
+                               .kernels = kernels,
+                               .n_threads = p.n_threads,
+                               .kv_f16 = kv_f16,
+                               .max_rows = p.n_batch,
+                               .max_cols = max_cols,
+                               .max_keys = p.n_ctx,
+                               .hd = dm->hd,
                                .rope_kinds = model_rope_kinds(model)};
     const backend_weights *w;
     if (!(ctx->be = ctx->cls->create(&bp, NULL, &e))) {
@@ -238,19 +269,20 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     ctx->be->weights = w;
     ctx->kernels = ctx->be->kernels;
     const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
-    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, backend_kv_bytes(kv_f16), p.n_ctx,
-                             p.n_seq, n_blocks, KV_BLOCK_SIZE, ctx->be, &e)) != CELER_OK)
+    if ((s = kv_cache_create(&ctx->kv, dm->n_layer, dm->hk * dm->hd, backend_kv_bytes(kv_f16),
+                             p.n_ctx, p.n_seq, n_blocks, KV_BLOCK_SIZE, ctx->be, &e)) != CELER_OK)
         goto fail;
     if ((s = vision_backend(ctx, &bp, w, &e)) != CELER_OK) goto fail;
     ctx->logits = malloc(sizeof(float) * (size_t)dm->v);
     ctx->pos = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->slot = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->seq = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    ctx->limit = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     ctx->seq_row = malloc(sizeof(int32_t) * (size_t)p.n_seq);
     ctx->add = calloc((size_t)p.n_seq, sizeof(int64_t));
     ctx->next = calloc((size_t)p.n_seq, sizeof(int64_t));
     if (!context_buffers(ctx, p.n_batch) || !ctx->logits || !ctx->pos || !ctx->slot || !ctx->seq ||
-        !ctx->seq_row || !ctx->add || !ctx->next)
+        !ctx->limit || !ctx->seq_row || !ctx->add || !ctx->next)
         goto oom;
     *out = ctx;
     return CELER_OK;
@@ -262,11 +294,21 @@ fail:
     return s;
 }
 
-const char *celer_context_last_error(const celer_context *ctx) { return ctx->err.msg; }
-int64_t celer_context_head_rows(const celer_context *ctx) { return ctx->head_rows; }
-kv_cache *context_kv(celer_context *ctx) { return &ctx->kv; }
-const char *celer_context_kernels(const celer_context *ctx) { return ctx->kernels; }
-const char *celer_context_device(const celer_context *ctx) { return ctx->device; }
+const char *celer_context_last_error(const celer_context *ctx) {
+    return ctx->err.msg;
+}
+int64_t celer_context_head_rows(const celer_context *ctx) {
+    return ctx->head_rows;
+}
+kv_cache *context_kv(celer_context *ctx) {
+    return &ctx->kv;
+}
+const char *celer_context_kernels(const celer_context *ctx) {
+    return ctx->kernels;
+}
+const char *celer_context_device(const celer_context *ctx) {
+    return ctx->device;
+}
 
 static int64_t backend_work(const backend *be) {
     return be && be->ops->work_bytes ? be->ops->work_bytes(be) : 0;
@@ -322,17 +364,25 @@ bool celer_device_missing_at(int i, char *name, size_t name_size, char *why, siz
     return false;
 }
 
-int32_t celer_context_n_threads(const celer_context *ctx) { return ctx->n_threads; }
-int64_t celer_context_n_batch(const celer_context *ctx) { return ctx->n_batch; }
+int32_t celer_context_n_threads(const celer_context *ctx) {
+    return ctx->n_threads;
+}
+int64_t celer_context_n_batch(const celer_context *ctx) {
+    return ctx->n_batch;
+}
 
-bool celer_kernels_supported(const char *name) { return backend_host_class()->kernels_supported(name); }
+bool celer_kernels_supported(const char *name) {
+    return backend_host_class()->kernels_supported(name);
+}
 
-int32_t celer_physical_cores(void) { return backend_host_class()->default_threads(); }
+int32_t celer_physical_cores(void) {
+    return backend_host_class()->default_threads();
+}
 
 celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id) {
     if (seq_id < 0 || seq_id >= ctx->kv.n_seq)
-        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
-                         "sequence id %d outside [0, %d)", seq_id, ctx->kv.n_seq);
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "sequence id %d outside [0, %d)",
+                         seq_id, ctx->kv.n_seq);
     kv_cache_seq_reset(&ctx->kv, seq_id);
     return CELER_OK;
 }
@@ -355,6 +405,32 @@ static int32_t row_seq(const celer_batch *b, int32_t force_seq, int64_t r) {
     return force_seq >= 0 ? force_seq : b->seq_id ? b->seq_id[r] : 0;
 }
 
+/* The end of the image block batch row r starts (m->image_blocks: a run of embedding rows
+ * of one sequence, docs/architecture.md "Image blocks"), or r + 1 for any other row. */
+static int64_t block_end(const celer_context *ctx, const celer_batch *b, int32_t force_seq,
+                         int64_t r) {
+    int64_t end = r + 1;
+    if (!ctx->model->image_blocks || !b->token || !b->embd || b->token[r] >= 0) return end;
+    while (end < b->n && b->token[end] < 0 &&
+           row_seq(b, force_seq, end) == row_seq(b, force_seq, r))
+        end++;
+    return end;
+}
+
+/* Rows of the step starting at batch row off: n_batch at most, and never an image block cut
+ * in two (check_batch saw that each fits n_batch). */
+static int64_t step_rows(const celer_context *ctx, const celer_batch *b, int32_t force_seq,
+                         int64_t off) {
+    int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
+    if (!ctx->model->image_blocks || off + n == b->n) return n;
+    for (int64_t r = off; r < off + n;) {
+        const int64_t end = block_end(ctx, b, force_seq, r);
+        if (end > off + n) return r - off; /* r > off: the block fits a step of its own */
+        r = end;
+    }
+    return n;
+}
+
 static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_t force_seq,
                                 run_output kind, int64_t last_pos) {
     const celer_model *m = ctx->model;
@@ -362,7 +438,8 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
     if (!b || b->n <= 0)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "batch: expected at least one row");
     if (!b->token && !b->embd)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "batch: expected token ids, embeddings or both");
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "batch: expected token ids, embeddings or both");
     if (kind == RUN_ROW && (last_pos < 0 || last_pos >= b->n))
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "last_pos %lld outside the batch of %lld rows", (long long)last_pos,
@@ -381,10 +458,21 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
                              "batch row %lld: token id %d outside the vocabulary [0, %lld)",
                              (long long)r, b->token[r], (long long)m->dims.v);
         if (b->token && b->token[r] < 0 && !b->embd)
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                             "batch row %lld: an embedding row (token %d) but the batch has no embeddings",
-                             (long long)r, b->token[r]);
+            return error_set(
+                e, CELER_STATUS_INVALID_ARGUMENT,
+                "batch row %lld: an embedding row (token %d) but the batch has no embeddings",
+                (long long)r, b->token[r]);
         ctx->add[s]++;
+    }
+    for (int64_t r = 0; r < b->n;) { /* an image block runs whole in one step */
+        const int64_t end = block_end(ctx, b, force_seq, r);
+        if (end - r > ctx->n_batch)
+            return error_set(
+                e, CELER_STATUS_INVALID_ARGUMENT,
+                "batch rows %lld..%lld: an image block of %lld rows is longer than the context's "
+                "n_batch %lld (its rows attend to each other in one step)",
+                (long long)r, (long long)end - 1, (long long)(end - r), (long long)ctx->n_batch);
+        r = end;
     }
     return CELER_OK;
 }
@@ -392,7 +480,8 @@ static celer_status check_batch(celer_context *ctx, const celer_batch *b, int32_
 /* The step of batch rows [off, off + n): positions, cache slots and block tables, in
  * backend memory. A host backend reads the batch and the cache's tables where they lie;
  * otherwise the inputs go up, with only the tables of the step's sequences. */
-static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t force_seq, int64_t off, int64_t n) {
+static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t force_seq,
+                            int64_t off, int64_t n) {
     backend *be = ctx->be;
     const kv_cache *kv = &ctx->kv;
     const int64_t d = ctx->model->dims.d, cols = kv->max_blocks;
@@ -408,15 +497,26 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
         /* the first row of a sequence copies its table (every block it reaches: the cache
          * reserved them before the step) */
         if (ctx->seq_row[sq] < 0) {
-            memcpy(ctx->tables + n_tables * cols, kv_cache_table(kv, sq), sizeof(int32_t) * (size_t)cols);
+            memcpy(ctx->tables + n_tables * cols, kv_cache_table(kv, sq),
+                   sizeof(int32_t) * (size_t)cols);
             ctx->seq_row[sq] = (int32_t)n_tables++;
         }
         ctx->seq[r] = ctx->seq_row[sq];
+    }
+    /* image blocks: each row sees up to its block's last position */
+    bool ahead = false;
+    for (int64_t r = 0; ctx->model->image_blocks && r < n;) {
+        const int64_t end = block_end(ctx, b, force_seq, off + r) - off;
+        for (int64_t i = r; i < end; i++) ctx->limit[i] = ctx->pos[end - 1];
+        if (end - r > 1) ahead = true;
+        if (ctx->pos[end - 1] + 1 > keys) keys = ctx->pos[end - 1] + 1;
+        r = end;
     }
     model_step st = {.n = n,
                      .token = b->token ? b->token + off : NULL,
                      .embd = b->embd ? b->embd + off * d : NULL,
                      .pos = ctx->pos,
+                     .limit = ahead ? ctx->limit : NULL,
                      .slot = ctx->slot,
                      .seq = ctx->seq,
                      .tables = kv->tables,
@@ -427,12 +527,15 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
     if (be->host) return st;
     const size_t ni = sizeof(int32_t) * (size_t)n;
     if (st.token) be->ops->upload(be, ctx->in_token, st.token, ni), st.token = ctx->in_token;
-    if (st.embd) be->ops->upload(be, ctx->in_embd, st.embd, sizeof(float) * (size_t)(n * d)), st.embd = ctx->in_embd;
+    if (st.embd)
+        be->ops->upload(be, ctx->in_embd, st.embd, sizeof(float) * (size_t)(n * d)),
+            st.embd = ctx->in_embd;
     be->ops->upload(be, ctx->in_pos, ctx->pos, ni);
     be->ops->upload(be, ctx->in_slot, ctx->slot, ni);
     be->ops->upload(be, ctx->in_seq, ctx->seq, ni);
     be->ops->upload(be, ctx->in_tables, ctx->tables, sizeof(int32_t) * (size_t)(n_tables * cols));
     st.pos = ctx->in_pos, st.slot = ctx->in_slot, st.seq = ctx->in_seq, st.tables = ctx->in_tables;
+    if (ahead) be->ops->upload(be, ctx->in_limit, ctx->limit, ni), st.limit = ctx->in_limit;
     return st;
 }
 
@@ -440,8 +543,8 @@ static model_step plan_step(celer_context *ctx, const celer_batch *b, int32_t fo
  * dst[rows, v] (row k: the k-th of the n rows that flags marks): each one's argmax into
  * ids, by the backend where it takes it (then only the logits of rows flagged
  * CELER_ROW_LOGITS come down), else on the host from every row taken down. */
-static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, const float *dst, int64_t rows,
-                        float *out, int32_t *ids) {
+static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, const float *dst,
+                        int64_t rows, float *out, int32_t *ids) {
     backend *be = ctx->be;
     const int64_t v = ctx->model->dims.v;
     const size_t row_bytes = sizeof(float) * (size_t)v;
@@ -458,7 +561,8 @@ static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, cons
     for (int64_t r = 0; r < n; r++) {
         if (!flags[r]) continue;
         if (flags[r] == CELER_ROW_ARGMAX) {
-            if (count) be->ops->download(be, out + first * v, dst + first * v, row_bytes * (size_t)count);
+            if (count)
+                be->ops->download(be, out + first * v, dst + first * v, row_bytes * (size_t)count);
             count = 0;
         } else if (count++ == 0) {
             first = k;
@@ -469,11 +573,14 @@ static void take_wanted(celer_context *ctx, const int8_t *flags, int64_t n, cons
 }
 
 /* The most logits rows one step of a call makes. */
-static int64_t step_logits_rows(const celer_context *ctx, const celer_batch *b, run_output kind, int64_t last_pos) {
+static int64_t step_logits_rows(const celer_context *ctx, const celer_batch *b, int32_t force_seq,
+                                run_output kind, int64_t last_pos) {
     int64_t most = 0;
-    for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
-        const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
-        int64_t rows = kind == RUN_ALL ? n : kind == RUN_ROW ? (last_pos >= off && last_pos < off + n) : 0;
+    for (int64_t off = 0, n; off < b->n; off += n) {
+        n = step_rows(ctx, b, force_seq, off);
+        int64_t rows = kind == RUN_ALL   ? n
+                       : kind == RUN_ROW ? (last_pos >= off && last_pos < off + n)
+                                         : 0;
         if (kind == RUN_WANTED)
             for (int64_t r = off; r < off + n; r++) rows += b->logits[r] != 0;
         if (rows > most) most = rows;
@@ -491,8 +598,9 @@ static celer_status out_reserve(celer_context *ctx, int64_t rows) {
     ctx->buffer_bytes -= (int64_t)row_bytes * ctx->out_rows;
     ctx->out_rows = 0;
     if (!(ctx->out = ctx_alloc(ctx, ctx->be, row_bytes * (size_t)rows)))
-        return error_set(&ctx->err, CELER_STATUS_OUT_OF_MEMORY, "context: out of %s memory for %lld rows of logits",
-                         ctx->device, (long long)rows);
+        return error_set(&ctx->err, CELER_STATUS_OUT_OF_MEMORY,
+                         "context: out of %s memory for %lld rows of logits", ctx->device,
+                         (long long)rows);
     ctx->out_rows = rows;
     return CELER_OK;
 }
@@ -504,15 +612,17 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
     const int64_t d = m->dims.d, v = m->dims.v;
     celer_status s = backend_status(be, &ctx->err); /* a lost device fails at once */
     if (s == CELER_OK) s = check_batch(ctx, b, force_seq, kind, last_pos);
-    if (s == CELER_OK && !be->host) s = out_reserve(ctx, step_logits_rows(ctx, b, kind, last_pos));
+    if (s == CELER_OK && !be->host)
+        s = out_reserve(ctx, step_logits_rows(ctx, b, force_seq, kind, last_pos));
     if (s == CELER_OK) s = kv_cache_reserve(&ctx->kv, ctx->add, &ctx->err);
     if (s != CELER_OK) return s;
     memcpy(ctx->next, ctx->kv.len, sizeof(int64_t) * (size_t)ctx->kv.n_seq);
     const model_kv kv = {ctx->kv.k, ctx->kv.v};
     int64_t head_rows = 0;
-    for (int64_t off = 0; off < b->n; off += ctx->n_batch) {
-        const int64_t n = b->n - off < ctx->n_batch ? b->n - off : ctx->n_batch;
-        if (!be->host) for (int32_t q = 0; q < ctx->kv.n_seq; q++) ctx->seq_row[q] = -1;
+    for (int64_t off = 0, n; off < b->n; off += n) {
+        n = step_rows(ctx, b, force_seq, off);
+        if (!be->host)
+            for (int32_t q = 0; q < ctx->kv.n_seq; q++) ctx->seq_row[q] = -1;
         const model_step st = plan_step(ctx, b, force_seq, off, n);
         /* a host backend writes the caller's memory; others write their own, then only
          * the rows made come down */
@@ -526,24 +636,27 @@ static celer_status run(celer_context *ctx, const celer_batch *b, int32_t force_
                 rows = n, width = d;
                 break;
             case RUN_ALL:
-                rows = model_forward(m, be, &st, &kv, ctx->scratch, ctx->hidden, be->host ? out + off * v : dst);
+                rows = model_forward(m, be, &st, &kv, ctx->scratch, ctx->hidden,
+                                     be->host ? out + off * v : dst);
                 break;
             case RUN_ROW:
                 if (last_pos >= off && last_pos < off + n)
-                    rows = model_forward_last_logits(m, be, &st, &kv, ctx->scratch, ctx->hidden, last_pos - off, dst);
+                    rows = model_forward_last_logits(m, be, &st, &kv, ctx->scratch, ctx->hidden,
+                                                     last_pos - off, dst);
                 else
                     model_hidden_states(m, be, &st, &kv, ctx->scratch, ctx->hidden);
                 break;
             case RUN_WANTED:
-                rows = model_forward_rows(m, be, &st, &kv, ctx->scratch, ctx->hidden, b->logits + off, dst);
+                rows = model_forward_rows(m, be, &st, &kv, ctx->scratch, ctx->hidden,
+                                          b->logits + off, dst);
                 break;
             }
         } while (!backend_end(be));
         if (!be->host && rows && kind == RUN_WANTED && ids)
             take_wanted(ctx, b->logits + off, n, dst, rows, out, ids);
         else if (!be->host && rows)
-            be->ops->download(be, kind == RUN_HIDDEN || kind == RUN_ALL ? out + off * width : out, dst,
-                              sizeof(float) * (size_t)(rows * width));
+            be->ops->download(be, kind == RUN_HIDDEN || kind == RUN_ALL ? out + off * width : out,
+                              dst, sizeof(float) * (size_t)(rows * width));
         else if (kind == RUN_WANTED && ids)
             for (int64_t k = 0; k < rows; k++) ids[k] = sampling_argmax(out + k * v, v);
         if ((s = backend_status(be, &ctx->err)) != CELER_OK) {
@@ -566,7 +679,8 @@ celer_status celer_batch_decode(celer_context *ctx, const celer_batch *batch, fl
     return run(ctx, batch, -1, RUN_WANTED, 0, logits, NULL);
 }
 
-celer_status celer_batch_decode_ids(celer_context *ctx, const celer_batch *batch, float *logits, int32_t *ids) {
+celer_status celer_batch_decode_ids(celer_context *ctx, const celer_batch *batch, float *logits,
+                                    int32_t *ids) {
     if (!ids) return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "batch: ids is NULL");
     return run(ctx, batch, -1, RUN_WANTED, 0, logits, ids);
 }
@@ -593,9 +707,11 @@ celer_status celer_forward_last_logits_with_sequence_id(celer_context *ctx,
     return run(ctx, batch, seq_id, RUN_ROW, last_pos, logits, NULL);
 }
 
-celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(
-    celer_context *ctx, const float *embd, int64_t n, int32_t seq_id, int64_t last_pos,
-    float *logits) {
+celer_status celer_forward_last_logits_with_embeddings_and_sequence_id(celer_context *ctx,
+                                                                       const float *embd, int64_t n,
+                                                                       int32_t seq_id,
+                                                                       int64_t last_pos,
+                                                                       float *logits) {
     const celer_batch b = {.n = n, .embd = embd};
     return celer_forward_last_logits_with_sequence_id(ctx, &b, seq_id, last_pos, logits);
 }
@@ -629,8 +745,10 @@ celer_status celer_embed_tokens(celer_context *ctx, const int32_t *ids, int64_t 
 
 celer_status celer_image_encode(celer_context *ctx, const celer_image *img, float *embd) {
     if (!ctx->vbe)
-        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "%s reads no images", ctx->model->desc);
-    celer_status s = image_encode(ctx->model, ctx->vbe, ctx->tiles_per_call, ctx->vscratch, img, embd, &ctx->err);
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "%s reads no images",
+                         ctx->model->desc);
+    celer_status s = image_encode(ctx->model, ctx->vbe, ctx->tiles_per_call, ctx->vscratch, img,
+                                  embd, &ctx->err);
     if (s == CELER_OK) ctx->err.msg[0] = '\0';
     return s;
 }
@@ -647,7 +765,8 @@ celer_status celer_generate_greedy(celer_context *ctx, const int32_t *prompt, in
         return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
                          "generate: sequence %d is not empty", seq);
     celer_batch b = celer_batch_tokens(prompt, n_prompt);
-    celer_status s = celer_forward_last_logits_with_sequence_id(ctx, &b, seq, n_prompt - 1, ctx->logits);
+    celer_status s =
+        celer_forward_last_logits_with_sequence_id(ctx, &b, seq, n_prompt - 1, ctx->logits);
     for (int64_t i = 0; s == CELER_OK && i < params->n_predict; i++) {
         const int32_t tok = sampling_argmax(ctx->logits, v);
         out[(*n_out)++] = tok;

@@ -30,44 +30,48 @@ typedef struct request request;
 typedef struct choice {
     request *req;
     int32_t index;
-    int32_t seq;          /* context sequence while running, else -1 */
-    int32_t *tokens;      /* [n_ctx] prompt, then generated ids */
-    int64_t n_tokens;     /* prompt + generated */
-    int64_t n_done;       /* positions in the cache (computed or attached) */
+    int32_t seq;      /* context sequence while running, else -1 */
+    int32_t *tokens;  /* [n_ctx] prompt, then generated ids */
+    int64_t n_tokens; /* prompt + generated */
+    int64_t n_done;   /* positions in the cache (computed or attached) */
     int64_t n_gen;
-    int64_t cached;       /* prompt positions attached from the cache at first admission */
+    int64_t cached; /* prompt positions attached from the cache at first admission */
     bool admitted_once;
-    uint64_t order;       /* admission order: the youngest is pre-empted first */
+    uint64_t order; /* admission order: the youngest is pre-empted first */
     sampler *smp;
     celer_detok_stream *ds;
-    int32_t *counts;      /* [v] occurrences in the completion (presence/frequency), or NULL */
-    int32_t *uniq;        /* [n_ctx] the distinct ids counts has seen */
+    int32_t *counts; /* [v] occurrences in the completion (presence/frequency), or NULL */
+    int32_t *uniq;   /* [n_ctx] the distinct ids counts has seen */
     int64_t n_uniq;
-    char *text;           /* generated text, of which text[0, sent) was released */
+    char *text; /* generated text, of which text[0, sent) was released */
     size_t len, cap, sent;
     celer_finish_reason finish;
-    bool reported;        /* the final event went out */
-    struct choice *next;  /* in the wait queue */
+    bool reported;       /* the final event went out */
+    struct choice *next; /* in the wait queue */
 } choice;
 
-/* The rows of one image inside a prompt. */
+/* The rows of one image block inside a prompt: an image's, or one of its blocks (Gemma 3's
+ * pan-and-scan crops), whose rows are the block-th n of the image's. */
 typedef struct image_span {
-    int64_t start, n;  /* prompt positions [start, start + n) */
-    celer_image *img;  /* a reference held until the request ends */
-    float *rows;       /* [n, d] once encoded, else NULL */
+    int64_t start, n; /* prompt positions [start, start + n) */
+    celer_image *img; /* a reference held until the request ends */
+    int32_t first;    /* the span of the image's first block, which holds its rows */
+    int32_t block;    /* this span's place among its image's blocks */
+    float *rows;      /* first span: [blocks * n, d] once encoded, else NULL */
 } image_span;
 
 struct request {
     uint64_t id;
     celer_request_params p; /* arrays below are the engine's copies; the prompt expanded */
     int32_t *prompt, *bias_ids, *stop_ids;
-    image_span *spans;      /* [p.n_images] in prompt order */
+    image_span *spans; /* [n_spans] in prompt order */
+    int32_t n_spans;
     float *bias;
     char **stop;
-    char *error;            /* why a choice ended with CELER_FINISH_ERROR (the first reason), or NULL */
-    choice *choices;        /* [p.n] */
-    int32_t n_open;         /* choices whose final event has not gone out */
-    request *next;          /* in the engine's request list */
+    char *error;     /* why a choice ended with CELER_FINISH_ERROR (the first reason), or NULL */
+    choice *choices; /* [p.n] */
+    int32_t n_open;  /* choices whose final event has not gone out */
+    request *next;   /* in the engine's request list */
 };
 
 struct celer_engine {
@@ -77,7 +81,7 @@ struct celer_engine {
     celer_context *ctx;
     kv_cache *kv;
     int64_t v;
-    choice **running;       /* [n_seq_max] by sequence */
+    choice **running; /* [n_seq_max] by sequence */
     choice *queue_head, *queue_tail;
     int32_t n_waiting;
     request *requests;
@@ -85,12 +89,13 @@ struct celer_engine {
     /* step buffers, sized at creation */
     int32_t *b_token, *b_seq;
     int8_t *b_logits;
-    float *b_embd;          /* [batch_tokens, d] image rows of the step, or NULL (text models) */
+    float *b_embd; /* [batch_tokens, d] image rows of the step, or NULL (text models) */
     bool b_has_embd;
-    choice **b_owner;       /* [batch_tokens] the choice of each row */
-    int64_t *take;          /* [n_seq_max] rows each sequence has in the step */
-    float *logits;          /* [n_seq_max, v] */
-    int32_t *ids;           /* [n_seq_max] the argmax of each row that wants one */
+    bool blocks_whole; /* the model's image blocks run whole in one step (Gemma 3) */
+    choice **b_owner;  /* [batch_tokens] the choice of each row */
+    int64_t *take;     /* [n_seq_max] rows each sequence has in the step */
+    float *logits;     /* [n_seq_max, v] */
+    int32_t *ids;      /* [n_seq_max] the argmax of each row that wants one */
     int32_t *top_ids;
     float *top_lp;
     celer_engine_stats st;
@@ -100,14 +105,19 @@ struct celer_engine {
 /* ==== Parameters ==== */
 
 celer_engine_params celer_engine_default_params(void) {
-    return (celer_engine_params){.n_seq_max = 4, .n_ctx = 4096, .kv_positions = 0,
-                                 .batch_tokens = 512, .max_queue = 256, .n_threads = 0,
-                                 .kernels = NULL, .prefix_cache = true};
+    return (celer_engine_params){.n_seq_max = 4,
+                                 .n_ctx = 4096,
+                                 .kv_positions = 0,
+                                 .batch_tokens = 512,
+                                 .max_queue = 256,
+                                 .n_threads = 0,
+                                 .kernels = NULL,
+                                 .prefix_cache = true};
 }
 
 celer_request_params celer_request_default_params(void) {
-    return (celer_request_params){.max_tokens = 16, .n = 1,
-                                  .sampling = celer_sampler_default_params(), .top_logprobs = -1};
+    return (celer_request_params){
+        .max_tokens = 16, .n = 1, .sampling = celer_sampler_default_params(), .top_logprobs = -1};
 }
 
 /* ==== Creation ==== */
@@ -135,6 +145,7 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
     eng->tok = tok;
     eng->p = p;
     eng->v = celer_model_n_vocab(model);
+    eng->blocks_whole = celer_model_image_blocks_whole(model);
     celer_context_params cp = celer_context_default_params();
     cp.n_ctx = p.n_ctx;
     cp.n_seq = p.n_seq_max;
@@ -188,14 +199,18 @@ static void choice_free(choice *c) {
     free(c->text);
 }
 
+static void spans_free(image_span *spans, int32_t n) {
+    for (int32_t i = 0; spans && i < n; i++) {
+        celer_image_free(spans[i].img);
+        free(spans[i].rows);
+    }
+    free(spans);
+}
+
 static void request_free(request *r) {
     for (int32_t i = 0; r->choices && i < r->p.n; i++) choice_free(&r->choices[i]);
     for (int32_t i = 0; r->stop && i < r->p.n_stop; i++) free(r->stop[i]);
-    for (int32_t i = 0; r->spans && i < r->p.n_images; i++) {
-        celer_image_free(r->spans[i].img);
-        free(r->spans[i].rows);
-    }
-    free(r->spans);
+    spans_free(r->spans, r->n_spans);
     free(r->choices);
     free(r->prompt);
     free(r->bias_ids);
@@ -228,7 +243,9 @@ void celer_engine_destroy(celer_engine *eng) {
     free(eng);
 }
 
-const char *celer_engine_last_error(const celer_engine *eng) { return eng->err.msg; }
+const char *celer_engine_last_error(const celer_engine *eng) {
+    return eng->err.msg;
+}
 
 static int32_t running_count(const celer_engine *eng) {
     int32_t n = 0;
@@ -236,7 +253,9 @@ static int32_t running_count(const celer_engine *eng) {
     return n;
 }
 
-bool celer_engine_pending(const celer_engine *eng) { return eng->requests != NULL; }
+bool celer_engine_pending(const celer_engine *eng) {
+    return eng->requests != NULL;
+}
 
 celer_engine_stats celer_engine_get_stats(const celer_engine *eng) {
     celer_engine_stats st = eng->st;
@@ -288,19 +307,22 @@ static celer_status check_request(celer_engine *eng, const celer_request_params 
     if (kv_cache_blocks_for(eng->kv, p->n_prompt + 1) > eng->kv->n_blocks)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "prompt: %lld tokens do not fit the KV pool of %lld positions",
-                         (long long)p->n_prompt, (long long)(eng->kv->n_blocks * eng->kv->block_size));
+                         (long long)p->n_prompt,
+                         (long long)(eng->kv->n_blocks * eng->kv->block_size));
     if (p->max_tokens < -1 || p->max_tokens == 0)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "max_tokens: expected a positive count or -1, got %lld",
                          (long long)p->max_tokens);
     if (p->n < 1 || p->n > CELER_MAX_CHOICES || (eng->p.max_queue && p->n > eng->p.max_queue))
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "n: expected 1 to %d choices, got %d",
-                         eng->p.max_queue && eng->p.max_queue < CELER_MAX_CHOICES ? eng->p.max_queue
-                                                                              : CELER_MAX_CHOICES,
+                         eng->p.max_queue && eng->p.max_queue < CELER_MAX_CHOICES
+                             ? eng->p.max_queue
+                             : CELER_MAX_CHOICES,
                          p->n);
     if (p->top_logprobs < -1 || p->top_logprobs > CELER_MAX_TOP_LOGPROBS)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "top_logprobs: expected -1 to %d, got %d",
-                         CELER_MAX_TOP_LOGPROBS, p->top_logprobs);
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "top_logprobs: expected -1 to %d, got %d", CELER_MAX_TOP_LOGPROBS,
+                         p->top_logprobs);
     if (p->n_bias < 0 || (p->n_bias && (!p->bias_ids || !p->bias)) || p->n_stop_ids < 0 ||
         (p->n_stop_ids && !p->stop_ids) || p->n_stop < 0 || (p->n_stop && !p->stop))
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "request: an array is missing its data");
@@ -312,8 +334,8 @@ static celer_status check_request(celer_engine *eng, const celer_request_params 
                              p->bias_ids[i]);
     for (int32_t i = 0; i < p->n_stop; i++)
         if (!p->stop[i] || !p->stop[i][0])
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "stop[%d]: expected a non-empty string",
-                             i);
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "stop[%d]: expected a non-empty string", i);
     if (p->n_stop && !eng->tok)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "stop: stop strings need the engine to have a tokenizer");
@@ -326,16 +348,23 @@ static celer_status check_request(celer_engine *eng, const celer_request_params 
 static void *dup_array(const void *src, size_t bytes, bool *ok) {
     if (!bytes) return NULL;
     void *d = malloc(bytes);
-    if (!d) *ok = false;
-    else memcpy(d, src, bytes);
+    if (!d)
+        *ok = false;
+    else
+        memcpy(d, src, bytes);
     return d;
 }
 
 static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
     choice *c = &r->choices[i];
     const celer_sampler_params *sp = &r->p.sampling;
-    const sampler_params smp = {sp->temp, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty,
-                                sp->repeat_last_n, sp->seed + (uint64_t)i};
+    const sampler_params smp = {sp->temp,
+                                sp->top_k,
+                                sp->top_p,
+                                sp->min_p,
+                                sp->repeat_penalty,
+                                sp->repeat_last_n,
+                                sp->seed + (uint64_t)i};
     c->req = r;
     c->index = i;
     c->seq = -1;
@@ -354,51 +383,89 @@ static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
     return CELER_OK;
 }
 
-/* The prompt with each image token expanded to its image's rows (*out malloc'd), and
- * where each image's rows sit. */
-static celer_status expand_images(celer_engine *eng, const celer_request_params *p, int32_t **out, int64_t *n_out,
-                                  image_span **spans) {
+/* The prompt with each image token expanded to its block's rows (*out malloc'd), and where
+ * each block's rows sit (*spans, *n_spans: an image's blocks take its tokens in order). */
+static celer_status expand_images(celer_engine *eng, const celer_request_params *p, int32_t **out,
+                                  int64_t *n_out, image_span **spans, int32_t *n_spans) {
     celer_error *e = &eng->err;
-    *out = NULL, *spans = NULL;
+    *out = NULL, *spans = NULL, *n_spans = 0;
     if (!p->prompt || p->n_prompt <= 0)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "prompt: expected at least one token");
     if (p->n_images < 0 || (p->n_images && !p->images))
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images: expected an array of n_images images");
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "images: expected an array of n_images images");
     const bool vision = celer_model_has_vision(eng->model);
     if (p->n_images && !vision)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images: %s reads no images", celer_model_desc(eng->model));
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images: %s reads no images",
+                         celer_model_desc(eng->model));
     const int32_t tok = celer_model_image_token(eng->model);
-    int64_t found = 0;
+    int64_t found = 0, want = 0, n = p->n_prompt;
     for (int64_t i = 0; vision && i < p->n_prompt; i++) found += p->prompt[i] == tok;
-    if (found != p->n_images)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                         "prompt: %lld image tokens (id %d) for %d images: expected one per image",
-                         (long long)found, tok, p->n_images);
-    if (!(*spans = calloc((size_t)p->n_images + 1, sizeof **spans)))
-        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
-    int64_t n = p->n_prompt;
+    int64_t *rows = calloc((size_t)p->n_images + 1, sizeof *rows),
+            *blocks = calloc((size_t)p->n_images + 1, sizeof *blocks);
+    celer_status s = CELER_OK;
+    if (!rows || !blocks) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+        goto done;
+    }
     for (int32_t k = 0; k < p->n_images; k++) {
         char msg[CELER_ERROR_LEN];
-        if (!p->images[k]) return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: NULL", k);
-        if (celer_model_image_positions(eng->model, p->images[k], &(*spans)[k].n, msg, sizeof msg) != CELER_OK)
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: %s", k, msg);
-        n += (*spans)[k].n - 1;
-    }
-    if (!(*out = malloc(sizeof **out * (size_t)n))) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
-    int64_t at = 0;
-    int32_t k = 0;
-    for (int64_t i = 0; i < p->n_prompt; i++) {
-        if (k < p->n_images && p->prompt[i] == tok) {
-            image_span *sp = &(*spans)[k];
-            sp->start = at;
-            sp->img = celer_image_ref(p->images[k++]);
-            for (int64_t j = 0; j < sp->n; j++) (*out)[at++] = tok;
-        } else {
-            (*out)[at++] = p->prompt[i];
+        if (!p->images[k]) {
+            s = error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: NULL", k);
+            goto done;
+        }
+        if (celer_model_image_positions(eng->model, p->images[k], &rows[k], msg, sizeof msg) !=
+                CELER_OK ||
+            celer_model_image_blocks(eng->model, p->images[k], &blocks[k], msg, sizeof msg) !=
+                CELER_OK) {
+            s = error_set(e, CELER_STATUS_INVALID_ARGUMENT, "images[%d]: %s", k, msg);
+            goto done;
+        }
+        want += blocks[k];
+        n += rows[k] - blocks[k];
+        if (eng->blocks_whole && rows[k] / blocks[k] > eng->p.batch_tokens) {
+            s = error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                          "images[%d]: an image block of %lld rows does not fit a step of "
+                          "batch_tokens %lld (its rows "
+                          "attend to each other in one step)",
+                          k, (long long)(rows[k] / blocks[k]), (long long)eng->p.batch_tokens);
+            goto done;
         }
     }
+    if (found != want) {
+        s = error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                      "prompt: %lld image tokens (id %d) for %d images of %lld blocks: expected "
+                      "one per block",
+                      (long long)found, tok, p->n_images, (long long)want);
+        goto done;
+    }
+    if (!(*spans = calloc((size_t)want + 1, sizeof **spans)) ||
+        !(*out = malloc(sizeof **out * (size_t)n))) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "submit: out of memory");
+        goto done;
+    }
+    int64_t at = 0;
+    int32_t k = 0, j = 0, first = 0;
+    for (int64_t i = 0; i < p->n_prompt; i++) {
+        if (p->prompt[i] != tok || k >= p->n_images) {
+            (*out)[at++] = p->prompt[i];
+            continue;
+        }
+        image_span *sp = &(*spans)[*n_spans];
+        if (j == 0) first = *n_spans;
+        *sp = (image_span){.start = at,
+                           .n = rows[k] / blocks[k],
+                           .img = celer_image_ref(p->images[k]),
+                           .first = first,
+                           .block = j};
+        ++*n_spans;
+        for (int64_t r = 0; r < sp->n; r++) (*out)[at++] = tok;
+        if (++j == blocks[k]) j = 0, k++;
+    }
     *n_out = n;
-    return CELER_OK;
+done:
+    free(rows), free(blocks);
+    return s;
 }
 
 celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *params,
@@ -406,21 +473,20 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
     int32_t *prompt;
     int64_t n_prompt = 0;
     image_span *spans;
-    celer_status s = expand_images(eng, params, &prompt, &n_prompt, &spans);
+    int32_t n_spans;
+    celer_status s = expand_images(eng, params, &prompt, &n_prompt, &spans, &n_spans);
     celer_request_params q = *params;
     q.prompt = prompt, q.n_prompt = n_prompt;
     if (s == CELER_OK) s = check_request(eng, &q);
     if (s != CELER_OK) {
-        for (int32_t i = 0; spans && i < params->n_images; i++) celer_image_free(spans[i].img);
-        free(spans);
+        spans_free(spans, n_spans);
         free(prompt);
         error_copy(&eng->err, err, err_size);
         return s;
     }
     request *r = calloc(1, sizeof *r);
     if (!r) {
-        for (int32_t i = 0; i < params->n_images; i++) celer_image_free(spans[i].img);
-        free(spans);
+        spans_free(spans, n_spans);
         free(prompt);
         goto oom;
     }
@@ -428,6 +494,7 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
     bool ok = true;
     r->p = *p;
     r->spans = spans;
+    r->n_spans = n_spans;
     r->prompt = prompt;
     r->bias_ids = dup_array(p->bias_ids, sizeof *p->bias_ids * (size_t)p->n_bias, &ok);
     r->bias = dup_array(p->bias, sizeof *p->bias * (size_t)p->n_bias, &ok);
@@ -468,7 +535,9 @@ static void choice_stop_running(celer_engine *eng, choice *c) {
 celer_status celer_engine_cancel(celer_engine *eng, uint64_t id) {
     request *r = eng->requests;
     while (r && r->id != id) r = r->next;
-    if (!r) return error_set(&eng->err, CELER_STATUS_NOT_FOUND, "no request %llu", (unsigned long long)id);
+    if (!r)
+        return error_set(&eng->err, CELER_STATUS_NOT_FOUND, "no request %llu",
+                         (unsigned long long)id);
     for (int32_t i = 0; i < r->p.n; i++) {
         choice *c = &r->choices[i];
         if (c->finish != CELER_FINISH_NONE) continue;
@@ -480,13 +549,16 @@ celer_status celer_engine_cancel(celer_engine *eng, uint64_t id) {
 }
 
 /* What block b of r's prompt depends on besides its ids: the digests of the images whose
- * rows it holds, each with its offset (0 for text). */
+ * rows it holds, each with its offset and which of the image's blocks they are (0 for
+ * text). */
 static uint64_t block_extra(const request *r, int64_t b, int64_t bs) {
     uint64_t x = 0;
-    for (int32_t i = 0; i < r->p.n_images; i++) {
+    for (int32_t i = 0; i < r->n_spans; i++) {
         const image_span *sp = &r->spans[i];
         if (sp->start >= (b + 1) * bs || sp->start + sp->n <= b * bs) continue;
-        const uint64_t d = celer_image_digest(sp->img) + (uint64_t)(sp->start - b * bs) * 0x9e3779b97f4a7c15ull;
+        const uint64_t d = celer_image_digest(sp->img) +
+                           (uint64_t)(sp->start - b * bs) * 0x9e3779b97f4a7c15ull +
+                           (uint64_t)sp->block * 0xbf58476d1ce4e5b9ull;
         x = (x ^ d) * 0x100000001b3ull + 1;
     }
     return x;
@@ -561,28 +633,47 @@ static int64_t blocks_to_grow(const kv_cache *kv, int64_t len, int64_t add) {
 
 /* The image span holding prompt position pos of r, or NULL. */
 static image_span *span_at(request *r, int64_t pos) {
-    for (int32_t i = 0; i < r->p.n_images; i++)
-        if (pos >= r->spans[i].start && pos < r->spans[i].start + r->spans[i].n) return &r->spans[i];
+    for (int32_t i = 0; i < r->n_spans; i++)
+        if (pos >= r->spans[i].start && pos < r->spans[i].start + r->spans[i].n)
+            return &r->spans[i];
     return NULL;
 }
 
 /* Encodes the images whose rows c's positions [n_done, n_done + k) read and that have
- * no rows yet. */
+ * no rows yet (into the span of each image's first block). */
 static celer_status encode_images(celer_engine *eng, choice *c, int64_t k) {
     request *r = c->req;
-    for (int32_t i = 0; i < r->p.n_images; i++) {
-        image_span *sp = &r->spans[i];
-        if (sp->rows || sp->start >= c->n_done + k || sp->start + sp->n <= c->n_done) continue;
-        if (!(sp->rows = malloc(sizeof(float) * (size_t)(sp->n * celer_model_n_embd(eng->model)))))
-            return error_set(&eng->err, CELER_STATUS_OUT_OF_MEMORY, "image %d: out of memory", i);
-        celer_status s = celer_image_encode(eng->ctx, sp->img, sp->rows);
+    for (int32_t i = 0; i < r->n_spans; i++) {
+        const image_span *sp = &r->spans[i];
+        image_span *owner = &r->spans[sp->first];
+        if (owner->rows || sp->start >= c->n_done + k || sp->start + sp->n <= c->n_done) continue;
+        int64_t n;
+        char msg[CELER_ERROR_LEN];
+        if (celer_model_image_positions(eng->model, sp->img, &n, msg, sizeof msg) != CELER_OK)
+            return error_set(&eng->err, CELER_STATUS_INVALID_ARGUMENT, "image %d: %s", sp->first,
+                             msg);
+        if (!(owner->rows = malloc(sizeof(float) * (size_t)(n * celer_model_n_embd(eng->model)))))
+            return error_set(&eng->err, CELER_STATUS_OUT_OF_MEMORY, "image %d: out of memory",
+                             sp->first);
+        celer_status s = celer_image_encode(eng->ctx, sp->img, owner->rows);
         if (s != CELER_OK) {
-            free(sp->rows);
-            sp->rows = NULL;
-            return error_set(&eng->err, s, "image %d: %s", i, celer_context_last_error(eng->ctx));
+            free(owner->rows);
+            owner->rows = NULL;
+            return error_set(&eng->err, s, "image %d: %s", sp->first,
+                             celer_context_last_error(eng->ctx));
         }
     }
     return CELER_OK;
+}
+
+/* How many of c's next k rows a step may take: all of them, unless they end inside an image
+ * block of a model whose blocks run whole (Gemma 3); then up to the block (or 0: wait for a
+ * step with room for the block whose middle c's rows start in, after a prefix-cache hit). */
+static int64_t whole_blocks(const celer_engine *eng, request *r, const choice *c, int64_t k) {
+    if (!eng->blocks_whole || !r->n_spans || k == 0 || c->n_done + k >= r->p.n_prompt) return k;
+    const image_span *sp = span_at(r, c->n_done + k);
+    if (!sp || sp->start == c->n_done + k) return k;
+    return sp->start > c->n_done ? sp->start - c->n_done : 0;
 }
 
 /* Whether c's next token is the argmax of its raw logits: greedy, nothing added to the
@@ -590,8 +681,8 @@ static celer_status encode_images(celer_engine *eng, choice *c, int64_t k) {
  * alone, which a GPU takes where the logits are. */
 static bool choice_greedy(const choice *c) {
     const request *r = c->req;
-    return r->p.sampling.temp <= 0.0f && r->p.sampling.repeat_penalty == 1.0f && r->p.n_bias == 0 && !c->counts &&
-           r->p.top_logprobs < 0;
+    return r->p.sampling.temp <= 0.0f && r->p.sampling.repeat_penalty == 1.0f && r->p.n_bias == 0 &&
+           !c->counts && r->p.top_logprobs < 0;
 }
 
 /* Appends rows for c's tokens [n_done, n_done + k) to the batch: ids, or an image's rows
@@ -603,11 +694,14 @@ static void add_rows(celer_engine *eng, int64_t *n, choice *c, int64_t k) {
         const image_span *sp = pos < c->req->p.n_prompt ? span_at(c->req, pos) : NULL;
         eng->b_token[*n] = sp ? -1 : c->tokens[pos];
         if (sp) {
-            memcpy(eng->b_embd + *n * d, sp->rows + (pos - sp->start) * d, sizeof(float) * (size_t)d);
+            const float *rows = c->req->spans[sp->first].rows + sp->block * sp->n * d;
+            memcpy(eng->b_embd + *n * d, rows + (pos - sp->start) * d, sizeof(float) * (size_t)d);
             eng->b_has_embd = true;
         }
         eng->b_seq[*n] = c->seq;
-        eng->b_logits[*n] = c->n_done + i != c->n_tokens - 1 ? 0 : choice_greedy(c) ? CELER_ROW_ARGMAX : CELER_ROW_LOGITS;
+        eng->b_logits[*n] = c->n_done + i != c->n_tokens - 1 ? 0
+                            : choice_greedy(c)               ? CELER_ROW_ARGMAX
+                                                             : CELER_ROW_LOGITS;
         eng->b_owner[*n] = c;
     }
 }
@@ -624,7 +718,7 @@ static void choice_fail(celer_engine *eng, choice *c, const char *why) {
 /* Whether c's next k rows can go into the step: their images are encoded. A failed
  * encoding ends the choice with the engine's last error. */
 static bool rows_ready(celer_engine *eng, choice *c, int64_t k) {
-    if (!c->req->p.n_images || encode_images(eng, c, k) == CELER_OK) return true;
+    if (!c->req->n_spans || encode_images(eng, c, k) == CELER_OK) return true;
     choice_fail(eng, c, eng->err.msg);
     return false;
 }
@@ -684,6 +778,7 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
         int64_t k = c->n_tokens - c->n_done;
         if (k > budget - n) k = budget - n;
         while (k > 0 && blocks_to_grow(kv, kv->len[c->seq], k) > avail) k -= 1;
+        k = whole_blocks(eng, c->req, c, k);
         if (k == 0) {
             take[c->seq] = -1; /* waits for blocks this step */
             continue;
@@ -711,7 +806,8 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
             if (take[s] > 0) avail -= blocks_to_grow(kv, kv->len[s], take[s]);
         int64_t k = c->n_tokens - c->n_done;
         if (k > budget - n) k = budget - n;
-        if (blocks_to_grow(kv, kv->len[seq], k) + n_running > avail) {
+        k = whole_blocks(eng, c->req, c, k);
+        if (k == 0 || blocks_to_grow(kv, kv->len[seq], k) + n_running > avail) {
             /* Not now: back to the head of the queue, blocks released. */
             choice_stop_running(eng, c);
             c->n_done = 0;
@@ -784,9 +880,11 @@ static bool is_stop_id(const celer_engine *eng, const request *r, int32_t tok) {
     return false;
 }
 
-static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_event_fn fn, void *user) {
+static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_event_fn fn,
+                       void *user) {
     ev->finish = c->finish;
-    if (c->finish == CELER_FINISH_ERROR) ev->error = c->req->error ? c->req->error : "out of memory";
+    if (c->finish == CELER_FINISH_ERROR)
+        ev->error = c->req->error ? c->req->error : "out of memory";
     ev->prompt_tokens = c->req->p.n_prompt;
     ev->cached_tokens = c->cached;
     ev->completion_tokens = c->n_gen;
@@ -798,7 +896,8 @@ static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_even
 /* Samples the next token of c from its row of logits l (modified in place), or takes
  * argmax, the argmax of its raw logits (l NULL: a choice_greedy row), and reports it.
  * Log-probabilities are the model's own (before bias and penalties), as OpenAI reports. */
-static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax, celer_event_fn fn, void *user) {
+static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax, celer_event_fn fn,
+                          void *user) {
     const request *r = c->req;
     celer_event ev = {.request = r->id, .index = c->index, .token = -1, .text = ""};
     int32_t tok = argmax;
@@ -832,7 +931,8 @@ static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax
     } else if (c->ds) {
         const char *piece;
         size_t n;
-        if (celer_detok_stream_push(c->ds, tok, &piece, &n, NULL, 0) == CELER_OK) text_append(c, piece, n);
+        if (celer_detok_stream_push(c->ds, tok, &piece, &n, NULL, 0) == CELER_OK)
+            text_append(c, piece, n);
         bool matched = false;
         size_t end = stop_scan((const char *const *)r->stop, r->p.n_stop, c->text ? c->text : "",
                                c->len, c->sent, &matched);
@@ -849,7 +949,8 @@ static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax
          * detokenizer still holds. */
         const char *rest;
         size_t n;
-        if (c->ds && celer_detok_stream_flush(c->ds, &rest, &n, NULL, 0) == CELER_OK) text_append(c, rest, n);
+        if (c->ds && celer_detok_stream_flush(c->ds, &rest, &n, NULL, 0) == CELER_OK)
+            text_append(c, rest, n);
         c->sent = c->len;
     }
     ev.text = c->text ? c->text + from : "";
@@ -901,8 +1002,11 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
         n = plan(eng, take);
     }
     if (n == 0) return CELER_OK;
-    const celer_batch b = {.n = n, .token = eng->b_token, .embd = eng->b_has_embd ? eng->b_embd : NULL,
-                           .seq_id = eng->b_seq, .logits = eng->b_logits};
+    const celer_batch b = {.n = n,
+                           .token = eng->b_token,
+                           .embd = eng->b_has_embd ? eng->b_embd : NULL,
+                           .seq_id = eng->b_seq,
+                           .logits = eng->b_logits};
     celer_status s = celer_batch_decode_ids(eng->ctx, &b, eng->logits, eng->ids);
     if (s != CELER_OK) {
         /* The context kept nothing of the step (celer.h): each request with rows in it
@@ -913,7 +1017,8 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
             if (!c || !take[q]) continue;
             request *r = c->req;
             for (int32_t i = 0; i < r->p.n; i++)
-                if (r->choices[i].finish == CELER_FINISH_NONE) choice_fail(eng, &r->choices[i], eng->err.msg);
+                if (r->choices[i].finish == CELER_FINISH_NONE)
+                    choice_fail(eng, &r->choices[i], eng->err.msg);
         }
         report_ended(eng, fn, user);
         return s;

@@ -1,7 +1,6 @@
 /*
- * gemma.c - the Gemma family: model_type gemma2 and gemma3_text, and gemma3, a Gemma 3
- * checkpoint whose text model its text_config describes (the vision tower of such a
- * checkpoint is not read yet: it runs as a text model).
+ * gemma.c - the Gemma family: model_type gemma2 and gemma3_text (the text model of a gemma3
+ * checkpoint too: gemma3.c).
  *
  * Four RMSNorms a layer, each scaling by (1 + w): before and after attention, before and
  * after the MLP, whose outputs are normed before they join the residual. GeGLU
@@ -48,8 +47,10 @@ typedef struct gemma_weights {
 
 enum gemma_flag { HAS_QK_NORM, UNTIED };
 
-#define MAT(name, field, r, c, when) {name, WEIGHT_MATRIX, r, c, when, offsetof(gemma_layer, field), 0, 0}
-#define VEC(name, field, r, when) {name, WEIGHT_VECTOR, r, 0, when, offsetof(gemma_layer, field), 0, 0}
+#define MAT(name, field, r, c, when)                                                               \
+    { name, WEIGHT_MATRIX, r, c, when, offsetof(gemma_layer, field), 0, 0 }
+#define VEC(name, field, r, when)                                                                  \
+    { name, WEIGHT_VECTOR, r, 0, when, offsetof(gemma_layer, field), 0, 0 }
 static const weight_spec gemma_layer_spec[] = {
     VEC("input_layernorm.weight", attn_norm, TEXT_D, WEIGHT_ALWAYS),
     MAT("self_attn.q_proj", attn.wq, TEXT_QD, TEXT_D, WEIGHT_ALWAYS),
@@ -68,18 +69,14 @@ static const weight_spec gemma_layer_spec[] = {
 #undef MAT
 #undef VEC
 static const weight_spec gemma_global_spec[] = {
-    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS, offsetof(gemma_weights, embed), 0, 0},
-    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(gemma_weights, norm), 0, 0},
+    {"model.embed_tokens", WEIGHT_MATRIX, TEXT_V, TEXT_D, WEIGHT_ALWAYS,
+     offsetof(gemma_weights, embed), 0, 0},
+    {"model.norm.weight", WEIGHT_VECTOR, TEXT_D, 0, WEIGHT_ALWAYS, offsetof(gemma_weights, norm), 0,
+     0},
     {"lm_head", WEIGHT_MATRIX, TEXT_V, TEXT_D, UNTIED, offsetof(gemma_weights, head), 0, 0},
 };
 
 /* ==== Loading ==== */
-
-/* w += 1 over n values of a bound norm weight (the model's own fp32 copy). */
-static void shift_norm(const float *w, int64_t n) {
-    float *v = (float *)w;
-    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
-}
 
 /* sqrt(d) as the embedding is scaled: rounded to the checkpoint's float type, as
  * transformers does running the checkpoint in its dtype and mlx-lm does always; a GGUF
@@ -98,21 +95,26 @@ static celer_status gemma_rope(celer_model *m, gemma_weights *w, bool gemma3, ce
     const checkpoint *ck = &m->ck;
     const json_t *cfg = m->cfg, *params = json_object_get(cfg, "rope_parameters");
     const json_t *full = json_is_object(params) ? json_object_get(params, "full_attention") : NULL;
-    const json_t *local = json_is_object(params) ? json_object_get(params, "sliding_attention") : NULL;
+    const json_t *local =
+        json_is_object(params) ? json_object_get(params, "sliding_attention") : NULL;
     celer_status s;
     double theta, local_theta;
     if (json_is_object(full)) {
         if ((s = config_num(ck, full, "rope_theta", 1e6, &theta, e)) != CELER_OK) return s;
-        if ((s = model_rope_from(m, full, theta, m->dims.hd, false, &w->rope_global, e)) != CELER_OK) return s;
+        if ((s = model_rope_from(m, full, theta, m->dims.hd, false, &w->rope_global, e)) !=
+            CELER_OK)
+            return s;
     } else if ((s = model_read_rope(m, false, &w->rope_global, e)) != CELER_OK) {
         return s;
     }
     if (!gemma3) return CELER_OK;
     if (json_is_object(local)) {
-        if ((s = config_num(ck, local, "rope_theta", 10000.0, &local_theta, e)) != CELER_OK) return s;
+        if ((s = config_num(ck, local, "rope_theta", 10000.0, &local_theta, e)) != CELER_OK)
+            return s;
         return model_rope_from(m, local, local_theta, m->dims.hd, false, &w->rope_local, e);
     }
-    if ((s = config_num(ck, cfg, "rope_local_base_freq", 10000.0, &local_theta, e)) != CELER_OK) return s;
+    if ((s = config_num(ck, cfg, "rope_local_base_freq", 10000.0, &local_theta, e)) != CELER_OK)
+        return s;
     return model_rope_from(m, NULL, local_theta, m->dims.hd, false, &w->rope_local, e);
 }
 
@@ -128,7 +130,10 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     bool tie;
     const char *act;
     backend_act mlp_act;
-#define TRY(x) do { if ((s = (x)) != CELER_OK) return s; } while (0)
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((s = (x)) != CELER_OK) return s;                                                       \
+    } while (0)
     TRY(model_read_dims(m, e));
     TRY(config_num(ck, cfg, "rms_norm_eps", 1e-6, &eps, e));
     TRY(config_num(ck, cfg, "query_pre_attn_scalar", 256.0, &qpas, e));
@@ -139,11 +144,14 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     if (!act) TRY(config_str(ck, cfg, "hidden_act", &act, e));
     TRY(model_act_parse(ck, "hidden_activation", act, BACKEND_ACT_GELU_TANH, &mlp_act, e));
     if (qpas <= 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: query_pre_attn_scalar: expected > 0, found %g",
-                         ck->config_path, qpas);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: query_pre_attn_scalar: expected > 0, found %g", ck->config_path,
+                         qpas);
     if (attn_cap < 0 || final_cap < 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: attn_logit_softcapping and final_logit_softcapping: "
-                         "expected > 0 or null, found %g and %g", ck->config_path, attn_cap, final_cap);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: attn_logit_softcapping and final_logit_softcapping: "
+                         "expected > 0 or null, found %g and %g",
+                         ck->config_path, attn_cap, final_cap);
     if (window <= 0)
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window: expected > 0, found %lld",
                          ck->config_path, (long long)window);
@@ -168,24 +176,27 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     TRY(config_bool(ck, cfg, "tie_word_embeddings", true, &tie, e));
     if (!tie_set) {
         char name[128];
-        tie = checkpoint_find(ck, model_tensor_name(m, "lm_head.weight", name, sizeof name), NULL) == NULL;
+        tie = checkpoint_find(ck, model_tensor_name(m, "lm_head.weight", name, sizeof name),
+                              NULL) == NULL;
     }
     model_text_dims(m, w->dims);
     w->flags[HAS_QK_NORM] = gemma3;
     w->flags[UNTIED] = !tie;
-    model_add_text_tables(m, gemma_global_spec, sizeof gemma_global_spec / sizeof *gemma_global_spec, w,
-                          gemma_layer_spec, sizeof gemma_layer_spec / sizeof *gemma_layer_spec, w->layers,
+    model_add_text_tables(m, gemma_global_spec,
+                          sizeof gemma_global_spec / sizeof *gemma_global_spec, w, gemma_layer_spec,
+                          sizeof gemma_layer_spec / sizeof *gemma_layer_spec, w->layers,
                           sizeof *w->layers, w->dims, w->flags);
     TRY(model_bind(m, e));
 #undef TRY
     const int64_t d = dm->d, hd = dm->hd;
-    if (!ck->gguf) shift_norm(w->norm, d);
+    if (!ck->gguf) model_norm_plus_one(w->norm, d);
     for (int64_t l = 0; l < dm->n_layer; l++) {
         gemma_layer *L = &w->layers[l];
         if (!ck->gguf) {
-            shift_norm(L->attn_norm, d), shift_norm(L->post_attn_norm, d);
-            shift_norm(L->mlp_norm, d), shift_norm(L->post_mlp_norm, d);
-            if (L->attn.q_norm) shift_norm(L->attn.q_norm, hd), shift_norm(L->attn.k_norm, hd);
+            model_norm_plus_one(L->attn_norm, d), model_norm_plus_one(L->post_attn_norm, d);
+            model_norm_plus_one(L->mlp_norm, d), model_norm_plus_one(L->post_mlp_norm, d);
+            if (L->attn.q_norm)
+                model_norm_plus_one(L->attn.q_norm, hd), model_norm_plus_one(L->attn.k_norm, hd);
         }
         L->attn.window = sliding[l] ? window : 0;
         L->attn.softcap = (float)attn_cap;
@@ -196,18 +207,19 @@ static celer_status gemma_load(celer_model *m, celer_error *e) {
     m->attn_softcap = attn_cap > 0;
     w->embed_scale = embed_scale_of(m, &w->embed);
     char quant[64];
-    snprintf(m->desc, sizeof m->desc,
-             "%s, %lld layers, d=%lld, heads %lld/%lld x %lld, ffn %lld, vocab %lld, window %lld, %s%s", type,
-             (long long)dm->n_layer, (long long)d, (long long)dm->h, (long long)dm->hk, (long long)hd,
-             (long long)dm->f, (long long)dm->v, (long long)window,
-             model_quant_desc(&w->layers[0].attn.wq, quant, sizeof quant), tie ? ", tied head" : "");
+    snprintf(
+        m->desc, sizeof m->desc,
+        "%s, %lld layers, d=%lld, heads %lld/%lld x %lld, ffn %lld, vocab %lld, window %lld, %s%s",
+        type, (long long)dm->n_layer, (long long)d, (long long)dm->h, (long long)dm->hk,
+        (long long)hd, (long long)dm->f, (long long)dm->v, (long long)window,
+        model_quant_desc(&w->layers[0].attn.wq, quant, sizeof quant), tie ? ", tied head" : "");
     return CELER_OK;
 }
 
 /* ==== Forward ==== */
 
-static void gemma_hidden_states(const celer_model *m, backend *be, const model_step *st, const model_kv *kv,
-                                float *scratch, float *hidden) {
+static void gemma_hidden_states(const celer_model *m, backend *be, const model_step *st,
+                                const model_kv *kv, float *scratch, float *hidden) {
     const gemma_weights *w = m->weights;
     const backend_ops *op = be->ops;
     const int64_t n = st->n, d = m->dims.d;
@@ -225,67 +237,29 @@ static void gemma_hidden_states(const celer_model *m, backend *be, const model_s
         /* x += post_norm(mlp(xb)); then the next layer's norm (the final one last) */
         model_mlp(m, be, &L->mlp, xb, n, tmp, xo);
         op->rmsnorm(be, xo, xo, L->post_mlp_norm, n, d, w->eps);
-        backend_add_rmsnorm(be, last ? hidden : xb, x, xo, last ? w->norm : w->layers[l + 1].attn_norm, n, d,
-                            w->eps);
+        backend_add_rmsnorm(be, last ? hidden : xb, x, xo,
+                            last ? w->norm : w->layers[l + 1].attn_norm, n, d, w->eps);
     }
 }
 
-static const matview *gemma_embedding(const celer_model *m) { return &((const gemma_weights *)m->weights)->embed; }
+static const matview *gemma_embedding(const celer_model *m) {
+    return &((const gemma_weights *)m->weights)->embed;
+}
 
 static const matview *gemma_head(const celer_model *m) {
     const gemma_weights *w = m->weights;
     return w->flags[UNTIED] ? &w->head : &w->embed;
 }
 
-static float gemma_logit_softcap(const celer_model *m) { return ((const gemma_weights *)m->weights)->final_softcap; }
-
-static float gemma_embed_scale(const celer_model *m) { return ((const gemma_weights *)m->weights)->embed_scale; }
-
-static const model_op gemma_ops[] = {MODEL_OP(softcap), {0, NULL}};
-
-/* ==== gemma3: the text model of a Gemma 3 checkpoint ==== */
-
-/* Gemma3TextConfig's defaults (real text_config blocks are sparse). */
-static const struct {
-    const char *key;
-    double value;
-} gemma3_defaults[] = {
-    {"vocab_size", 262208},        {"hidden_size", 2304},          {"intermediate_size", 9216},
-    {"num_hidden_layers", 26},     {"num_attention_heads", 8},     {"num_key_value_heads", 4},
-    {"head_dim", 256},             {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
-    {"rope_theta", 1000000.0},     {"rope_local_base_freq", 10000.0}, {"rms_norm_eps", 1e-6},
-    {"max_position_embeddings", 131072},
-};
-
-static celer_status gemma3_load(celer_model *m, celer_error *e) {
-    const json_t *tc = json_object_get(m->cfg, "text_config");
-    json_t *c = json_is_object(tc) ? json_deep_copy(tc) : json_object();
-    if (!c) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    m->owned_json = c;
-    json_object_set_new(c, "model_type", json_string("gemma3_text"));
-    for (size_t i = 0; i < sizeof gemma3_defaults / sizeof *gemma3_defaults; i++)
-        if (!json_object_get(c, gemma3_defaults[i].key)) {
-            const double v = gemma3_defaults[i].value;
-            json_object_set_new(c, gemma3_defaults[i].key,
-                                v == (double)(json_int_t)v ? json_integer((json_int_t)v) : json_real(v));
-        }
-    /* the checkpoint's top level decides tying and end of sequence (transformers) */
-    const char *const top[] = {"tie_word_embeddings", "eos_token_id"};
-    for (int i = 0; i < 2; i++)
-        if (json_object_get(m->cfg, top[i])) json_object_set(c, top[i], json_object_get(m->cfg, top[i]));
-    name_rule rule;
-    celer_status s = model_text_layout(m, &rule, e);
-    if (s == CELER_OK) s = model_load_text(m, c, &rule, 1, e);
-    if (s == CELER_OK) snprintf(m->desc, sizeof m->desc, "gemma3 (text model): %.200s", m->text->desc);
-    return s;
+static float gemma_logit_softcap(const celer_model *m) {
+    return ((const gemma_weights *)m->weights)->final_softcap;
 }
 
-static const char *const gemma3_types[] = {"gemma3", NULL};
+static float gemma_embed_scale(const celer_model *m) {
+    return ((const gemma_weights *)m->weights)->embed_scale;
+}
 
-const model_family gemma3_family = {
-    .model_types = gemma3_types,
-    .load = gemma3_load,
-};
+static const model_op gemma_ops[] = {MODEL_OP(softcap), {0, NULL}};
 
 static const char *const gemma_types[] = {"gemma2", "gemma3_text", NULL};
 

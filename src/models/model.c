@@ -11,8 +11,10 @@
 
 static int64_t model_matrices(celer_model *m, matview **out, int64_t cap);
 
-static const model_family *const families[] = {&llama_family, &gemma_family, &gemma3_family, &cohere2_family,
-                                                  &llava_next_family};
+static const model_family *const families[] = {&llama_family, &gemma_family, &gemma3_family,
+                                               &cohere2_family, &llava_next_family};
+/* gemma3_vision_family is reached through gemma3_family's load (a gemma3 checkpoint with a
+ * vision_config), not by a model_type of its own. */
 
 void model_types_known(char *out, size_t size) {
     size_t at = 0;
@@ -47,8 +49,8 @@ celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
     if (!(m->family = model_family_for(type))) {
         char types[256];
         model_types_known(types, sizeof types);
-        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: model_type: expected one of %s, found %s", m->ck.config_path,
-                      types, type);
+        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: model_type: expected one of %s, found %s",
+                      m->ck.config_path, types, type);
         goto fail;
     }
     if ((s = m->family->load(m, e)) != CELER_OK) goto fail;
@@ -89,8 +91,9 @@ static void each_weight(const celer_model *m, weight_fn fn, void *arg) {
                  * fused matrix's part and the split matrix) */
                 if (t->spec[j].when >= 0 && !t->flags[t->spec[j].when]) continue;
                 void *field = (char *)t->base + (size_t)i * t->stride + t->spec[j].offset;
-                const bool bound = t->spec[j].kind == WEIGHT_VECTOR ? *(const float **)field != NULL
-                                                                    : ((matview *)field)->data != NULL;
+                const bool bound = t->spec[j].kind == WEIGHT_VECTOR
+                                       ? *(const float **)field != NULL
+                                       : ((matview *)field)->data != NULL;
                 if (bound) fn(arg, t, &t->spec[j], field);
             }
     }
@@ -150,7 +153,8 @@ static celer_status add_eos(celer_model *m, const json_t *j, const char *file, c
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_is_array(j) ? json_array_get(j, i) : j;
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->dims.v)
-            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: eos_token_id: expected ids in [0, %lld)", file,
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: eos_token_id: expected ids in [0, %lld)", file,
                              (long long)m->dims.v);
         const int32_t id = (int32_t)json_integer_value(v);
         if (!celer_model_is_eos(m, id) && m->n_eos < CELER_MAX_EOS) m->eos[m->n_eos++] = id;
@@ -160,7 +164,8 @@ static celer_status add_eos(celer_model *m, const json_t *j, const char *file, c
 
 celer_status model_read_eos(celer_model *m, celer_error *e) {
     m->n_eos = 0;
-    celer_status s = add_eos(m, json_object_get(m->ck.config, "eos_token_id"), m->ck.config_path, e);
+    celer_status s =
+        add_eos(m, json_object_get(m->ck.config, "eos_token_id"), m->ck.config_path, e);
     if (s != CELER_OK || m->ck.gguf) return s;
     /* generation_config.json often lists more stop ids (Llama 3: <|eot_id|>, <|eom_id|>). */
     char path[4096];
@@ -217,8 +222,12 @@ celer_status model_prepare(celer_model *m, const backend_class *cls, const backe
     }
     model_matrices(m, mats, n);
     const arena *vectors[2] = {&m->vectors, m->text ? &m->text->vectors : NULL};
-    const weight_set ws = {.mats = mats, .n_mats = n, .vectors = vectors, .n_vectors = m->text ? 2 : 1,
-                           .done = release_source, .arg = m};
+    const weight_set ws = {.mats = mats,
+                           .n_mats = n,
+                           .vectors = vectors,
+                           .n_vectors = m->text ? 2 : 1,
+                           .done = release_source,
+                           .arg = m};
     backend_weights *w = NULL;
     s = cls->prepare(&ws, p, &w, e);
     free(mats);
@@ -236,7 +245,8 @@ done:
 
 void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms) {
     *bytes = 0, *ms = 0;
-    for (int i = 0; i < m->n_prepared; i++) *bytes += m->prepared[i].w->bytes, *ms += m->prepared[i].w->ms;
+    for (int i = 0; i < m->n_prepared; i++)
+        *bytes += m->prepared[i].w->bytes, *ms += m->prepared[i].w->ms;
 }
 
 /* ==== Ops a backend must have ==== */
@@ -244,20 +254,21 @@ void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms) {
 /* What every text forward calls (model_embed_step, model_attention, model_mlp, the head,
  * model_forward_rows), and the memory ops the engine uses. */
 static const model_op model_common_ops[] = {
-    MODEL_OP(alloc),  MODEL_OP(release), MODEL_OP(upload),    MODEL_OP(download), MODEL_OP(copy_rows),
-    MODEL_OP(matmul), MODEL_OP(embed),   MODEL_OP(rmsnorm),   MODEL_OP(rope),     MODEL_OP(kv_store),
-    MODEL_OP(attention), MODEL_OP(glu),  MODEL_OP(add),       MODEL_OP(add_bias), MODEL_OP(scale),
-    {0, NULL},
+    MODEL_OP(alloc),     MODEL_OP(release),  MODEL_OP(upload),    MODEL_OP(download),
+    MODEL_OP(copy_rows), MODEL_OP(matmul),   MODEL_OP(embed),     MODEL_OP(rmsnorm),
+    MODEL_OP(rope),      MODEL_OP(kv_store), MODEL_OP(attention), MODEL_OP(glu),
+    MODEL_OP(add),       MODEL_OP(add_bias), MODEL_OP(scale),     {0, NULL},
 };
 
-static celer_status check_ops(const celer_model *m, const backend *be, const model_op *ops, celer_error *e) {
-    for (const model_op *o = ops; o && o->name; o++)
-    {
+static celer_status check_ops(const celer_model *m, const backend *be, const model_op *ops,
+                              celer_error *e) {
+    for (const model_op *o = ops; o && o->name; o++) {
         void (*fn)(void);
         memcpy(&fn, (const char *)be->ops + o->offset, sizeof fn);
         if (!fn)
-            return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: the %s backend has no %s op, which this model needs",
-                             m->desc, be->ops->name, o->name);
+            return error_set(e, CELER_STATUS_UNSUPPORTED,
+                             "%s: the %s backend has no %s op, which this model needs", m->desc,
+                             be->ops->name, o->name);
     }
     return CELER_OK;
 }
@@ -266,7 +277,15 @@ celer_status model_check_backend(const celer_model *m, const backend *be, celer_
     celer_status s = check_ops(m, be, model_common_ops, e);
     if (s == CELER_OK) s = check_ops(m, be, m->family->ops, e);
     if (s == CELER_OK && m->attn_softcap && !be->ops->attention_softcap)
-        s = error_set(e, CELER_STATUS_UNSUPPORTED, "%s: the %s backend's attention does not soft-cap scores, which this model needs",
+        s = error_set(
+            e, CELER_STATUS_UNSUPPORTED,
+            "%s: the %s backend's attention does not soft-cap scores, which this model needs",
+            m->desc, be->ops->name);
+    if (s == CELER_OK && m->image_blocks && !be->ops->attention_limit)
+        s = error_set(e, CELER_STATUS_UNSUPPORTED,
+                      "%s: the %s backend's attention cannot let an image block's rows see the "
+                      "whole block, which this "
+                      "model needs",
                       m->desc, be->ops->name);
     if (s == CELER_OK && m->text) s = model_check_backend(m->text, be, e);
     return s;
@@ -297,7 +316,8 @@ void model_hidden_states(const celer_model *m, backend *be, const model_step *st
 
 /* logits[n, v] = the family's LM head over hidden[n, d]: the one place the head runs.
  * Returns n, the rows it ran on. */
-static int64_t model_head(const celer_model *m, backend *be, float *logits, const float *hidden, int64_t n) {
+static int64_t model_head(const celer_model *m, backend *be, float *logits, const float *hidden,
+                          int64_t n) {
     be->ops->matmul(be, logits, m->family->head(m), hidden, n);
     const float scale = m->family->logit_scale ? m->family->logit_scale(m) : 0.0f;
     if (scale != 0.0f) be->ops->scale(be, logits, scale, n * m->dims.v);
@@ -333,7 +353,9 @@ int64_t model_forward_rows(const celer_model *m, backend *be, const model_step *
     for (int64_t r = 0; r < step->n; r++) {
         if (!want[r]) continue;
         /* Compact the wanted rows to the front (k <= r keeps the order safe). */
-        if (k != r) be->ops->copy_rows(be, hidden + k * d, d, celer_logits_at_position(hidden, step->n, d, r), d, 1, d);
+        if (k != r)
+            be->ops->copy_rows(be, hidden + k * d, d,
+                               celer_logits_at_position(hidden, step->n, d, r), d, 1, d);
         k++;
     }
     return k ? model_head(m, be, logits, hidden, k) : 0;
@@ -358,15 +380,16 @@ celer_status model_text_layout(const celer_model *m, name_rule *rule, celer_erro
     else if (checkpoint_find(&m->ck, "language_model.model.embed_tokens.weight", NULL))
         *rule = (name_rule){"", "language_model."};
     else
-        return error_set(e, CELER_STATUS_BAD_FILE,
-                         "%s: missing tensor language_model.model.embed_tokens.weight (or "
-                         "model.language_model.embed_tokens.weight): not a vision-language layout celer knows",
-                         m->ck.dir);
+        return error_set(
+            e, CELER_STATUS_BAD_FILE,
+            "%s: missing tensor language_model.model.embed_tokens.weight (or "
+            "model.language_model.embed_tokens.weight): not a vision-language layout celer knows",
+            m->ck.dir);
     return CELER_OK;
 }
 
-celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule *rules, int n_rules,
-                             celer_error *e) {
+celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule *rules,
+                             int n_rules, celer_error *e) {
     CELER_ASSERT(n_rules <= MODEL_MAX_RENAMES);
     celer_model *t = calloc(1, sizeof *t);
     if (!t) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
@@ -379,7 +402,8 @@ celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule
     t->n_rename = n_rules;
     t->family = model_family_for(json_string_value(json_object_get(tcfg, "model_type")));
     if (!t->family || t->family->encode_image)
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: text_config.model_type: not a text model celer runs",
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: text_config.model_type: not a text model celer runs",
                          m->ck.config_path);
     celer_status s = t->family->load(t, e);
     if (s != CELER_OK) return s;
@@ -391,6 +415,21 @@ celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule
 
 /* ==== Pieces shared by the families ==== */
 
+void model_norm_plus_one(const float *w, int64_t n) {
+    float *v = (float *)w;
+    for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+}
+
+const char *model_probe_prefix(const celer_model *m, const char *const *candidates,
+                               const char *name) {
+    for (; *candidates; candidates++) {
+        char full[256];
+        snprintf(full, sizeof full, "%s%s", *candidates, name);
+        if (checkpoint_find(&m->ck, full, NULL)) return *candidates;
+    }
+    return NULL;
+}
+
 void model_embed_step(const celer_model *m, backend *be, const model_step *st, float *x) {
     const int64_t d = m->dims.d;
     /* embedding rows first; the lookup then fills every token row (ids >= 0) */
@@ -398,15 +437,15 @@ void model_embed_step(const celer_model *m, backend *be, const model_step *st, f
     if (st->token) be->ops->embed(be, x, m->family->embedding(m), st->token, st->n, embed_scale(m));
 }
 
-celer_status model_act_parse(const checkpoint *ck, const char *key, const char *name, backend_act def,
-                             backend_act *out, celer_error *e) {
+celer_status model_act_parse(const checkpoint *ck, const char *key, const char *name,
+                             backend_act def, backend_act *out, celer_error *e) {
     static const struct {
         const char *name;
         backend_act act;
     } acts[] = {
-        {"silu", BACKEND_ACT_SILU},           {"swish", BACKEND_ACT_SILU},
-        {"gelu", BACKEND_ACT_GELU_ERF},       {"gelu_pytorch_tanh", BACKEND_ACT_GELU_TANH},
-        {"gelu_new", BACKEND_ACT_GELU_TANH},  {"quick_gelu", BACKEND_ACT_QUICK_GELU},
+        {"silu", BACKEND_ACT_SILU},          {"swish", BACKEND_ACT_SILU},
+        {"gelu", BACKEND_ACT_GELU_ERF},      {"gelu_pytorch_tanh", BACKEND_ACT_GELU_TANH},
+        {"gelu_new", BACKEND_ACT_GELU_TANH}, {"quick_gelu", BACKEND_ACT_QUICK_GELU},
     };
     *out = def;
     if (!name) return CELER_OK;
@@ -415,27 +454,31 @@ celer_status model_act_parse(const checkpoint *ck, const char *key, const char *
             *out = acts[i].act;
             return CELER_OK;
         }
-    return error_set(e, CELER_STATUS_UNSUPPORTED,
-                     "%s: %s: expected silu, gelu, gelu_pytorch_tanh, gelu_new or quick_gelu, found %s",
-                     ck->config_path, key, name);
+    return error_set(
+        e, CELER_STATUS_UNSUPPORTED,
+        "%s: %s: expected silu, gelu, gelu_pytorch_tanh, gelu_new or quick_gelu, found %s",
+        ck->config_path, key, name);
 }
 
-celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sliding, celer_error *e) {
+celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sliding,
+                               celer_error *e) {
     const checkpoint *ck = &m->ck;
     const json_t *types = json_object_get(m->cfg, "layer_types");
     const int64_t n_layer = m->dims.n_layer;
     if (types && !json_is_null(types)) {
         if (!json_is_array(types) || (int64_t)json_array_size(types) != n_layer)
-            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: layer_types: expected a list of %lld layer types",
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: layer_types: expected a list of %lld layer types",
                              ck->config_path, (long long)n_layer);
         for (int64_t l = 0; l < n_layer; l++) {
             const char *t = json_string_value(json_array_get(types, (size_t)l));
             sliding[l] = t && !strcmp(t, "sliding_attention");
             if (!sliding[l] && !(t && !strcmp(t, "full_attention")))
-                return error_set(e, CELER_STATUS_BAD_CONFIG,
-                                 "%s: layer_types[%lld]: expected \"sliding_attention\" or \"full_attention\", "
-                                 "found %s",
-                                 ck->config_path, (long long)l, t ? t : "a non-string");
+                return error_set(
+                    e, CELER_STATUS_BAD_CONFIG,
+                    "%s: layer_types[%lld]: expected \"sliding_attention\" or \"full_attention\", "
+                    "found %s",
+                    ck->config_path, (long long)l, t ? t : "a non-string");
         }
         return CELER_OK;
     }
@@ -443,20 +486,22 @@ celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sl
     celer_status s = config_int(ck, m->cfg, "sliding_window_pattern", default_pattern, &pattern, e);
     if (s != CELER_OK) return s;
     if (pattern <= 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: sliding_window_pattern: expected > 0, found %lld",
-                         ck->config_path, (long long)pattern);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: sliding_window_pattern: expected > 0, found %lld", ck->config_path,
+                         (long long)pattern);
     for (int64_t l = 0; l < n_layer; l++) sliding[l] = (l + 1) % pattern != 0;
     return CELER_OK;
 }
 
-void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n) {
+void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x,
+                  int64_t n) {
     be->ops->matmul(be, y, w, x, n);
     if (b) be->ops->add_bias(be, y, b, n, w->rows);
 }
 
 /* model_linear for k matrices of one input, as one product where the backend can. */
-static void model_linear_multi(backend *be, float *const *ys, const matview *const *ws, const float *const *bs, int k,
-                               const float *x, int64_t n) {
+static void model_linear_multi(backend *be, float *const *ys, const matview *const *ws,
+                               const float *const *bs, int k, const float *x, int64_t n) {
     backend_matmul_multi(be, ys, ws, k, x, n);
     for (int i = 0; i < k; i++)
         if (bs[i]) be->ops->add_bias(be, ys[i], bs[i], n, ws[i]->rows);
@@ -471,13 +516,24 @@ void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]) {
 }
 
 void model_add_text_tables(celer_model *m, const weight_spec *global, int64_t n_global, void *w,
-                           const weight_spec *layer, int64_t n_layer_spec, void *layers, size_t stride,
-                           const int64_t *dims, const bool *flags) {
-    model_add_table(m, &(weight_table){.spec = global, .n_spec = n_global, .base = w, .count = 1, .prefix = "",
-                                       .dims = dims, .flags = flags});
-    model_add_table(m, &(weight_table){.spec = layer, .n_spec = n_layer_spec, .base = layers,
-                                       .count = m->dims.n_layer, .stride = stride, .prefix = "model.layers.",
-                                       .indexed = true, .dims = dims, .flags = flags});
+                           const weight_spec *layer, int64_t n_layer_spec, void *layers,
+                           size_t stride, const int64_t *dims, const bool *flags) {
+    model_add_table(m, &(weight_table){.spec = global,
+                                       .n_spec = n_global,
+                                       .base = w,
+                                       .count = 1,
+                                       .prefix = "",
+                                       .dims = dims,
+                                       .flags = flags});
+    model_add_table(m, &(weight_table){.spec = layer,
+                                       .n_spec = n_layer_spec,
+                                       .base = layers,
+                                       .count = m->dims.n_layer,
+                                       .stride = stride,
+                                       .prefix = "model.layers.",
+                                       .indexed = true,
+                                       .dims = dims,
+                                       .flags = flags});
 }
 
 int64_t model_text_scratch_floats(const celer_model *m, int64_t n) {
@@ -490,7 +546,9 @@ int64_t model_attention_scratch(const celer_model *m, int64_t n) {
     return n * (2 * dm->h * dm->hd + 2 * dm->hk * dm->hd); /* q, att; k, v */
 }
 
-int64_t model_mlp_scratch(const celer_model *m, int64_t n) { return n * 2 * m->dims.f; }
+int64_t model_mlp_scratch(const celer_model *m, int64_t n) {
+    return n * 2 * m->dims.f;
+}
 
 void model_attention(const celer_model *m, backend *be, const model_step *st, const model_kv *kv,
                      int64_t l, const attn_block *a, const rope_params *rope, float scale,
@@ -506,13 +564,26 @@ void model_attention(const celer_model *m, backend *be, const model_step *st, co
     /* per-head norms see each head's hd values as one row */
     if (a->q_norm) op->rmsnorm(be, q, q, a->q_norm, n * dm->h, dm->hd, a->norm_eps);
     if (a->k_norm) op->rmsnorm(be, k, k, a->k_norm, n * dm->hk, dm->hd, a->norm_eps);
-    if (a->no_rope) op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
-    else backend_rope_store(be, q, k, v, kv->k[l], kv->v[l], st->pos, st->slot, n, dm->h, dm->hk, dm->hd, rope);
-    const attn_rows ar = {.n = n, .pos = st->pos, .seq = st->seq, .tables = st->tables,
-                          .table_cols = st->table_cols, .block_size = st->block_size,
-                          .window = a->window, .h = dm->h, .hk = dm->hk, .hd = dm->hd, .scale = scale,
+    if (a->no_rope)
+        op->kv_store(be, kv->k[l], kv->v[l], k, v, st->slot, n, kvd);
+    else
+        backend_rope_store(be, q, k, v, kv->k[l], kv->v[l], st->pos, st->slot, n, dm->h, dm->hk,
+                           dm->hd, rope);
+    const attn_rows ar = {.n = n,
+                          .pos = st->pos,
+                          .limit = st->limit,
+                          .seq = st->seq,
+                          .tables = st->tables,
+                          .table_cols = st->table_cols,
+                          .block_size = st->block_size,
+                          .window = a->window,
+                          .h = dm->h,
+                          .hk = dm->hk,
+                          .hd = dm->hd,
+                          .scale = scale,
                           .softcap = a->softcap,
-                          .seqs = st->seqs, .keys = st->keys};
+                          .seqs = st->seqs,
+                          .keys = st->keys};
     op->attention(be, att, q, kv->k[l], kv->v[l], &ar);
     model_linear(be, out, &a->wo, a->bo, att, n);
 }
@@ -534,12 +605,15 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
 }
 
 const char *model_quant_desc(const matview *w, char *out, size_t size) {
-    if (w->quant_bits) snprintf(out, size, "%d-bit g%lld", w->quant_bits, (long long)w->group);
-    else snprintf(out, size, "%s", dtype_name(w->type));
+    if (w->quant_bits)
+        snprintf(out, size, "%d-bit g%lld", w->quant_bits, (long long)w->group);
+    else
+        snprintf(out, size, "%s", dtype_name(w->type));
     return out;
 }
 
 int64_t matview_bytes(const matview *w) {
     if (!w->quant_bits) return w->rows * w->cols * (int64_t)dtype_size(w->type);
-    return w->rows * w->cols * w->quant_bits / 8 + 2 * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type);
+    return w->rows * w->cols * w->quant_bits / 8 +
+           2 * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type);
 }

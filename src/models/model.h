@@ -1,6 +1,6 @@
 /*
- * model.h - a loaded model and the model contract (docs/architecture.md, "The model contract") at the level
- * below the engine: each entry point runs the family's one hidden_states body over a
+ * model.h - a loaded model and the model contract (docs/architecture.md, "The model contract") at
+ * the level below the engine: each entry point runs the family's one hidden_states body over a
  * prepared step, then the LM head on exactly the rows somebody reads.
  *
  * The engine owns the KV cache and plans each step (positions, cache slots, block
@@ -28,16 +28,18 @@ typedef struct model_dims {
  * memory. */
 typedef struct model_step {
     int64_t n;
-    const int32_t *token; /* [n], or NULL: every row is an embedding row */
-    const float *embd;    /* [n, d]: row r is read when token is NULL or token[r] < 0 */
-    const int32_t *pos;   /* [n] position of each row in its sequence */
-    const int32_t *slot;  /* [n] cache slot each row's K/V goes to */
-    const int32_t *seq;   /* [n] row of tables holding each row's sequence's block table */
+    const int32_t *token;  /* [n], or NULL: every row is an embedding row */
+    const float *embd;     /* [n, d]: row r is read when token is NULL or token[r] < 0 */
+    const int32_t *pos;    /* [n] position of each row in its sequence */
+    const int32_t *limit;  /* [n] the last position each row's attention sees (an image block's
+                              rows see the whole block, m->image_blocks), or NULL: its own */
+    const int32_t *slot;   /* [n] cache slot each row's K/V goes to */
+    const int32_t *seq;    /* [n] row of tables holding each row's sequence's block table */
     const int32_t *tables; /* [*, table_cols] */
     int64_t table_cols;
     int64_t block_size;
-    int64_t seqs;         /* distinct sequences among the rows (0 where not counted) */
-    int64_t keys;         /* the largest position among the rows + 1 */
+    int64_t seqs; /* distinct sequences among the rows (0 where not counted) */
+    int64_t keys; /* the largest position (or limit) among the rows + 1 */
 } model_step;
 
 /* The KV cache pools, one [n_slots, hk*hd] pair per layer. */
@@ -56,30 +58,34 @@ typedef struct model_family model_family;
  * layouts (mlx-vlm, newer transformers) before lookup. */
 
 typedef enum weight_kind {
-    WEIGHT_MATRIX, /* module.weight (+ .scales/.biases when affine) -> matview */
-    WEIGHT_VECTOR, /* one tensor -> const float * (fp32 copy) */
-    WEIGHT_KERNEL, /* module.weight, a dense convolution kernel [rows, ...] -> matview [rows, prod(...)] */
-    WEIGHT_PART,   /* rows [first, first + rows) of a matrix stored fused with others (Phi-3's
-                    * qkv_proj, gate_up_proj) of total rows -> matview of its own */
+    WEIGHT_MATRIX,     /* module.weight (+ .scales/.biases when affine) -> matview */
+    WEIGHT_VECTOR,     /* one tensor -> const float * (fp32 copy) */
+    WEIGHT_KERNEL,     /* module.weight, a dense convolution kernel [rows, ...] -> matview [rows,
+                          prod(...)] */
+    WEIGHT_PART,       /* rows [first, first + rows) of a matrix stored fused with others (Phi-3's
+                        * qkv_proj, gate_up_proj) of total rows -> matview of its own */
+    WEIGHT_TRANSPOSED, /* a dense parameter stored [cols, rows] (a product x @ W, Gemma 3's
+                        * mm_input_projection_weight) -> matview [rows, cols], transposed once
+                        * at load into m->mem */
 } weight_kind;
 
-#define WEIGHT_ALWAYS (-1)   /* required */
+#define WEIGHT_ALWAYS   (-1) /* required */
 #define WEIGHT_OPTIONAL (-2) /* bound when the checkpoint has it */
 
 typedef struct weight_spec {
-    const char *name;  /* after the table's prefix: a module (matrix) or a tensor (vector) */
+    const char *name; /* after the table's prefix: a module (matrix) or a tensor (vector) */
     weight_kind kind;
-    int8_t rows, cols; /* indices into the table's dims; a vector has dims[rows] values */
-    int8_t when;       /* WEIGHT_ALWAYS, WEIGHT_OPTIONAL, or i: present iff flags[i] */
-    size_t offset;     /* of the matview or const float * in the struct it fills */
+    int8_t rows, cols;   /* indices into the table's dims; a vector has dims[rows] values */
+    int8_t when;         /* WEIGHT_ALWAYS, WEIGHT_OPTIONAL, or i: present iff flags[i] */
+    size_t offset;       /* of the matview or const float * in the struct it fills */
     int8_t first, total; /* WEIGHT_PART: indices into the table's dims */
 } weight_spec;
 
 typedef struct weight_table {
     const weight_spec *spec;
     int64_t n_spec;
-    void *base;        /* the first struct the offsets point into */
-    int64_t count;     /* structs (1, or one per layer) stride bytes apart */
+    void *base;    /* the first struct the offsets point into */
+    int64_t count; /* structs (1, or one per layer) stride bytes apart */
     size_t stride;
     const char *prefix; /* names are prefix + (count > 1 or indexed: "<i>.") + spec name */
     bool indexed;
@@ -87,9 +93,9 @@ typedef struct weight_table {
     const bool *flags;
 } weight_table;
 
-#define MODEL_MAX_TABLES 8
-#define MODEL_MAX_PREPARED 4
-#define MODEL_MAX_RENAMES 4
+#define MODEL_MAX_TABLES     8
+#define MODEL_MAX_PREPARED   4
+#define MODEL_MAX_RENAMES    4
 #define MODEL_MAX_ROPE_KINDS 4
 
 /* A checkpoint layout: the first rule whose from is a prefix of a canonical name
@@ -103,8 +109,8 @@ typedef struct name_rule {
 struct celer_model {
     const model_family *family;
     checkpoint ck;
-    bool borrowed_ck;   /* ck belongs to an outer model (a VLM's text model) */
-    const json_t *cfg;  /* the config object this model reads (config.json or a sub-block) */
+    bool borrowed_ck;  /* ck belongs to an outer model (a VLM's text model) */
+    const json_t *cfg; /* the config object this model reads (config.json or a sub-block) */
     name_rule rename[MODEL_MAX_RENAMES];
     int n_rename;
     model_dims dims;
@@ -116,11 +122,13 @@ struct celer_model {
     void *weights; /* the family's weight struct */
     weight_table tables[MODEL_MAX_TABLES];
     int n_tables;
-    celer_model *text; /* a vision-language model's text model, or NULL */
+    celer_model *text;  /* a vision-language model's text model, or NULL */
     json_t *owned_json; /* config built at load (a text_config with defaults), or NULL */
     void *vision_pre;   /* image preprocessing settings, filled and read by the engine layer */
     bool attn_softcap;  /* some layer soft-caps attention scores (the backend must) */
-    int rope_kinds;     /* distinct rope_params the forward passes (kinds of layer, short and long) */
+    bool image_blocks;  /* at prefill the rows of an image block attend to the whole block
+                           (Gemma 3; model_step.limit, the backend's attention_limit) */
+    int rope_kinds; /* distinct rope_params the forward passes (kinds of layer, short and long) */
     int32_t n_mats; /* matrices numbered 1..n_mats (matview.id), the text model's included */
     /* Backends' prepared copies of the weights, one per class and device, made once by
      * model_prepare and shared by every context. */
@@ -146,8 +154,8 @@ typedef struct model_image_grid {
 typedef struct model_vision_sizes {
     int64_t rows, cols, hd, keys; /* rows per op, widest row, head dim, attention span */
     int64_t scratch_floats;
-    int64_t tile_rows;            /* encoder positions per tile */
-    int64_t image_size;           /* tile side in pixels */
+    int64_t tile_rows;  /* encoder positions per tile */
+    int64_t image_size; /* tile side in pixels */
 } model_vision_sizes;
 
 struct model_family {
@@ -173,9 +181,18 @@ struct model_family {
     const struct model_op *ops;
 
     /* Vision-language families (NULL otherwise); the text entry points go to m->text. */
+    /* The processor whose prompts and pixels the family follows: "llava_next", "gemma3". */
+    const char *processor;
     int32_t (*image_token)(const celer_model *m);
+    /* The ids that wrap each image block in a prompt's text (Gemma 3's start and end of
+     * image, which the processor puts around the image token), or NULL: none. */
+    void (*image_wrap)(const celer_model *m, int32_t *boi, int32_t *eoi);
     /* Prompt positions of an image laid out as g. */
     int64_t (*image_positions)(const celer_model *m, const model_image_grid *g);
+    /* Image tokens an image laid out as g takes in a prompt (its blocks: Gemma 3's whole
+     * image and pan-and-scan crops), each standing for image_positions / blocks rows; NULL:
+     * one. */
+    int64_t (*image_blocks)(const celer_model *m, const model_image_grid *g);
     /* Positions each tile contributes before the layout (tiles buffer rows per tile). */
     int64_t (*tile_positions)(const celer_model *m);
     void (*vision_sizes)(const celer_model *m, int64_t tiles_per_call, model_vision_sizes *out);
@@ -186,8 +203,9 @@ struct model_family {
      * pixels[n_tiles, 3, s, s], tiles_per_call at a time, laid out by layout[positions]
      * (image_layout's); tiles[n_tiles * tile_positions, d] and scratch (vision_sizes) are
      * work space. Every buffer is backend memory. */
-    void (*encode_image)(const celer_model *m, backend *be, const float *pixels, const model_image_grid *g,
-                         int64_t tiles_per_call, float *scratch, float *tiles, const int32_t *layout, float *out);
+    void (*encode_image)(const celer_model *m, backend *be, const float *pixels,
+                         const model_image_grid *g, int64_t tiles_per_call, float *scratch,
+                         float *tiles, const int32_t *layout, float *out);
 };
 
 /* The family that runs model_type, or NULL. */
@@ -201,15 +219,16 @@ celer_status model_text_layout(const celer_model *m, name_rule *rule, celer_erro
 /* m->text = the family of tcfg's model_type over m's checkpoint, its names renamed by
  * rules[n_rules]; m takes the text model's dims and end-of-sequence ids. tcfg must live as
  * long as m (m->owned_json). */
-celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule *rules, int n_rules,
-                             celer_error *e);
+celer_status model_load_text(celer_model *m, const json_t *tcfg, const name_rule *rules,
+                             int n_rules, celer_error *e);
 
 /* An op of backend_ops a forward calls, by its place in the table, with its name. */
 typedef struct model_op {
     size_t offset;
     const char *name;
 } model_op;
-#define MODEL_OP(field) {offsetof(backend_ops, field), #field}
+#define MODEL_OP(field)                                                                            \
+    { offsetof(backend_ops, field), #field }
 
 /* Whether be runs every op m's forward calls (the text model's included); else one line
  * naming the first op it lacks. Checked before a context is made, so a model a backend
@@ -287,14 +306,15 @@ celer_status model_read_rope(celer_model *m, bool traditional, rope_params *out,
  * sqrt(1 + ln(max / orig) / ln(orig))); *orig = original_max_position_embeddings, past
  * which a step takes the long factors. Counts two kinds in m->rope_kinds. */
 celer_status model_read_longrope(celer_model *m, const json_t *scaling, double theta, int64_t dims,
-                                 rope_params *short_rp, rope_params *long_rp, int64_t *orig, celer_error *e);
+                                 rope_params *short_rp, rope_params *long_rp, int64_t *orig,
+                                 celer_error *e);
 
 /* RoPE of dims rotated values a head (<= hd, even) with base theta and the scaling block
  * scaling (rope_scaling's keys: rope_type or type, factor, ...; NULL or "default": none),
  * for families whose layers differ (Gemma 3's local and global layers) or rotate part of
  * a head (Phi-3's partial_rotary_factor). Counts a kind in m->rope_kinds. */
-celer_status model_rope_from(celer_model *m, const json_t *scaling, double theta, int64_t dims, bool traditional,
-                             rope_params *out, celer_error *e);
+celer_status model_rope_from(celer_model *m, const json_t *scaling, double theta, int64_t dims,
+                             bool traditional, rope_params *out, celer_error *e);
 
 /* x[n, d] = the step's input rows: token rows looked up in the embedding table,
  * embedding rows copied (a row is an embedding row when token is NULL or token[r] < 0). */
@@ -302,17 +322,19 @@ void model_embed_step(const celer_model *m, backend *be, const model_step *st, f
 
 /* *out = the activation Hugging Face calls name (silu, gelu, gelu_pytorch_tanh, gelu_new,
  * quick_gelu), or def where name is NULL; else one line naming key (the config field). */
-celer_status model_act_parse(const checkpoint *ck, const char *key, const char *name, backend_act def,
-                             backend_act *out, celer_error *e);
+celer_status model_act_parse(const checkpoint *ck, const char *key, const char *name,
+                             backend_act def, backend_act *out, celer_error *e);
 
 /* sliding[n_layer]: whether each layer attends through a sliding window, from m->cfg's
  * layer_types ("sliding_attention" or "full_attention") where present, else from
  * sliding_window_pattern (default_pattern where absent): every pattern-th layer
  * (counting from 1) global, the others sliding. */
-celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sliding, celer_error *e);
+celer_status model_layer_kinds(celer_model *m, int64_t default_pattern, bool *sliding,
+                               celer_error *e);
 
 /* y[n, w.rows] = x[n, w.cols] @ W^T (+ b[w.rows] when b is set). */
-void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x, int64_t n);
+void model_linear(backend *be, float *y, const matview *w, const float *b, const float *x,
+                  int64_t n);
 
 /* The attention block of one layer (the weights a family's table binds, and the layer's
  * options). */
@@ -328,24 +350,35 @@ typedef struct attn_block {
 
 /* A gated MLP: down(act(gate(x)) * up(x)), act SiLU (SwiGLU) unless set (GeGLU). */
 typedef struct mlp_block {
-    matview gate, up, down;               /* [f, d], [f, d], [d, f] */
-    const float *b_gate, *b_up, *b_down;  /* [f], [f], [d] or NULL */
+    matview gate, up, down;              /* [f, d], [f, d], [d, f] */
+    const float *b_gate, *b_up, *b_down; /* [f], [f], [d] or NULL */
     backend_act act;
 } mlp_block;
 
 /* The shapes a text family's weight tables index (weight_spec rows/cols). */
 /* TEXT_ZERO, TEXT_QK (qd + kvd), TEXT_QKV (qd + 2 kvd) and TEXT_FF (2 f) place the parts
  * of fused matrices (WEIGHT_PART). */
-enum text_dim { TEXT_D, TEXT_QD, TEXT_KVD, TEXT_F, TEXT_V, TEXT_HD, TEXT_ZERO, TEXT_QK, TEXT_QKV, TEXT_FF,
-                TEXT_N_DIMS };
+enum text_dim {
+    TEXT_D,
+    TEXT_QD,
+    TEXT_KVD,
+    TEXT_F,
+    TEXT_V,
+    TEXT_HD,
+    TEXT_ZERO,
+    TEXT_QK,
+    TEXT_QKV,
+    TEXT_FF,
+    TEXT_N_DIMS
+};
 void model_text_dims(const celer_model *m, int64_t dims[TEXT_N_DIMS]);
 
 /* Adds a text family's tables: global[n_global] (canonical names from the root) over the
  * struct w, and layer[n_layer_spec] under "model.layers.<i>." over m->dims.n_layer structs
  * at layers, stride bytes apart. */
 void model_add_text_tables(celer_model *m, const weight_spec *global, int64_t n_global, void *w,
-                           const weight_spec *layer, int64_t n_layer_spec, void *layers, size_t stride,
-                           const int64_t *dims, const bool *flags);
+                           const weight_spec *layer, int64_t n_layer_spec, void *layers,
+                           size_t stride, const int64_t *dims, const bool *flags);
 
 /* Scratch of a text body that keeps x, xb, xo [n, d] and runs model_attention and
  * model_mlp on the rest: a family's scratch_floats. */
@@ -370,23 +403,32 @@ const char *model_quant_desc(const matview *w, char *out, size_t size);
 
 /* ==== Weight binding shared by families (docs/architecture.md, "Weights and families") ==== */
 
-/* Binds module.weight as W[rows, cols] (canonical names, renamed by m's layout): dense F32/F16/BF16, or MLX affine codes with
- * module.scales and module.biases. Quantization comes from config.json's block and the
- * per-module entries, bits and group size from the shapes where the config is silent. */
+/* Binds module.weight as W[rows, cols] (canonical names, renamed by m's layout): dense
+ * F32/F16/BF16, or MLX affine codes with module.scales and module.biases. Quantization comes from
+ * config.json's block and the per-module entries, bits and group size from the shapes where the
+ * config is silent. */
 celer_status bind_matrix(const celer_model *m, const char *module, int64_t rows, int64_t cols,
                          matview *out, celer_error *e);
 /* Binds name as a vector [d] converted to fp32 in m->mem; NULL (and OK) when absent and
  * not required. */
 celer_status bind_vector(celer_model *m, const char *name, int64_t d, bool required,
                          const float **out, celer_error *e);
+/* w[n] += 1: Gemma's RMSNorm weights (1 + w) folded into the model's fp32 copy at load. */
+void model_norm_plus_one(const float *w, int64_t n);
+
+/* The first of candidates[] (NULL-terminated prefixes) under which prefix + name is a tensor
+ * of m's checkpoint, or NULL: how a vision-language family tells its layouts apart. */
+const char *model_probe_prefix(const celer_model *m, const char *const *candidates,
+                               const char *name);
+
 /* Fails when a tensor name exists (an unexpected bias, say) that the config rules out. */
-celer_status reject_tensor(const celer_model *m, const char *name, const char *why,
-                           celer_error *e);
+celer_status reject_tensor(const celer_model *m, const char *name, const char *why, celer_error *e);
 
 extern const model_family llama_family;
 extern const model_family gemma_family;
 extern const model_family gemma3_family;
 extern const model_family cohere2_family;
 extern const model_family llava_next_family;
+extern const model_family gemma3_vision_family;
 
 #endif

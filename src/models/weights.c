@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *shp(char *buf, const st_tensor *t) { return shape_str(buf, 96, t->shape, t->ndim); }
+static const char *shp(char *buf, const st_tensor *t) {
+    return shape_str(buf, 96, t->shape, t->ndim);
+}
 
 const char *model_tensor_name(const celer_model *m, const char *canonical, char *out, size_t size) {
     for (int i = 0; i < m->n_rename; i++) {
@@ -29,16 +31,17 @@ const char *model_tensor_name(const celer_model *m, const char *canonical, char 
 static celer_status find(const celer_model *m, const char *name, const st_tensor **t,
                          const char **file, celer_error *e) {
     *t = checkpoint_find(&m->ck, name, file);
-    if (!*t)
-        return error_set(e, CELER_STATUS_BAD_FILE, "%s: missing tensor %s", m->ck.dir, name);
+    if (!*t) return error_set(e, CELER_STATUS_BAD_FILE, "%s: missing tensor %s", m->ck.dir, name);
     return CELER_OK;
 }
 
-static bool is_float(dtype t) { return t == DTYPE_F32 || t == DTYPE_F16 || t == DTYPE_BF16; }
+static bool is_float(dtype t) {
+    return t == DTYPE_F32 || t == DTYPE_F16 || t == DTYPE_BF16;
+}
 
 static celer_status bind_affine(const celer_model *m, const char *module, const st_tensor *w,
-                                const char *file, int64_t rows, int64_t cols,
-                                const quant_spec *q, matview *out, celer_error *e) {
+                                const char *file, int64_t rows, int64_t cols, const quant_spec *q,
+                                matview *out, celer_error *e) {
     char name[256], b1[96], b2[96];
     const st_tensor *sc, *bi;
     const char *sfile, *bfile;
@@ -51,7 +54,8 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: tensor %s.weight: expected [%lld, packed] uint32 codes for a "
                          "[%lld, %lld] linear (config.json), found %s",
-                         file, module, (long long)rows, (long long)rows, (long long)cols, shp(b1, w));
+                         file, module, (long long)rows, (long long)rows, (long long)cols,
+                         shp(b1, w));
     if (sc->ndim != 2 || sc->shape[0] != rows || sc->shape[1] <= 0 || cols % sc->shape[1] != 0)
         return error_set(e, CELER_STATUS_BAD_FILE,
                          "%s: tensor %s.scales: expected [%lld, %lld / group_size], found %s",
@@ -60,7 +64,8 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
         bi->type != sc->type)
         return error_set(e, CELER_STATUS_BAD_FILE,
                          "%s: tensor %s.biases: expected %s %s like the scales, found %s %s", bfile,
-                         module, dtype_name(sc->type), shp(b1, sc), dtype_name(bi->type), shp(b2, bi));
+                         module, dtype_name(sc->type), shp(b1, sc), dtype_name(bi->type),
+                         shp(b2, bi));
     if (!is_float(sc->type))
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "%s: tensor %s.scales: expected F32, F16 or BF16, found %s", sfile, module,
@@ -78,18 +83,25 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "(expected 4 or 8)",
                          file, module, bits);
     if (group % (32 / bits) != 0)
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: tensor %s: group size %lld is not a multiple of the %d codes per word",
-                         file, module, (long long)group, 32 / bits);
+        return error_set(
+            e, CELER_STATUS_UNSUPPORTED,
+            "%s: tensor %s: group size %lld is not a multiple of the %d codes per word", file,
+            module, (long long)group, 32 / bits);
     if (q->rule == QUANT_RULE_MODULE && (q->bits != bits || q->group != group))
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: quantization.%s: expected bits %d group_size %lld as the tensors "
                          "have, found bits %d group_size %lld",
                          m->ck.config_path, module, bits, (long long)group, q->bits,
                          (long long)q->group);
-    *out = (matview){.rows = rows, .cols = cols, .type = DTYPE_U32, .data = w->data,
-                     .quant_bits = bits, .group = group, .scale_type = sc->type,
-                     .scales = sc->data, .biases = bi->data};
+    *out = (matview){.rows = rows,
+                     .cols = cols,
+                     .type = DTYPE_U32,
+                     .data = w->data,
+                     .quant_bits = bits,
+                     .group = group,
+                     .scale_type = sc->type,
+                     .scales = sc->data,
+                     .biases = bi->data};
     return CELER_OK;
 }
 
@@ -118,8 +130,8 @@ celer_status bind_matrix(const celer_model *m, const char *canonical, int64_t ro
                          file, name, dtype_name(w->type));
     if (q.rule == QUANT_RULE_MODULE)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: tensor %s: config.json quantizes %s to %d bits, found dense %s",
-                         file, name, module, q.bits, dtype_name(w->type));
+                         "%s: tensor %s: config.json quantizes %s to %d bits, found dense %s", file,
+                         name, module, q.bits, dtype_name(w->type));
     if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: tensor %s: expected shape [%lld, %lld] (config.json), found %s", file,
@@ -149,7 +161,8 @@ celer_status bind_vector(celer_model *m, const char *canonical, int64_t d, bool 
     float *v = arena_alloc(&m->vectors, sizeof(float) * (size_t)d);
     if (!v) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", name);
     for (int64_t i = 0; i < d; i++) {
-        if (t->type == DTYPE_F32) memcpy(&v[i], t->data + 4 * i, 4);
+        if (t->type == DTYPE_F32)
+            memcpy(&v[i], t->data + 4 * i, 4);
         else {
             uint16_t h;
             memcpy(&h, t->data + 2 * i, 2);
@@ -173,24 +186,55 @@ celer_status reject_tensor(const celer_model *m, const char *canonical, const ch
 
 /* module.weight, a dense tensor [rows, ...] whose trailing dimensions hold cols values
  * (a convolution kernel in any channel order), as a matrix [rows, cols]. */
-static celer_status bind_kernel(const celer_model *m, const char *canonical, int64_t rows, int64_t cols,
-                                matview *out, celer_error *e) {
+static celer_status bind_kernel(const celer_model *m, const char *canonical, int64_t rows,
+                                int64_t cols, matview *out, celer_error *e) {
     char module[240], name[256], b1[96];
     const st_tensor *w;
     const char *file;
-    snprintf(name, sizeof name, "%s.weight", model_tensor_name(m, canonical, module, sizeof module));
+    snprintf(name, sizeof name, "%s.weight",
+             model_tensor_name(m, canonical, module, sizeof module));
     celer_status s = find(m, name, &w, &file, e);
     if (s != CELER_OK) return s;
     int64_t n = 1;
     for (int i = 1; i < w->ndim; i++) n *= w->shape[i];
     if (!is_float(w->type))
-        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: expected F32, F16 or BF16, found %s", file,
-                         name, dtype_name(w->type));
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s: expected F32, F16 or BF16, found %s", file, name,
+                         dtype_name(w->type));
     if (w->ndim < 2 || w->shape[0] != rows || n != cols)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
-                         "%s: tensor %s: expected [%lld, ...] holding %lld values per row (config.json), found %s",
+                         "%s: tensor %s: expected [%lld, ...] holding %lld values per row "
+                         "(config.json), found %s",
                          file, name, (long long)rows, (long long)cols, shp(b1, w));
     *out = (matview){.rows = rows, .cols = cols, .type = w->type, .data = w->data};
+    return CELER_OK;
+}
+
+/* The dense tensor canonical, stored [cols, rows] (a parameter a model multiplies as
+ * x @ W), as a matrix [rows, cols]: transposed once into m->mem, in its own float type. */
+static celer_status bind_transposed(celer_model *m, const char *canonical, int64_t rows,
+                                    int64_t cols, matview *out, celer_error *e) {
+    char name[256], b1[96];
+    const st_tensor *w;
+    const char *file;
+    model_tensor_name(m, canonical, name, sizeof name);
+    celer_status s = find(m, name, &w, &file, e);
+    if (s != CELER_OK) return s;
+    if (!is_float(w->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s: expected F32, F16 or BF16, found %s", file, name,
+                         dtype_name(w->type));
+    if (w->ndim != 2 || w->shape[0] != cols || w->shape[1] != rows)
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: tensor %s: expected [%lld, %lld] (config.json), found %s", file, name,
+                         (long long)cols, (long long)rows, shp(b1, w));
+    const size_t es = dtype_size(w->type);
+    uint8_t *t = arena_alloc(&m->mem, es * (size_t)(rows * cols));
+    if (!t) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", name);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            memcpy(t + (size_t)(r * cols + c) * es, w->data + (size_t)(c * rows + r) * es, es);
+    *out = (matview){.rows = rows, .cols = cols, .type = w->type, .data = t};
     return CELER_OK;
 }
 
@@ -211,8 +255,8 @@ static matview matview_rows(const matview *w, int64_t r0, int64_t n) {
 }
 
 /* One part of a fused matrix: the stored tensor must have exactly dims[total] rows. */
-static celer_status bind_part(const celer_model *m, const char *name, const int64_t *dims, const weight_spec *sp,
-                              matview *out, celer_error *e) {
+static celer_status bind_part(const celer_model *m, const char *name, const int64_t *dims,
+                              const weight_spec *sp, matview *out, celer_error *e) {
     matview whole;
     celer_status s = bind_matrix(m, name, dims[sp->total], dims[sp->cols], &whole, e);
     if (s != CELER_OK) return s;
@@ -229,11 +273,13 @@ void model_add_table(celer_model *m, const weight_table *t) {
 }
 
 /* Binds one entry of t into the struct at base, struct index i. */
-static celer_status bind_spec(celer_model *m, const weight_table *t, const weight_spec *sp, char *base,
-                              int64_t i, celer_error *e) {
+static celer_status bind_spec(celer_model *m, const weight_table *t, const weight_spec *sp,
+                              char *base, int64_t i, celer_error *e) {
     char name[200];
-    if (t->count > 1 || t->indexed) snprintf(name, sizeof name, "%s%lld.%s", t->prefix, (long long)i, sp->name);
-    else snprintf(name, sizeof name, "%s%s", t->prefix, sp->name);
+    if (t->count > 1 || t->indexed)
+        snprintf(name, sizeof name, "%s%lld.%s", t->prefix, (long long)i, sp->name);
+    else
+        snprintf(name, sizeof name, "%s%s", t->prefix, sp->name);
     const bool present = sp->when == WEIGHT_ALWAYS || (sp->when >= 0 && t->flags[sp->when]);
     if (sp->when >= 0 && !present) {
         char tensor[220];
@@ -241,15 +287,21 @@ static celer_status bind_spec(celer_model *m, const weight_table *t, const weigh
         return reject_tensor(m, tensor, "config.json rules it out", e);
     }
     if (sp->kind == WEIGHT_VECTOR)
-        return bind_vector(m, name, t->dims[sp->rows], present, (const float **)(base + sp->offset), e);
+        return bind_vector(m, name, t->dims[sp->rows], present, (const float **)(base + sp->offset),
+                           e);
     if (sp->kind == WEIGHT_KERNEL)
-        return bind_kernel(m, name, t->dims[sp->rows], t->dims[sp->cols], (matview *)(base + sp->offset), e);
+        return bind_kernel(m, name, t->dims[sp->rows], t->dims[sp->cols],
+                           (matview *)(base + sp->offset), e);
+    if (sp->kind == WEIGHT_TRANSPOSED)
+        return bind_transposed(m, name, t->dims[sp->rows], t->dims[sp->cols],
+                               (matview *)(base + sp->offset), e);
     matview *w = (matview *)(base + sp->offset);
     if (sp->kind == WEIGHT_PART) return bind_part(m, name, t->dims, sp, w, e);
     if (!present) {
         char tensor[220], real[240];
         snprintf(tensor, sizeof tensor, "%s.weight", name);
-        if (!checkpoint_find(&m->ck, model_tensor_name(m, tensor, real, sizeof real), NULL)) return CELER_OK;
+        if (!checkpoint_find(&m->ck, model_tensor_name(m, tensor, real, sizeof real), NULL))
+            return CELER_OK;
     }
     return bind_matrix(m, name, t->dims[sp->rows], t->dims[sp->cols], w, e);
 }

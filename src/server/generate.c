@@ -66,19 +66,29 @@ static void release_images(exchange *ex) {
     ex->n_images = 0;
 }
 
-/* A chat prompt of a vision-language model holds one image token per image part, in
- * the parts' order: what the chat template placed must add up. */
+/* A chat prompt of a vision-language model holds one image token per image block (one
+ * per image part, or Gemma 3's pan-and-scan crops besides), in the parts' order: what the
+ * chat template placed must add up. */
 static bool check_image_tokens(exchange *ex, const int32_t *ids, int64_t n, request_error *e) {
     const server *s = ex->srv;
     if (s->image_token < 0) return true;
-    int64_t found = 0;
+    int64_t found = 0, want = 0;
     for (int64_t i = 0; i < n; i++) found += ids[i] == s->image_token;
-    if (found == ex->n_images) return true;
-    return request_fail(e, 400, "invalid_request_error", NULL, "messages",
-                        "messages: the prompt holds %lld image tokens (id %d) for %d image parts: "
-                        "the chat template did not place one per image%s",
-                        (long long)found, s->image_token, ex->n_images,
-                        found > ex->n_images ? " (or the text holds the image token)" : "");
+    for (int32_t k = 0; k < ex->n_images; k++) {
+        int64_t blocks = 1;
+        char err[512];
+        if (celer_model_image_blocks(s->model, ex->images[k], &blocks, err, sizeof err) != CELER_OK)
+            return request_fail(e, 400, "invalid_request_error", NULL, ex->req.images[k].param,
+                                "%s", err);
+        want += blocks;
+    }
+    if (found == want) return true;
+    return request_fail(
+        e, 400, "invalid_request_error", NULL, "messages",
+        "messages: the prompt holds %lld image tokens (id %d) for %d image parts of %lld blocks: "
+        "the chat template did not place one per image%s",
+        (long long)found, s->image_token, ex->n_images, (long long)want,
+        found > want ? " (or the text holds the image token)" : "");
 }
 
 /* The prompt's ids (malloc'd): chat messages through the template and the tokenizer
@@ -114,7 +124,20 @@ static bool build_prompt(exchange *ex, int32_t **ids, int64_t *n, request_error 
         if (ts != CELER_OK)
             return request_fail(e, 400, "invalid_request_error", NULL, "messages",
                                 "messages: the chat template failed: %s", err);
-        text = prompt, len = strlen(prompt);
+        /* the image markers the template wrote, as the model's processor rewrites them */
+        char *full;
+        size_t full_len;
+        const celer_status xs =
+            celer_model_image_text(s->model, s->tok, prompt, strlen(prompt), ex->images,
+                                   ex->n_images, &full, &full_len, err, sizeof err);
+        free(prompt);
+        if (xs != CELER_OK)
+            return request_fail(e, xs == CELER_STATUS_OUT_OF_MEMORY ? 500 : 400,
+                                xs == CELER_STATUS_OUT_OF_MEMORY ? "server_error"
+                                                                 : "invalid_request_error",
+                                NULL, "messages", "messages: %s", err);
+        prompt = full;
+        text = prompt, len = full_len;
     }
     const celer_status st =
         celer_tokenize(s->tok, text, len, r->kind != REQUEST_CHAT, ids, n, err, sizeof err);

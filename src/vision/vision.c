@@ -1,6 +1,7 @@
 /*
- * vision.c - LLaVA-NeXT preprocessing (see vision.h): resampling, anyres layout, tiles,
- * normalization, the prompt's feature count, and the preprocessor config loader.
+ * vision.c - image preprocessing (see vision.h): resampling, LLaVA-NeXT's anyres layout and
+ * tiles, Gemma 3's pan-and-scan crops, normalization, LLaVA-NeXT's prompt feature count, and
+ * the preprocessor config loader.
  *
  * Every size computation follows the Python it replicates, operation for operation and in
  * the same floating type (Python floats are doubles; torch's normalize runs in float32), so
@@ -202,6 +203,18 @@ void vision_config_default(vision_config *cfg) {
     cfg->n_pinpoints = 5;
     memcpy(cfg->pinpoints, pins, sizeof pins);
     cfg->strategy = VISION_FEATURES_DEFAULT;
+    cfg->pas_min_crop = 256, cfg->pas_max_crops = 4, cfg->pas_min_ratio = 1.2;
+}
+
+void vision_config_default_gemma3(vision_config *cfg) {
+    vision_config_default(cfg);
+    cfg->kind = VISION_GEMMA3;
+    cfg->do_center_crop = false;
+    cfg->size_shortest_edge = 0;
+    cfg->size_h = cfg->size_w = cfg->crop_h = cfg->crop_w = 224;
+    cfg->resample = VISION_RESAMPLE_BILINEAR;
+    for (int c = 0; c < 3; c++) cfg->image_mean[c] = cfg->image_std[c] = 0.5;
+    cfg->n_pinpoints = 0;
 }
 
 celer_status vision_config_check(const vision_config *cfg, const char *label, celer_error *e) {
@@ -236,6 +249,26 @@ celer_status vision_config_check(const vision_config *cfg, const char *label, ce
                              "%s: image_std[%d] = %g, image_mean[%d] = %g: "
                              "expected finite values and a nonzero std",
                              label, i, cfg->image_std[i], i, cfg->image_mean[i]);
+    if (cfg->kind == VISION_GEMMA3) {
+        if (!size_hw || !cfg->do_resize || cfg->do_center_crop)
+            return error_set(e, CELER_STATUS_UNSUPPORTED,
+                             "%s: Gemma3ImageProcessor: expected do_resize to a size of height and "
+                             "width, and no "
+                             "center crop",
+                             label);
+        if (cfg->pas_min_crop <= 0 || cfg->pas_max_crops < 1 ||
+            cfg->pas_max_crops >= VISION_MAX_TILES || !(cfg->pas_min_ratio > 0) ||
+            !isfinite(cfg->pas_min_ratio))
+            return error_set(
+                e, CELER_STATUS_BAD_CONFIG,
+                "%s: pan_and_scan_min_crop_size %lld, pan_and_scan_max_num_crops %lld, "
+                "pan_and_scan_min_ratio_to_activate %g: expected a positive size, 1..%d crops and "
+                "a "
+                "positive ratio",
+                label, (long long)cfg->pas_min_crop, (long long)cfg->pas_max_crops,
+                cfg->pas_min_ratio, VISION_MAX_TILES - 1);
+        return CELER_OK;
+    }
     if (cfg->n_pinpoints < 1 || cfg->n_pinpoints > VISION_MAX_PINPOINTS)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: image_grid_pinpoints: expected 1..%d resolutions, "
@@ -339,6 +372,27 @@ static void piece_output_size(int64_t *oh, int64_t *ow, const vision_config *cfg
     *oh = h, *ow = w;
 }
 
+/* Gemma3ImageProcessor.pan_and_scan_batched's crops of an h x w image: their rows and
+ * columns and each one's size (none: 0). Python's float division and floor as it runs them. */
+static void pan_and_scan(vision_layout *lay, const vision_config *cfg, int64_t h, int64_t w) {
+    lay->grid_rows = lay->grid_cols = lay->crop_h = lay->crop_w = 0;
+    if (!cfg->do_pan_and_scan) return;
+    const bool landscape = w >= h;
+    const int64_t longer = landscape ? w : h, shorter = landscape ? h : w;
+    const double ratio = (double)longer / (double)shorter;
+    if (ratio < cfg->pas_min_ratio) return;
+    int64_t n = (int64_t)floor(ratio + 0.5);
+    const int64_t by_size = (int64_t)floor((double)longer / (double)cfg->pas_min_crop);
+    if (by_size < n) n = by_size;
+    if (n < 2) n = 2;
+    if (n > cfg->pas_max_crops) n = cfg->pas_max_crops;
+    const int64_t nh = landscape ? 1 : n, nw = landscape ? n : 1;
+    const int64_t ch = (int64_t)ceil((double)h / (double)nh),
+                  cw = (int64_t)ceil((double)w / (double)nw);
+    if ((ch < cw ? ch : cw) < cfg->pas_min_crop) return;
+    lay->grid_rows = nh, lay->grid_cols = nw, lay->crop_h = ch, lay->crop_w = cw;
+}
+
 celer_status vision_layout_compute(vision_layout *lay, const vision_config *cfg, int64_t image_h,
                                    int64_t image_w, celer_error *e) {
     memset(lay, 0, sizeof *lay);
@@ -349,6 +403,17 @@ celer_status vision_layout_compute(vision_layout *lay, const vision_config *cfg,
                          "image size %lldx%lld: expected 1..%d per side", (long long)image_w,
                          (long long)image_h, IMAGE_MAX_SIDE);
     lay->image_h = image_h, lay->image_w = image_w;
+    if (cfg->kind == VISION_GEMMA3) {
+        pan_and_scan(lay, cfg, image_h, image_w);
+        lay->n_tiles = 1 + lay->grid_rows * lay->grid_cols;
+        lay->out_h = cfg->size_h, lay->out_w = cfg->size_w;
+        if (lay->n_tiles * lay->out_h * lay->out_w > VISION_MAX_PIXELS)
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "image processor: %lld pieces of %lldx%lld exceed %lld pixels",
+                             (long long)lay->n_tiles, (long long)lay->out_w, (long long)lay->out_h,
+                             (long long)VISION_MAX_PIXELS);
+        return CELER_OK;
+    }
     if ((s = vision_best_resolution(&lay->best_h, &lay->best_w, cfg, image_h, image_w, e)) !=
         CELER_OK)
         return s;
@@ -462,11 +527,46 @@ out:
     return s;
 }
 
+/* Gemma 3: the whole image, then each pan-and-scan crop (row-major), through process_piece
+ * (resize to size, rescale, normalize) into px[n_tiles, 3, out_h, out_w]. */
+static celer_status preprocess_gemma3(float *px, const vision_layout *lay, const vision_config *cfg,
+                                      const image_rgb *img, celer_error *e) {
+    const int64_t plane = 3 * lay->out_h * lay->out_w, w = img->width, h = img->height;
+    celer_status s = process_piece(px, cfg, img->data, h, w, e);
+    if (s != CELER_OK || lay->n_tiles == 1) return s;
+    uint8_t *crop = malloc((size_t)(lay->crop_h * lay->crop_w * 3));
+    if (!crop)
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "preprocess: out of memory for a crop");
+    for (int64_t r = 0; r < lay->grid_rows && s == CELER_OK; r++)
+        for (int64_t c = 0; c < lay->grid_cols && s == CELER_OK; c++) {
+            const int64_t y0 = r * lay->crop_h, x0 = c * lay->crop_w;
+            const int64_t ch = h - y0 < lay->crop_h ? h - y0 : lay->crop_h,
+                          cw = w - x0 < lay->crop_w ? w - x0 : lay->crop_w;
+            for (int64_t y = 0; y < ch; y++)
+                memcpy(crop + y * cw * 3, img->data + ((y0 + y) * w + x0) * 3, (size_t)(cw * 3));
+            s = process_piece(px + (1 + r * lay->grid_cols + c) * plane, cfg, crop, ch, cw, e);
+        }
+    free(crop);
+    return s;
+}
+
 celer_status vision_preprocess(float **pixel_values, vision_layout *lay, const vision_config *cfg,
                                const image_rgb *img, celer_error *e) {
     *pixel_values = NULL;
     celer_status s = vision_layout_compute(lay, cfg, img->height, img->width, e);
     if (s != CELER_OK) return s;
+    if (cfg->kind == VISION_GEMMA3) {
+        float *px = malloc(sizeof *px * (size_t)(lay->n_tiles * 3 * lay->out_h * lay->out_w));
+        if (!px)
+            return error_set(e, CELER_STATUS_OUT_OF_MEMORY,
+                             "preprocess: out of memory for %lld tiles", (long long)lay->n_tiles);
+        if ((s = preprocess_gemma3(px, lay, cfg, img, e)) != CELER_OK) {
+            free(px);
+            return s;
+        }
+        *pixel_values = px;
+        return CELER_OK;
+    }
     const int64_t bh = cfg->size_shortest_edge ? cfg->size_shortest_edge : cfg->size_h;
     const int64_t bw = cfg->size_shortest_edge ? cfg->size_shortest_edge : cfg->size_w;
     const int64_t plane = 3 * lay->out_h * lay->out_w, t = lay->tile;
@@ -724,6 +824,40 @@ static celer_status parse_processor_object(vision_config *cfg, const json_t *roo
     if (j && !json_is_null(j) &&
         (s = parse_pinpoints(cfg->pinpoints, &cfg->n_pinpoints, j, label, e)))
         return s;
+    /* Gemma 3's pan and scan (null: the processor's defaults) */
+    if ((s = parse_bool(&cfg->do_pan_and_scan, root, "do_pan_and_scan", label, e))) return s;
+    const char *const pas[2] = {"pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops"};
+    int64_t *const pas_out[2] = {&cfg->pas_min_crop, &cfg->pas_max_crops};
+    for (int i = 0; i < 2; i++) {
+        j = json_object_get(root, pas[i]);
+        if (!j || json_is_null(j)) continue;
+        if ((*pas_out[i] = json_size(j)) <= 0)
+            return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: expected an integer in 1..%d",
+                             label, pas[i], VISION_MAX_SIDE);
+    }
+    j = json_object_get(root, "pan_and_scan_min_ratio_to_activate");
+    if (j && !json_is_null(j)) {
+        if (!json_is_number(j) || !(json_number_value(j) > 0))
+            return error_set(e, CELER_STATUS_BAD_CONFIG,
+                             "%s: pan_and_scan_min_ratio_to_activate: expected a positive number",
+                             label);
+        cfg->pas_min_ratio = json_number_value(j);
+    }
+    return CELER_OK;
+}
+
+/* The processor kind a config's image_processor_type names (kind when it names none); another
+ * processor's settings are refused. */
+static celer_status check_processor_type(const json_t *root, vision_processor kind,
+                                         const char *label, celer_error *e) {
+    const char *t = json_string_value(json_object_get(root, "image_processor_type"));
+    if (!t) return CELER_OK;
+    const bool gemma3 = !strncmp(t, "Gemma3ImageProcessor", 20),
+               llava = !strncmp(t, "LlavaNextImageProcessor", 23);
+    if ((kind == VISION_GEMMA3 && !gemma3) || (kind == VISION_LLAVA_NEXT && gemma3 && !llava))
+        return error_set(
+            e, CELER_STATUS_BAD_CONFIG, "%s: image_processor_type: expected %s, found %s", label,
+            kind == VISION_GEMMA3 ? "Gemma3ImageProcessor" : "LlavaNextImageProcessor", t);
     return CELER_OK;
 }
 
@@ -763,11 +897,15 @@ static json_t *load_json(const char *dir, const char *name, char *path, size_t c
     return root;
 }
 
-celer_status vision_config_load(vision_config *cfg, const char *dir, celer_error *e) {
+celer_status vision_config_load(vision_config *cfg, const char *dir, vision_processor kind,
+                                celer_error *e) {
     celer_status s = CELER_OK;
     json_t *proc = NULL, *pre = NULL, *model = NULL;
     char proc_path[4200], pre_path[4200], model_path[4200];
-    vision_config_default(cfg);
+    if (kind == VISION_GEMMA3)
+        vision_config_default_gemma3(cfg);
+    else
+        vision_config_default(cfg);
     proc = load_json(dir, "processor_config.json", proc_path, sizeof proc_path, &s, e);
     if (s != CELER_OK) goto out;
     pre = load_json(dir, "preprocessor_config.json", pre_path, sizeof pre_path, &s, e);
@@ -776,17 +914,17 @@ celer_status vision_config_load(vision_config *cfg, const char *dir, celer_error
     if (s != CELER_OK) goto out;
     /* transformers prefers a nested "image_processor" in processor_config.json. */
     const json_t *nested = proc ? json_object_get(proc, "image_processor") : NULL;
-    if (nested)
-        s = parse_processor_object(cfg, nested, proc_path, e);
-    else if (pre)
-        s = parse_processor_object(cfg, pre, pre_path, e);
-    else
+    const json_t *src = nested ? nested : pre;
+    const char *src_path = nested ? proc_path : pre_path;
+    if (!src)
         s = error_set(e, CELER_STATUS_IO,
                       "%s: no image processor settings (expected %s or an \"image_processor\" "
                       "entry in %s)",
                       dir, pre_path, proc_path);
+    else if ((s = check_processor_type(src, kind, src_path, e)) == CELER_OK)
+        s = parse_processor_object(cfg, src, src_path, e);
     if (s != CELER_OK) goto out;
-    const bool have_pins = json_object_get(nested ? nested : pre, "image_grid_pinpoints") != NULL;
+    const bool have_pins = json_object_get(src, "image_grid_pinpoints") != NULL;
     /* The processor's own keys, then config.json for what they lack. */
     const json_t *v;
     bool have_patch = false, have_strategy = false;

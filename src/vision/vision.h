@@ -1,7 +1,9 @@
 /*
- * vision.h - LLaVA-NeXT ("anyres") image preprocessing: decoded RGB -> pixel tensor, equal to
- * what transformers 5.23.0's LlavaNextImageProcessor (torchvision backend, the default of
- * AutoImageProcessor) produces, plus the prompt arithmetic of LlavaNextProcessor.
+ * vision.h - image preprocessing: decoded RGB -> pixel tensor, equal to what transformers
+ * 5.23.0's image processors (torchvision backend, the default of AutoImageProcessor) produce
+ * for the two kinds celer runs: LlavaNextImageProcessor ("anyres" tiles, plus the prompt
+ * arithmetic of LlavaNextProcessor) and Gemma3ImageProcessor (the whole image, and with pan
+ * and scan its crops, each resized to size).
  *
  *     vision_config cfg;
  *     if (vision_config_load(&cfg, "llava-v1.6-mistral-7b-hf", &e) != CELER_OK) ...
@@ -24,6 +26,14 @@
  * sample, rescaled to int16 with a precision chosen from the largest weight, integer dot
  * products rounded and clamped to 0..255, a horizontal pass then a vertical pass through a
  * uint8 intermediate, each pass skipped when its size does not change.
+ *
+ * Gemma3ImageProcessor: the whole image resized to size (bilinear, the same uint8 kernel),
+ * then, with do_pan_and_scan, its crops (Gemma3ImageProcessor.pan_and_scan_batched: a row or
+ * a column of ceil(side / n) pixel crops, the last cut by the image's edge, when the aspect
+ * ratio reaches pan_and_scan_min_ratio_to_activate), each resized to size; then rescale and
+ * normalize as above. Pan and scan reads its four settings from the file (null keeps
+ * Gemma3Processor's defaults: off, 256, 4, 1.2); transformers' Gemma3Processor itself applies
+ * its own defaults over the file unless its caller passes them.
  *
  * It knows no model weights and no tensors beyond the float buffer it returns.
  */
@@ -48,9 +58,15 @@ typedef enum vision_feature_strategy {
     VISION_FEATURES_FULL,    /* "full": every position kept */
 } vision_feature_strategy;
 
+typedef enum vision_processor {
+    VISION_LLAVA_NEXT, /* LlavaNextImageProcessor */
+    VISION_GEMMA3,     /* Gemma3ImageProcessor */
+} vision_processor;
+
 /* The image processor's settings (preprocessor_config.json, or processor_config.json's
  * "image_processor") and the processor's (processor_config.json / config.json). */
 typedef struct vision_config {
+    vision_processor kind;
     bool do_resize, do_center_crop, do_rescale, do_normalize;
     int64_t size_shortest_edge; /* size.shortest_edge, 0 when size gives height and width */
     int64_t size_h, size_w;     /* size.height/width, 0 when size gives shortest_edge */
@@ -64,6 +80,11 @@ typedef struct vision_config {
     int64_t patch_size;                  /* vision tower patch side, 0 when unknown */
     int64_t num_additional_image_tokens; /* e.g. 1 for CLIP's CLS */
     vision_feature_strategy strategy;
+    /* Gemma 3's pan and scan */
+    bool do_pan_and_scan;
+    int64_t pas_min_crop;  /* pan_and_scan_min_crop_size */
+    int64_t pas_max_crops; /* pan_and_scan_max_num_crops */
+    double pas_min_ratio;  /* pan_and_scan_min_ratio_to_activate */
 } vision_config;
 
 /* Where each piece of the image goes; all sizes in pixels. */
@@ -76,6 +97,9 @@ typedef struct vision_layout {
     int64_t grid_rows, grid_cols; /* tiles per column and per row: ceil(best / tile) */
     int64_t n_tiles;              /* 1 + grid_rows * grid_cols, the base image first */
     int64_t out_h, out_w;         /* every tile's final size */
+    int64_t crop_h, crop_w;       /* Gemma 3: each pan-and-scan crop's size before the resize
+                                     (grid_rows x grid_cols of them; 0 x 0: none), the last
+                                     row and column cut by the image's edge */
 } vision_layout;
 
 /* Feature positions of one image in the language model's input (LlavaNextProcessor's
@@ -95,23 +119,29 @@ typedef struct vision_features {
  * bicubic, 1/255, every do_* on, the llava-v1.6 pinpoints), patch 0, no extra tokens,
  * strategy "default". */
 void vision_config_default(vision_config *cfg);
+/* Gemma3ImageProcessor's class defaults (224 x 224, bilinear, mean and std 0.5, 1/255, no
+ * center crop) and Gemma3Processor's for pan and scan (off, 256, 4, 1.2). */
+void vision_config_default_gemma3(vision_config *cfg);
 
 /* Reads dir/processor_config.json ("image_processor" when present, plus patch_size,
  * num_additional_image_tokens, vision_feature_select_strategy), else
  * dir/preprocessor_config.json, then dir/config.json for what those lack
  * (image_grid_pinpoints, vision_config.patch_size, vision_feature_select_strategy). Missing
- * keys keep the defaults; a value of the wrong type or range is CELER_STATUS_BAD_CONFIG
- * naming the file and key; pinpoints given in both files must agree. At least one of the
- * two processor files must exist (CELER_STATUS_IO otherwise). */
-celer_status vision_config_load(vision_config *cfg, const char *dir, celer_error *e);
+ * keys keep the defaults (those of kind's processor); a value of the wrong type or range is
+ * CELER_STATUS_BAD_CONFIG naming the file and key; pinpoints given in both files must agree;
+ * an image_processor_type of another kind is refused. At least one of the two processor files
+ * must exist (CELER_STATUS_IO otherwise). */
+celer_status vision_config_load(vision_config *cfg, const char *dir, vision_processor kind,
+                                celer_error *e);
 
 /* Parses one image-processor JSON object (the text of preprocessor_config.json) over cfg's
  * current values; label names it in messages. */
 celer_status vision_config_parse(vision_config *cfg, const char *label, const char *json,
                                  celer_error *e);
 
-/* Checks cfg's values (positive sizes, nonzero std, pinpoints present and in range, a
- * supported resample); CELER_STATUS_BAD_CONFIG naming label and the field otherwise. */
+/* Checks cfg's values (positive sizes, nonzero std, pinpoints present and in range for
+ * LLaVA-NeXT, pan-and-scan settings in range for Gemma 3, a supported resample);
+ * CELER_STATUS_BAD_CONFIG naming label and the field otherwise. */
 celer_status vision_config_check(const vision_config *cfg, const char *label, celer_error *e);
 
 /* select_best_resolution: the pinpoint (height, width) that keeps the most of an

@@ -13,6 +13,9 @@ Servers, one at a time:
   vlm       the tiny LLaVA-NeXT of tests/server/fixtures/llava-chat: image_url parts against
             the transformers goldens, streaming, the prefix cache keyed by the image, bad
             image inputs, a body of a few hundred KB under the default body limit
+  gemma3    the tiny Gemma 3 of tests/fixtures/gemma3-vision-mlx-bf16 (pan and scan): image_url
+            parts expanded as Gemma3Processor does and answered as transformers does, the
+            prefix cache over image blocks, an image marker without its image
   fault     CELER_FAULT_STEP=1: the request whose step fails gets 500 and an OpenAI error
             object, /health stays 200, the next request is served, /metrics counts it
   faultsse  CELER_FAULT_STEP=2: a stream whose second step fails ends with an error event
@@ -1149,6 +1152,84 @@ def vlm_tests():
 
 
 # =======================================================================================
+# gemma3 server: image_url parts on the tiny Gemma 3 of tests/fixtures/gemma3-vision-mlx-bf16
+# (pan and scan on), against the goldens tools/make_gemma3_fixtures.py computed with
+# transformers' Gemma3Processor and Gemma3ForConditionalGeneration.
+
+G3_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "gemma3-vision-mlx-bf16")
+G3_GOLDEN = None  # golden.json, loaded by main()
+G3_EOS = 1
+
+
+def g3_case(name):
+    return next(c for c in G3_GOLDEN["cases"] if c["name"] == name)
+
+
+def g3_messages(case):
+    """The case's messages with each image part an image_url of its file."""
+    files = iter(case["images"])
+    content = []
+    for part in case["messages"][0]["content"]:
+        if part["type"] == "image":
+            name = next(files)
+            with open(os.path.join(G3_DIR, name), "rb") as f:
+                media = "image/jpeg" if name.endswith(".jpg") else "image/png"
+                content.append({"type": "image_url", "image_url": {"url": data_url(f.read(), media)}})
+        else:
+            content.append(part)
+    return [{"role": "user", "content": content}]
+
+
+def g3_expect(srv, case):
+    """The golden greedy ids up to the model's end of sequence, and their text."""
+    ids = case["greedy"]
+    if G3_EOS in ids:
+        ids = ids[:ids.index(G3_EOS)]
+    text = post_json(srv, "/detokenize", {"tokens": ids}).json().get("content")
+    return ids, text
+
+
+def g3_chat(srv, case, **kw):
+    return oa(srv).chat.completions.create(model="gemma3", messages=g3_messages(case), temperature=0,
+                                           max_tokens=len(case["greedy"]), **kw)
+
+
+def test_g3_golden(srv):
+    """Each case (pan and scan of a wide and a tall image, a square one without crops):
+    the prompt as Gemma3Processor expands it, the greedy text transformers generates."""
+    for name in ("wide", "tall", "square"):
+        c = g3_case(name)
+        ids, text = g3_expect(srv, c)
+        r = g3_chat(srv, c)
+        eq(r.usage.prompt_tokens, len(c["input_ids"]), f"{name}: usage.prompt_tokens (Gemma3Processor's ids)")
+        eq(r.choices[0].message.content, text, f"{name}: text")
+        eq(r.usage.completion_tokens, min(len(ids) + 1, len(c["greedy"])), f"{name}: usage.completion_tokens")
+
+
+def test_g3_prefix_cache(srv):
+    """The same request again reuses the blocks of the image rows and gives the same text."""
+    c = g3_case("wide")
+    first = g3_chat(srv, c)
+    again = g3_chat(srv, c)
+    cached = cached_of(again)
+    check(cached >= 48, f"wide again: cached_tokens {cached}, want the prompt's full blocks")
+    eq(again.choices[0].message.content, first.choices[0].message.content, "wide: first vs again")
+
+
+G3_BAD_INPUTS = [
+    ("marker_without_image", [{"role": "user", "content": "What is <start_of_image> here?"}], "messages",
+     ["markers"]),
+]
+
+
+def g3_tests():
+    tests = [("gemma3_image_chat_matches_transformers", test_g3_golden),
+             ("gemma3_prefix_cache_keyed_by_image", test_g3_prefix_cache)]
+    tests += [(f"gemma3_bad_input[{n}]", vlm_bad(m, p, w)) for n, m, p, w in G3_BAD_INPUTS]
+    return tests
+
+
+# =======================================================================================
 # fault servers: CELER_FAULT_STEP makes a model step fail (a real CUDA error on a GPU)
 
 
@@ -1335,6 +1416,12 @@ def main():
     with open(os.path.join(VLM_DIR, "golden.json")) as f:
         VLM_GOLDEN = json.load(f)
     with_server(res, CTX, "vlm", ["-np", "2", "-c", "2048", "-t", "2"], vlm_tests(), log_dir, model=VLM_DIR)
+
+    global G3_GOLDEN
+    with open(os.path.join(G3_DIR, "golden.json")) as f:
+        G3_GOLDEN = json.load(f)
+    with_server(res, CTX, "gemma3", ["-np", "2", "-c", "1024", "-t", "2", "--alias", "gemma3"], g3_tests(), log_dir,
+                model=G3_DIR)
 
     with_server(res, CTX, "fault", ["-np", "2", "--metrics"], [
         ("fault_500_then_served", test_fault_500_then_served),

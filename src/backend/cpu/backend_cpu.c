@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATT_TILE  16 /* query rows of one sequence sharing each K/V block read */
-#define FULL_TILE 64 /* query vectors (rows x heads of one KV head) of one full-attention item */
+#define ATT_TILE        16 /* query rows of one sequence sharing each K/V block read */
+#define FULL_TILE       64 /* query vectors (rows x heads of one KV head) of one full-attention item */
 #define CPU_ROPE_TABLES 4 /* RoPE tables kept at once */
 
 typedef struct cpu_backend {
@@ -37,19 +37,19 @@ typedef struct cpu_backend {
     threadpool *pool;
     int nth;
     backend_cpu_sizes sz;
-    qrows xq;           /* quantized input rows of the current product */
-    float *wrow;        /* per thread: one dequantized row (unpacked matrices) */
-    float *att;         /* per thread: attention state for one tile */
-    size_t att_floats;  /* per thread */
-    int act_pairs;      /* activations as int8 pairs (value + residual), see pack.h */
-    int32_t *tile_row;  /* [max_rows + 1] first row of each attention tile */
+    qrows xq;          /* quantized input rows of the current product */
+    float *wrow;       /* per thread: one dequantized row (unpacked matrices) */
+    float *att;        /* per thread: attention state for one tile */
+    size_t att_floats; /* per thread */
+    int act_pairs;     /* activations as int8 pairs (value + residual), see pack.h */
+    int32_t *tile_row; /* [max_rows + 1] first row of each attention tile */
     /* cos and sin tables of the RoPE parameters a model passes (one per kind of layer,
      * or short and long factors), the least recently built replaced when more come */
     const rope_params *rope_of[CPU_ROPE_TABLES]; /* the parameters table i was built for */
     float *rope_cs[CPU_ROPE_TABLES];             /* [max_keys, hd/2, 2] cos and sin each */
     int64_t rope_used[CPU_ROPE_TABLES];          /* when table i was last asked for */
     int64_t rope_tick;
-    int64_t work;       /* bytes of the buffers above */
+    int64_t work; /* bytes of the buffers above */
     threadpool_counter counter;
 } cpu_backend;
 
@@ -69,8 +69,10 @@ static const packed_mat *packed_of(const backend *be, const matview *w) {
  * touched) is too small to pay for waking the workers: decode steps are full of those. */
 #define INLINE_WORK 8192
 static void run(cpu_backend *cb, threadpool_fn fn, void *arg, int64_t work) {
-    if (work < INLINE_WORK) fn(arg, 0, 1);
-    else threadpool_run(cb->pool, fn, arg);
+    if (work < INLINE_WORK)
+        fn(arg, 0, 1);
+    else
+        threadpool_run(cb->pool, fn, arg);
 }
 
 /* ==== matmul and embedding ==== */
@@ -162,14 +164,17 @@ static void embed_task(void *p, int ith, int nth) {
     for (int64_t t = lo; t < hi; t++) {
         float *out = j->y + t * j->w->cols;
         if (j->ids[t] < 0) continue;
-        if (j->pw) packed_row(out, j->pw, j->ids[t]);
-        else matview_row(out, j->w, j->ids[t]);
+        if (j->pw)
+            packed_row(out, j->pw, j->ids[t]);
+        else
+            matview_row(out, j->w, j->ids[t]);
         if (j->scale != 1.0f)
             for (int64_t c = 0; c < j->w->cols; c++) out[c] *= j->scale;
     }
 }
 
-static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale) {
+static void cpu_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n,
+                      float scale) {
     cpu_backend *cb = (cpu_backend *)be;
     matmul_job j = {cb, y, w, packed_of(be, w), NULL, ids, n, scale};
     run(cb, embed_task, &j, n * w->cols);
@@ -266,7 +271,8 @@ static void rope_task(void *p, int ith, int nth) {
         for (int64_t k = 0; k < j->h; k++) {
             float *v = j->x + (t * j->h + k) * j->hd;
             for (int64_t i = 0; i < half; i++) {
-                const int64_t a = j->traditional ? 2 * i : i, b = j->traditional ? 2 * i + 1 : i + half;
+                const int64_t a = j->traditional ? 2 * i : i,
+                              b = j->traditional ? 2 * i + 1 : i + half;
                 const float x0 = v[a], x1 = v[b], c = cs[2 * i], s = cs[2 * i + 1];
                 v[a] = x0 * c - x1 * s;
                 v[b] = x1 * c + x0 * s;
@@ -344,12 +350,13 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
             sum[qi] = 0.0f;
         }
     const int32_t *blocks = ar->tables + (int64_t)ar->seq[r0] * ar->table_cols;
-    const int64_t lo = row_lo(ar, r0), hi = ar->pos[r1 - 1];
+    const int64_t lo = row_lo(ar, r0), hi = attn_rows_limit(ar, r1 - 1);
     for (int64_t kb = lo / bs; kb <= hi / bs; kb++) {
         const int64_t base = kb * bs, last = base + bs - 1;
-        /* positions rise by one per row, so the rows that see this block are a range */
+        /* positions (and limits) rise along the rows, so the rows that see this block are a
+         * range */
         int64_t ra = r0, rb = r1;
-        while (ra < rb && ar->pos[ra] < base) ra++;
+        while (ra < rb && attn_rows_limit(ar, ra) < base) ra++;
         while (rb > ra && row_lo(ar, rb - 1) > last) rb--;
         if (ra == rb) continue;
         const int64_t koff = (int64_t)blocks[kb] * bs * kvd + g * hd * bs;
@@ -368,7 +375,8 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
         const int64_t q0 = (ra - r0) * group, nqb = (rb - ra) * group;
         k->attn_scores(scores, st + q0 * stride, stride, nqb, kt, hd);
         for (int64_t r = ra; r < rb; r++) {
-            const int64_t a = row_lo(ar, r) - base, b = ar->pos[r] - base; /* visible: [a, b] */
+            const int64_t a = row_lo(ar, r) - base,
+                          b = attn_rows_limit(ar, r) - base; /* visible: [a, b] */
             for (int64_t i = 0; i < group; i++) {
                 const int64_t qi = (r - r0) * group + i;
                 float *sc = scores + (qi - q0) * bs;
@@ -417,9 +425,10 @@ static void cpu_attention(backend *be, float *out, const float *q, const void *k
     /* tiles: runs of consecutive positions of one sequence */
     int64_t nt = 0;
     for (int64_t r = 0; r < ar->n; r++) {
-        CELER_ASSERT(ar->pos[r] < cb->sz.max_keys);
-        const bool cont = r > 0 && ar->seq[r] == ar->seq[r - 1] && ar->pos[r] == ar->pos[r - 1] + 1 &&
-                          r - cb->tile_row[nt - 1] < ATT_TILE;
+        CELER_ASSERT(ar->pos[r] <= attn_rows_limit(ar, r) &&
+                     attn_rows_limit(ar, r) < cb->sz.max_keys);
+        const bool cont = r > 0 && ar->seq[r] == ar->seq[r - 1] &&
+                          ar->pos[r] == ar->pos[r - 1] + 1 && r - cb->tile_row[nt - 1] < ATT_TILE;
         if (!cont) cb->tile_row[nt++] = (int32_t)r;
     }
     cb->tile_row[nt] = (int32_t)ar->n;
@@ -532,7 +541,8 @@ static void glu_task(void *p, int ith, int nth) {
     j->cb->k->glu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo, j->act);
 }
 
-static void cpu_glu(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+static void cpu_glu(backend *be, float *y, const float *gate, const float *up, int64_t m,
+                    backend_act act) {
     row_job j = {.cb = (cpu_backend *)be, .y = y, .x = gate, .x2 = up, .n = m, .act = act};
     run(j.cb, glu_task, &j, m);
 }
@@ -570,7 +580,9 @@ static void cpu_destroy(backend *be) {
     free(cb);
 }
 
-static int64_t cpu_work_bytes(const backend *be) { return ((const cpu_backend *)be)->work; }
+static int64_t cpu_work_bytes(const backend *be) {
+    return ((const cpu_backend *)be)->work;
+}
 
 static const backend_ops cpu_ops = {
     .name = "cpu",
@@ -585,6 +597,7 @@ static const backend_ops cpu_ops = {
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
     .attention_softcap = true,
+    .attention_limit = true,
     .attention = cpu_attention,
     .attention_full = cpu_attention_full,
     .glu = cpu_glu,
@@ -594,6 +607,7 @@ static const backend_ops cpu_ops = {
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
     .patches = backend_host_patches,
+    .avg_pool = backend_host_avg_pool,
 };
 
 backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes *sz, bool kv_f16) {
@@ -628,20 +642,24 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->att_floats = (size_t)(causal > full ? causal : full);
     cb->att = malloc(sizeof(float) * cb->att_floats * (size_t)cb->nth);
     cb->tile_row = malloc(sizeof(int32_t) * (rows + 1));
-    const int64_t tables = sz->rope_kinds < 1 ? 1 : sz->rope_kinds > CPU_ROPE_TABLES ? CPU_ROPE_TABLES : sz->rope_kinds;
+    const int64_t tables = sz->rope_kinds < 1                 ? 1
+                           : sz->rope_kinds > CPU_ROPE_TABLES ? CPU_ROPE_TABLES
+                                                              : sz->rope_kinds;
     bool have_tables = true;
     for (int64_t i = 0; i < tables; i++) {
         cb->rope_cs[i] = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
         have_tables = have_tables && cb->rope_cs[i];
     }
-    if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->wrow || !cb->att || !cb->tile_row ||
-        !have_tables) {
+    if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->wrow || !cb->att ||
+        !cb->tile_row || !have_tables) {
         cpu_destroy(&cb->base);
         return NULL;
     }
-    cb->work = (int64_t)(2 * rows * cols + sizeof(float) * 4 * rows * blocks + sizeof(float) * cols * (size_t)cb->nth +
-                         sizeof(float) * cb->att_floats * (size_t)cb->nth + sizeof(int32_t) * (rows + 1) +
-                         sizeof(float) * (size_t)(tables * sz->max_keys * sz->hd));
+    cb->work =
+        (int64_t)(2 * rows * cols + sizeof(float) * 4 * rows * blocks +
+                  sizeof(float) * cols * (size_t)cb->nth +
+                  sizeof(float) * cb->att_floats * (size_t)cb->nth + sizeof(int32_t) * (rows + 1) +
+                  sizeof(float) * (size_t)(tables * sz->max_keys * sz->hd));
     return &cb->base;
 }
 
@@ -665,13 +683,16 @@ static void cpu_device_name(int device, char *out, size_t size) {
         break;
     }
     if (f) fclose(f);
-    snprintf(out, size, "%s, %d cores (%s)", model, cpu_physical_cores(), cpu_isa_name(cpu_isa_best()));
+    snprintf(out, size, "%s, %d cores (%s)", model, cpu_physical_cores(),
+             cpu_isa_name(cpu_isa_best()));
 }
 
-static bool reference_kernels(const backend_params *p) { return p->kernels && !strcmp(p->kernels, "ref"); }
+static bool reference_kernels(const backend_params *p) {
+    return p->kernels && !strcmp(p->kernels, "ref");
+}
 
-static celer_status cpu_prepare(const weight_set *ws, const backend_params *p, backend_weights **out,
-                                celer_error *e) {
+static celer_status cpu_prepare(const weight_set *ws, const backend_params *p,
+                                backend_weights **out, celer_error *e) {
     *out = NULL;
     if (reference_kernels(p)) return CELER_OK; /* the reference reads every matrix in place */
     cpu_weights *w;
@@ -680,26 +701,33 @@ static celer_status cpu_prepare(const weight_set *ws, const backend_params *p, b
     return s;
 }
 
-static void cpu_unprepare(backend_weights *w) { pack_weights_free((cpu_weights *)w); }
+static void cpu_unprepare(backend_weights *w) {
+    pack_weights_free((cpu_weights *)w);
+}
 
-static backend *cpu_class_create(const backend_params *p, const backend_weights *w, celer_error *e) {
+static backend *cpu_class_create(const backend_params *p, const backend_weights *w,
+                                 celer_error *e) {
     cpu_isa isa;
     const char *kernels = p->kernels && *p->kernels ? p->kernels : "auto";
     if (!cpu_isa_from_name(kernels, &isa)) {
-        error_set(e, CELER_STATUS_INVALID_ARGUMENT, "kernels \"%s\": expected auto, ref, generic, avx2, avx512 or amx",
-                  kernels);
+        error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                  "kernels \"%s\": expected auto, ref, generic, avx2, avx512 or amx", kernels);
         return NULL;
     }
     if (!cpu_isa_supported(isa)) {
-        error_set(e, CELER_STATUS_UNSUPPORTED, "kernels \"%s\": this CPU lacks the instructions", kernels);
+        error_set(e, CELER_STATUS_UNSUPPORTED, "kernels \"%s\": this CPU lacks the instructions",
+                  kernels);
         return NULL;
     }
     backend *be;
     if (isa == CPU_ISA_REF) {
         be = backend_ref_create(p->n_threads, p->max_cols, p->max_keys, p->kv_f16);
     } else {
-        const backend_cpu_sizes sz = {.max_rows = p->max_rows, .max_cols = p->max_cols, .max_keys = p->max_keys,
-                                      .hd = p->hd, .rope_kinds = p->rope_kinds};
+        const backend_cpu_sizes sz = {.max_rows = p->max_rows,
+                                      .max_cols = p->max_cols,
+                                      .max_keys = p->max_keys,
+                                      .hd = p->hd,
+                                      .rope_kinds = p->rope_kinds};
         be = backend_cpu_create(isa, p->n_threads, &sz, p->kv_f16);
     }
     if (!be) {

@@ -6,8 +6,9 @@
  *   - many rows, fp16 pools, a head dim attention_flash.cu has: its tensor-core tiles;
  *   - otherwise fp16 pools (head dims multiples of 8 up to 256): the decode kernel here,
  *     with each row's keys split across blocks when the rows alone leave the GPU idle;
- *   - anything else (fp32 pools): the simple kernel, also the form the others are
- *     checked against.
+ *   - anything else (fp32 pools), and rows that see keys past their own position (the
+ *     limits of a Gemma 3 image block at prefill): the simple kernel, also the form the
+ *     others are checked against.
  *
  * The simple kernel: one block of ATT_WARPS warps per (query head, row). Each warp takes
  * every ATT_WARPS-th key, holds the query and its running output spread over its lanes
@@ -106,11 +107,11 @@ __device__ static void attend(float *out, const float *q, const void *kpool, con
 __global__ static void k_attention(float *out, const float *q, const void *kpool, const void *vpool, bool f16,
                                    attn_rows ar) {
     const int64_t r = blockIdx.y, head = blockIdx.x, group = ar.h / ar.hk, kvd = ar.hk * ar.hd;
-    const int64_t p = ar.pos[r];
+    const int64_t p = ar.pos[r], hi = ar.limit ? ar.limit[r] : p;
     const paged_keys keys = {ar.tables + (int64_t)ar.seq[r] * ar.table_cols, ar.block_size};
     const int64_t qd = ar.h * ar.hd;
     attend(out + r * qd + head * ar.hd, q + r * qd + head * ar.hd, kpool, vpool, f16, keys,
-           first_key((int)p, ar.window), p, kvd, (head / group) * ar.hd, (int)ar.hd, ar.scale, ar.softcap);
+           first_key((int)p, ar.window), hi, kvd, (head / group) * ar.hd, (int)ar.hd, ar.scale, ar.softcap);
 }
 
 /* ==== Decode: split keys, merged in order ==== */
@@ -313,6 +314,12 @@ void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kp
     CELER_ASSERT(ar->hd <= 32 * ATT_MAX_PER_LANE && ar->hk > 0 && ar->h % ar->hk == 0);
     if (ar->n <= 0) return;
     const int64_t group = ar->h / ar->hk;
+    /* rows that see past their own position (an image block's) take the simple kernel,
+     * which reads each row's span as it is given */
+    if (ar->limit) {
+        k_attention<<<dim3((unsigned)ar->h, (unsigned)ar->n), 32 * ATT_WARPS, 0, s>>>(out, q, kpool, vpool, f16, *ar);
+        return;
+    }
     if (f16 && ar->n > DECODE_ROWS && cuda_attention_flash_fits(ar->hd)) {
         cuda_attention_flash(s, out, q, kpool, vpool, ar);
         return;

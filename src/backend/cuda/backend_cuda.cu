@@ -131,14 +131,14 @@ const cuda_mat *cuda_mat_of(const cuda_backend *cb, const matview *w) {
 enum {
     OP_MATMUL = 1, OP_EMBED, OP_RMSNORM, OP_LAYERNORM, OP_ROPE, OP_KV_STORE, OP_ATTENTION, OP_ATTENTION_FULL,
     OP_GLU, OP_ACT, OP_SOFTCAP, OP_ADD, OP_ADD_BIAS, OP_SCALE, OP_PATCHES, OP_COPY_ROWS, OP_GATHER_ROWS, OP_ADD_RMSNORM,
-    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_GLU_MATMUL, OP_GLU_MLP, OP_COUNT_
+    OP_ROPE_STORE, OP_MATMUL_MULTI, OP_GLU_MATMUL, OP_GLU_MLP, OP_AVG_POOL, OP_COUNT_
 };
 
 /* The names failures are reported under. */
 static const char *const op_names[OP_COUNT_] = {
     "", "matmul", "embed", "rmsnorm", "layernorm", "rope", "kv_store", "attention", "attention_full", "glu", "act",
     "softcap", "add", "add_bias", "scale", "patches", "copy_rows", "gather_rows", "add_rmsnorm", "rope_store",
-    "matmul_multi", "glu_matmul", "glu_mlp",
+    "matmul_multi", "glu_matmul", "glu_mlp", "avg_pool",
 };
 
 static cuda_backend *cb_of(backend *be) { return (cuda_backend *)be; }
@@ -707,7 +707,7 @@ static void cuda_op_attention(backend *be, float *out, const float *q, const voi
                               const attn_rows *rows) {
     const attn_rows *r = rows;
     /* the decode splits, not r->keys: a recorded step is replayed while they stay the same */
-    if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->seq, r->tables, r->table_cols,
+    if (noted(cb_of(be), OP_ATTENTION, out, q, kpool, vpool, r->n, r->pos, r->limit, r->seq, r->tables, r->table_cols,
               r->block_size, r->window, r->h, r->hk, r->hd, r->scale, r->softcap, r->seqs, cuda_attention_splits(cb_of(be), r)))
         return;
     const op_scope scope(cb_of(be), OP_ATTENTION);
@@ -764,6 +764,12 @@ static void cuda_op_patches(backend *be, float *y, const float *x, int64_t n, in
     if (noted(cb_of(be), OP_PATCHES, y, x, n, s, p, channels_last, lead)) return;
     const op_scope scope(cb_of(be), OP_PATCHES);
     cuda_patches(cb_of(be)->stream, y, x, n, s, p, channels_last, lead);
+}
+
+static void cuda_op_avg_pool(backend *be, float *y, const float *x, int64_t n, int64_t s, int64_t k, int64_t d) {
+    if (noted(cb_of(be), OP_AVG_POOL, y, x, n, s, k, d)) return;
+    const op_scope scope(cb_of(be), OP_AVG_POOL);
+    cuda_avg_pool(cb_of(be)->stream, y, x, n, s, k, d);
 }
 
 static void cuda_op_add_rmsnorm(backend *be, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
@@ -847,6 +853,7 @@ static const backend_ops cuda_ops = {
     .rope = cuda_op_rope,
     .kv_store = cuda_op_kv_store,
     .attention_softcap = true,
+    .attention_limit = true,
     .attention = cuda_op_attention,
     .attention_full = cuda_op_attention_full,
     .glu = cuda_op_glu,
@@ -856,6 +863,7 @@ static const backend_ops cuda_ops = {
     .add_bias = cuda_op_add_bias,
     .scale = cuda_op_scale,
     .patches = cuda_op_patches,
+    .avg_pool = cuda_op_avg_pool,
     .matmul_multi = cuda_op_matmul_multi,
     .add_rmsnorm = cuda_op_add_rmsnorm,
     .rope_store = cuda_op_rope_store,

@@ -78,8 +78,9 @@ static inline unsigned blocks_for(int64_t m) {
     const int64_t b = (m + THREADS - 1) / THREADS;
     return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
-#define GRID_STRIDE(i, m) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m); \
-                               i += (int64_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, m)                                                                          \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (m);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
 
 /* Programmatic dependent launch: a kernel launched with launch_pdl may start while the
  * previous kernel of its stream finishes. It must begin with PDL_ENTRY (or call
@@ -87,24 +88,32 @@ static inline unsigned blocks_for(int64_t m) {
  * the next kernel start early in turn. Decode steps are chains of small kernels, so each
  * one's launch hides behind the one before. PDL_ENTRY also opens the kernel's trace
  * scope (trace.h: empty unless tracing), tag its cuda_trace_tag. */
-__device__ __forceinline__ void pdl_launch_next() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void pdl_wait_prev() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-#define PDL_ENTRY(tag)                                                                               \
-    trace_scope trace_scope_(tag);                                                                   \
-    pdl_launch_next();                                                                               \
-    pdl_wait_prev();                                                                                 \
+__device__ __forceinline__ void pdl_launch_next() {
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+__device__ __forceinline__ void pdl_wait_prev() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+#define PDL_ENTRY(tag)                                                                             \
+    trace_scope trace_scope_(tag);                                                                 \
+    pdl_launch_next();                                                                             \
+    pdl_wait_prev();                                                                               \
     trace_scope_.ready()
 
 /* SwiGLU of one element: cuda_glu's (SiLU) and the fused products' (the same bits); of four. */
-__device__ __forceinline__ float swiglu_of(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ float swiglu_of(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
 __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
-    return make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z), swiglu_of(g.w, u.w));
+    return make_float4(swiglu_of(g.x, u.x), swiglu_of(g.y, u.y), swiglu_of(g.z, u.z),
+                       swiglu_of(g.w, u.w));
 }
 
 /* The current device's SMs, or fallback where they cannot be read (the error cleared). */
 static inline int cuda_sm_count(int fallback) {
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         cudaGetLastError();
         return fallback;
     }
@@ -112,7 +121,8 @@ static inline int cuda_sm_count(int fallback) {
 }
 
 template <typename... P, typename... A>
-static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... a) {
+static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              A... a) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -129,11 +139,11 @@ static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t sme
 /* One matrix on the device. */
 typedef struct cuda_mat {
     int64_t rows, cols;
-    int bits;             /* 0: dense; 4 or 8: affine */
+    int bits; /* 0: dense; 4 or 8: affine */
     int64_t group;
-    int type;             /* dense: DTYPE_F32, DTYPE_F16 or DTYPE_BF16 */
-    void *dense;          /* dense [rows, cols] */
-    cuda_affine aff;      /* affine (bits 4 or 8) */
+    int type;        /* dense: DTYPE_F32, DTYPE_F16 or DTYPE_BF16 */
+    void *dense;     /* dense [rows, cols] */
+    cuda_affine aff; /* affine (bits 4 or 8) */
 } cuda_mat;
 
 /* A block of a model's vector arena and its device mirror. */
@@ -150,7 +160,7 @@ typedef struct cuda_weights {
     int64_t n;
     cuda_vec_block *vec;
     int64_t n_vec;
-    size_t gemv_work;   /* the largest work buffer an affine product of <= GEMV_ROWS rows needs */
+    size_t gemv_work;     /* the largest work buffer an affine product of <= GEMV_ROWS rows needs */
     int64_t affine_elems; /* the most weights (rows x cols) of one affine matrix */
     int64_t affine_cols;  /* the widest affine matrix's columns */
 } cuda_weights;
@@ -162,7 +172,7 @@ typedef enum step_mode {
     STEP_CAPTURE, /* queued into a graph that end records, then launches */
 } step_mode;
 
-#define GRAPH_ROWS 32  /* steps of at most this many rows are recorded and replayed */
+#define GRAPH_ROWS  32 /* steps of at most this many rows are recorded and replayed */
 #define GRAPH_CACHE 16 /* recorded steps kept (least recently used goes) */
 
 typedef struct cuda_graph {
@@ -171,37 +181,38 @@ typedef struct cuda_graph {
     uint64_t used;
 } cuda_graph;
 
-#define GRAPH_FAILURES_MAX 4 /* recording or launching a graph failing this often in a row: no more graphs */
+#define GRAPH_FAILURES_MAX                                                                         \
+    4 /* recording or launching a graph failing this often in a row: no more graphs */
 
 typedef struct cuda_backend {
     backend base;
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
-    void *blas_work;         /* cuBLAS's workspace, so products can be captured */
+    void *blas_work; /* cuBLAS's workspace, so products can be captured */
     backend_params p;
-    void *gemm_work;         /* the affine prefill product's staged x and split partial sums */
-    size_t gemm_work_size;   /* bytes of gemm_work (gemm_work_bytes) */
-    void *xs;                /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
-    void *gemv_work;         /* the affine GEMV's work, zero between products */
-    size_t gemv_work_size;   /* bytes of it (cuda_weights.gemv_work once reserved) */
+    void *gemm_work;       /* the affine prefill product's staged x and split partial sums */
+    size_t gemm_work_size; /* bytes of gemm_work (gemm_work_bytes) */
+    void *xs;              /* [2, max_rows, max_cols] 16-bit activations (high, low parts) */
+    void *gemv_work;       /* the affine GEMV's work, zero between products */
+    size_t gemv_work_size; /* bytes of it (cuda_weights.gemv_work once reserved) */
     /* The dense prefill product's two fp16 buffers of W's rows (matmul.cu): a chunk is
      * dequantized into one on the side stream while cuBLAS reads the other. */
     __half *wh[2];
-    int64_t wh_elems;               /* halves of each (cuda_dense_elems once reserved) */
-    cudaStream_t side;              /* the dequantization's stream */
-    cudaEvent_t wh_ready[2];        /* recorded on side when a buffer's chunk is in */
-    cudaEvent_t wh_free[2];         /* recorded on stream when a product has read it */
+    int64_t wh_elems;                 /* halves of each (cuda_dense_elems once reserved) */
+    cudaStream_t side;                /* the dequantization's stream */
+    cudaEvent_t wh_ready[2];          /* recorded on side when a buffer's chunk is in */
+    cudaEvent_t wh_free[2];           /* recorded on stream when a product has read it */
     const struct cuda_mat *wh_mat[2]; /* the matrix whose chunk a buffer holds (or is getting) */
-    int64_t wh_row[2], wh_rows[2];  /* and which rows */
-    int wh_next;                    /* the buffer the next chunk not already held goes to */
+    int64_t wh_row[2], wh_rows[2];    /* and which rows */
+    int wh_next;                      /* the buffer the next chunk not already held goes to */
     step_mode mode;
-    uint64_t sig;            /* hash of the current step's calls */
-    bool recapture;          /* the last check found no graph: record the step again */
-    bool again;              /* end answered false: the next begin runs the same step */
-    bool eager_once;         /* a graph failed (not sticky): run the step again queued as called */
-    int graph_failures;      /* graphs that failed to record or launch in a row */
-    float *att_part;         /* split attention's partial results (cuda_attention_scratch_bytes) */
+    uint64_t sig;       /* hash of the current step's calls */
+    bool recapture;     /* the last check found no graph: record the step again */
+    bool again;         /* end answered false: the next begin runs the same step */
+    bool eager_once;    /* a graph failed (not sticky): run the step again queued as called */
+    int graph_failures; /* graphs that failed to record or launch in a row */
+    float *att_part;    /* split attention's partial results (cuda_attention_scratch_bytes) */
     int64_t att_part_floats;
     cuda_graph graphs[GRAPH_CACHE];
     uint64_t tick;
@@ -230,42 +241,49 @@ int64_t cuda_gemm_rows(const cuda_backend *cb);
 /* y[n, m->rows] = x[n, m->cols] @ W^T on cb's stream. */
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n);
 /* The same of x = silu(gate) * up; gate may be overwritten. */
-void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *gate, const float *up, int64_t n);
+void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *gate,
+                         const float *up, int64_t n);
 /* ys[i] = x @ W_i^T for k <= CUDA_AFFINE_SET matrices of one input: one launch where they
  * are compatible affine matrices (and, for the GEMV, the work buffer holds the set), else
  * cuda_product for each. */
-void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k, const float *x, int64_t n);
+void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const *ms, int k,
+                      const float *x, int64_t n);
 /* y = (silu(x @ G^T) * (x @ U^T)) @ D^T; gate and up are scratch (at prefill rows they hold
  * fp16 values) */
-void cuda_product_mlp(cuda_backend *cb, float *y, const cuda_mat *g, const cuda_mat *u, const cuda_mat *d,
-                      const float *x, float *gate, float *up, int64_t n);
+void cuda_product_mlp(cuda_backend *cb, float *y, const cuda_mat *g, const cuda_mat *u,
+                      const cuda_mat *d, const float *x, float *gate, float *up, int64_t n);
 
 /* ==== Kernels (kernels.cu) ==== */
 
-void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n, float scale);
-void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d, float eps);
-void cuda_add_rmsnorm(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n, int64_t d,
-                      float eps);
-void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b, int64_t n,
-                    int64_t d, float eps);
-void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd, int64_t dims,
-               const float *inv_freq, float mscale, bool traditional);
-void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *kpool, void *vpool, const int32_t *pos,
-                     const int32_t *slot, int64_t n, int64_t h, int64_t hk, int64_t hd, const float *inv_freq,
-                     float mscale, bool traditional, bool f16);
-void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v, const int32_t *slot,
-                   int64_t n, int64_t kvd, bool f16);
-void cuda_glu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m, backend_act act);
+void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n,
+                float scale);
+void cuda_rmsnorm(cudaStream_t s, float *y, const float *x, const float *w, int64_t n, int64_t d,
+                  float eps);
+void cuda_add_rmsnorm(cudaStream_t s, float *y, float *x, const float *r, const float *w, int64_t n,
+                      int64_t d, float eps);
+void cuda_layernorm(cudaStream_t s, float *y, const float *x, const float *w, const float *b,
+                    int64_t n, int64_t d, float eps);
+void cuda_rope(cudaStream_t s, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+               int64_t dims, const float *inv_freq, float mscale, bool traditional);
+void cuda_rope_store(cudaStream_t s, float *q, float *k, const float *v, void *kpool, void *vpool,
+                     const int32_t *pos, const int32_t *slot, int64_t n, int64_t h, int64_t hk,
+                     int64_t hd, const float *inv_freq, float mscale, bool traditional, bool f16);
+void cuda_kv_store(cudaStream_t s, void *kpool, void *vpool, const float *k, const float *v,
+                   const int32_t *slot, int64_t n, int64_t kvd, bool f16);
+void cuda_glu(cudaStream_t s, float *y, const float *gate, const float *up, int64_t m,
+              backend_act act);
 void cuda_softcap(cudaStream_t s, float *y, float cap, int64_t m);
 void cuda_argmax_rows(cudaStream_t s, int32_t *ids, const float *x, int64_t n, int64_t v);
 void cuda_act(cudaStream_t s, float *y, const float *x, int64_t m, backend_act kind);
 void cuda_add(cudaStream_t s, float *y, const float *x, int64_t m);
 void cuda_add_bias(cudaStream_t s, float *y, const float *bias, int64_t n, int64_t d);
 void cuda_scale(cudaStream_t s, float *y, float a, int64_t m);
-void cuda_gather_rows(cudaStream_t s, float *y, const float *x, const int32_t *idx, const float *fill, int64_t n,
-                      int64_t d);
-void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t p, bool channels_last,
-                  bool lead);
+void cuda_gather_rows(cudaStream_t s, float *y, const float *x, const int32_t *idx,
+                      const float *fill, int64_t n, int64_t d);
+void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t p,
+                  bool channels_last, bool lead);
+void cuda_avg_pool(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t k,
+                   int64_t d);
 
 /* ==== Attention (attention.cu, attention_flash.cu) ==== */
 
@@ -281,8 +299,8 @@ __device__ static inline int64_t kv_slot(const int32_t *table, int bs, int j) {
 
 /* out[n, h*hd] = attention of q[n, h*hd] over cb's pools as rows ar says; picks the kernel
  * (attention.cu's header). Splits of decode rows use cb->att_part. */
-void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kpool, const void *vpool,
-                    const attn_rows *ar);
+void cuda_attention(cuda_backend *cb, float *out, const float *q, const void *kpool,
+                    const void *vpool, const attn_rows *ar);
 /* k_decode's splits for ar's rows: what a recorded step depends on, not ar->keys itself. */
 int cuda_attention_splits(const cuda_backend *cb, const attn_rows *ar);
 /* Bytes of the split partials' scratch for head dims up to hd. */
@@ -291,9 +309,9 @@ size_t cuda_attention_scratch_bytes(int64_t hd);
  * limits its kernels need (once, at backend creation); the launch. */
 bool cuda_attention_flash_fits(int64_t hd);
 void cuda_attention_flash_init(void);
-void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void *kpool, const void *vpool,
-                          const attn_rows *ar);
-void cuda_attention_full(cudaStream_t s, float *out, const float *q, const float *k, const float *v, int64_t n,
-                         int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
+void cuda_attention_flash(cudaStream_t s, float *out, const float *q, const void *kpool,
+                          const void *vpool, const attn_rows *ar);
+void cuda_attention_full(cudaStream_t s, float *out, const float *q, const float *k, const float *v,
+                         int64_t n, int64_t seg, int64_t h, int64_t hk, int64_t hd, float scale);
 
 #endif

@@ -416,6 +416,25 @@ void cuda_patches(cudaStream_t s, float *y, const float *x, int64_t n, int64_t s
     k_patches<<<blocks_for(m), THREADS, 0, s>>>(y, x, sz, p, channels_last, lead ? 1 : 0, m);
 }
 
+/* y[n * g * g, d] (g = sz / k): the means of the k x k windows of x[n, sz, sz, d], each
+ * window summed row by row, then divided by k * k (torch's AvgPool2d). */
+__global__ static void k_avg_pool(float *y, const float *x, int64_t sz, int64_t k, int64_t d, int64_t m) {
+    const int64_t g = sz / k;
+    const float area = (float)(k * k);
+    GRID_STRIDE(i, m) {
+        const int64_t c = i % d, o = i / d, t = o / (g * g), oy = (o / g) % g, ox = o % g;
+        float sum = 0.0f;
+        for (int64_t ky = 0; ky < k; ky++)
+            for (int64_t kx = 0; kx < k; kx++) sum += x[((t * sz + oy * k + ky) * sz + ox * k + kx) * d + c];
+        y[i] = sum / area;
+    }
+}
+
+void cuda_avg_pool(cudaStream_t s, float *y, const float *x, int64_t n, int64_t sz, int64_t k, int64_t d) {
+    const int64_t g = sz / k, m = n * g * g * d;
+    k_avg_pool<<<blocks_for(m), THREADS, 0, s>>>(y, x, sz, k, d, m);
+}
+
 /* ==== The argmax of rows (greedy decoding) ==== */
 
 /* Whether (av, ai) beats (bv, bi): a larger value, or an equal one at a smaller index; an

@@ -1,6 +1,7 @@
 /*
- * attention.c - reference attention of one query row: causal over a paged KV cache, with
- * grouped-query heads, an optional sliding window and optional soft-capping of the scores; or unmasked over plain K and V rows
+ * attention.c - reference attention of one query row: causal over a paged KV cache (or up to a
+ * later limit: a Gemma 3 image block), with grouped-query heads, an optional sliding window
+ * and optional soft-capping of the scores; or unmasked over plain K and V rows
  * (a vision encoder's segment). Materializes the score row (one float per key); the tiled
  * online-softmax kernels belong to the CPU backend.
  */
@@ -13,10 +14,11 @@ static inline float kv_at(const void *pool, bool f16, int64_t i) {
     return f16 ? f16_to_f32(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
 }
 
-void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
-                   int64_t h, int64_t hk, int64_t hd, float scale, float softcap, float *scores) {
+void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t limit,
+                   int64_t window, int64_t h, int64_t hk, int64_t hd, float scale, float softcap,
+                   float *scores) {
     const int64_t lo = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    const int64_t n = pos - lo + 1, group = h / hk, kvd = hk * hd;
+    const int64_t n = limit - lo + 1, group = h / hk, kvd = hk * hd;
     for (int64_t i = 0; i < h; i++) {
         const float *qi = q + i * hd;
         const int64_t off = (i / group) * hd;

@@ -82,7 +82,8 @@ static void embed_task(void *p, int ith, int nth) {
     }
 }
 
-static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n, float scale) {
+static void ref_op_embed(backend *be, float *y, const matview *w, const int32_t *ids, int64_t n,
+                         float scale) {
     ref_backend *rb = (ref_backend *)be;
     matmul_job j = {rb, y, w, NULL, ids, n, scale};
     threadpool_run(rb->pool, embed_task, &j);
@@ -107,7 +108,8 @@ static void rmsnorm_task(void *p, int ith, int nth) {
     row_job *j = p;
     int64_t lo, hi;
     split(j->n, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) ref_rmsnorm(j->y + t * j->d, j->x + t * j->d, j->w, j->d, j->eps);
+    for (int64_t t = lo; t < hi; t++)
+        ref_rmsnorm(j->y + t * j->d, j->x + t * j->d, j->w, j->d, j->eps);
 }
 
 static void ref_op_rmsnorm(backend *be, float *y, const float *x, const float *w, int64_t n,
@@ -139,14 +141,14 @@ static void rope_task(void *p, int ith, int nth) {
         ref_rope(j->y + t * j->h * j->hd, j->h, j->hd, j->idx[t], j->rp);
 }
 
-static void ref_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h,
-                        int64_t hd, const rope_params *rp) {
+static void ref_op_rope(backend *be, float *x, const int32_t *pos, int64_t n, int64_t h, int64_t hd,
+                        const rope_params *rp) {
     row_job j = {.rb = (ref_backend *)be, .y = x, .idx = pos, .n = n, .h = h, .hd = hd, .rp = rp};
     threadpool_run(j.rb->pool, rope_task, &j);
 }
 
-static void ref_op_kv_store(backend *be, void *kpool, void *vpool, const float *k,
-                            const float *v, const int32_t *slot, int64_t n, int64_t kvd) {
+static void ref_op_kv_store(backend *be, void *kpool, void *vpool, const float *k, const float *v,
+                            const int32_t *slot, int64_t n, int64_t kvd) {
     for (int64_t t = 0; t < n; t++) {
         const size_t at = (size_t)slot[t] * (size_t)kvd;
         if (be->kv_f16) {
@@ -169,17 +171,19 @@ static void attention_task(void *p, int ith, int nth) {
     int64_t lo, hi;
     split(ar->n, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
-        kv_span kv = {j->kpool, j->vpool, ar->tables + (int64_t)ar->seq[t] * ar->table_cols, ar->block_size,
-                      j->rb->base.kv_f16};
-        ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], ar->window, ar->h, ar->hk,
-                      ar->hd, ar->scale, ar->softcap, scores);
+        kv_span kv = {j->kpool, j->vpool, ar->tables + (int64_t)ar->seq[t] * ar->table_cols,
+                      ar->block_size, j->rb->base.kv_f16};
+        ref_attention(j->y + t * qd, j->x + t * qd, &kv, ar->pos[t], attn_rows_limit(ar, t),
+                      ar->window, ar->h, ar->hk, ar->hd, ar->scale, ar->softcap, scores);
     }
 }
 
 static void ref_op_attention(backend *be, float *out, const float *q, const void *kpool,
                              const void *vpool, const attn_rows *rows) {
     ref_backend *rb = (ref_backend *)be;
-    for (int64_t t = 0; t < rows->n; t++) CELER_ASSERT(rows->pos[t] < rb->max_keys);
+    for (int64_t t = 0; t < rows->n; t++)
+        CELER_ASSERT(rows->pos[t] <= attn_rows_limit(rows, t) &&
+                     attn_rows_limit(rows, t) < rb->max_keys);
     row_job j = {.rb = rb, .y = out, .x = q, .kpool = kpool, .vpool = vpool, .ar = rows};
     threadpool_run(rb->pool, attention_task, &j);
 }
@@ -222,7 +226,8 @@ static void glu_task(void *p, int ith, int nth) {
     ref_glu(j->y + lo, j->x + lo, j->x2 + lo, hi - lo, j->act);
 }
 
-static void ref_op_glu(backend *be, float *y, const float *gate, const float *up, int64_t m, backend_act act) {
+static void ref_op_glu(backend *be, float *y, const float *gate, const float *up, int64_t m,
+                       backend_act act) {
     row_job j = {.rb = (ref_backend *)be, .y = y, .x = gate, .x2 = up, .n = m, .act = act};
     threadpool_run(j.rb->pool, glu_task, &j);
 }
@@ -276,6 +281,7 @@ static const backend_ops ref_ops = {
     .rope = ref_op_rope,
     .kv_store = ref_op_kv_store,
     .attention_softcap = true,
+    .attention_limit = true,
     .attention = ref_op_attention,
     .attention_full = ref_op_attention_full,
     .glu = ref_op_glu,
@@ -285,6 +291,7 @@ static const backend_ops ref_ops = {
     .add_bias = backend_host_add_bias,
     .scale = backend_host_scale,
     .patches = backend_host_patches,
+    .avg_pool = backend_host_avg_pool,
 };
 
 backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, bool kv_f16) {

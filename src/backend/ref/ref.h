@@ -52,12 +52,14 @@ void ref_softcap(float *y, float cap, int64_t n);
 float ref_act_one(float x, backend_act kind);
 void ref_act(float *y, const float *x, int64_t n, backend_act kind);
 
-/* out[h, hd] = causal attention of q[h, hd] at position pos over the keys of kv at
- * positions [max(0, pos - window + 1), pos] (window <= 0: all of [0, pos]). Query head i
- * reads kv head i / (h / hk) (GQA). A score is scale * q . k, then softcap * tanh(score /
- * softcap) where softcap > 0. scores: scratch of pos + 1 floats. */
-void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t window,
-                   int64_t h, int64_t hk, int64_t hd, float scale, float softcap, float *scores);
+/* out[h, hd] = attention of q[h, hd] at position pos over the keys of kv at positions
+ * [max(0, pos - window + 1), limit] (window <= 0: all of [0, limit]; limit >= pos, pos for
+ * causal attention). Query head i reads kv head i / (h / hk) (GQA). A score is scale * q . k,
+ * then softcap * tanh(score / softcap) where softcap > 0. scores: scratch of limit + 1
+ * floats. */
+void ref_attention(float *out, const float *q, const kv_span *kv, int64_t pos, int64_t limit,
+                   int64_t window, int64_t h, int64_t hk, int64_t hd, float scale, float softcap,
+                   float *scores);
 
 /* out[h, hd] = attention of q[h, hd] over every row of k, v[seg, hk*hd] (no mask). Query
  * head i reads kv head i / (h / hk). scores: scratch of seg floats. */
