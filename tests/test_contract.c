@@ -344,8 +344,12 @@ static void check_vlm(const char *name) {
                   err)) {
             CHECK(celer_forward(small, &b, chunked) == CELER_OK, "forward in steps of %lld: %s",
                   (long long)cp.n_batch, celer_context_last_error(small));
-            const double dc = max_abs_diff(chunked, all, n * V) / max_abs(all, n * V);
-            CHECK(dc <= same, "%s: the forward in steps of %lld rows differs by %g", name,
+            /* a device's matrix library picks its kernels by the step's shape, and in the
+             * fp16 cache a last-bit difference can round a stored value the other way: the
+             * bound test_parity gives re-chunked prefill there */
+            const double dc = max_abs_diff(chunked, all, n * V) / max_abs(all, n * V),
+                         bound = device ? 1e-4 : same;
+            CHECK(dc <= bound, "%s: the forward in steps of %lld rows differs by %g", name,
                   (long long)cp.n_batch, dc);
             celer_context_destroy(small);
         }
