@@ -472,7 +472,7 @@ static void run_all(void) {
 static void test_backend_check(void) {
     celer_model *m;
     celer_error e = {{0}};
-    if (!CHECK(model_open(fixture_path("cohere2-bf16"), &m, &e) == CELER_OK, "%s", e.msg)) return;
+    if (!CHECK(model_open(fixture_path("cohere2-bf16"), sizeof *m, &m, &e) == CELER_OK, "%s", e.msg)) return;
     backend *be = backend_ref_create(1, 256, 64, false);
     CHECK(model_check_backend(m, be, &e) == CELER_OK, "the reference backend runs cohere2: %s",
           e.msg);

@@ -67,17 +67,13 @@ celer_status celer_model_open(const char *path, const celer_model_params *params
         error_copy(&e, err, err_size);
         return CELER_STATUS_INVALID_ARGUMENT;
     }
-    celer_status s = model_open(path, out, &e);
-    if (s == CELER_OK && (s = image_model_init(*out, &e)) != CELER_OK) {
-        model_close(*out);
-        *out = NULL;
-    }
+    celer_status s = image_model_open(path, out, &e);
     error_copy(&e, err, err_size);
     return s;
 }
 
 void celer_model_close(celer_model *model) {
-    model_close(model);
+    image_model_close(model);
 }
 int64_t celer_model_n_vocab(const celer_model *m) {
     return m->dims.v;

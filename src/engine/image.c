@@ -101,29 +101,47 @@ static vision_processor processor_of(const celer_model *m) {
                                                                            : VISION_LLAVA_NEXT;
 }
 
-celer_status image_model_init(celer_model *m, celer_error *e) {
-    if (!m->family->encode_image || m->vision_pre) return CELER_OK;
+/* The image settings of m (NULL: none), read at open. */
+static const vision_config *settings_of(const celer_model *m) {
+    return ((const engine_model *)m)->images;
+}
+
+celer_status image_model_open(const char *path, celer_model **out, celer_error *e) {
+    celer_status s = model_open(path, sizeof(engine_model), out, e);
+    if (s != CELER_OK || !(*out)->family->encode_image) return s;
+    engine_model *em = (engine_model *)*out;
     vision_config *cfg = malloc(sizeof *cfg);
-    if (!cfg) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    const vision_processor kind = processor_of(m);
-    celer_status s = vision_config_load(cfg, m->ck.dir, kind, e);
-    if (s == CELER_OK) s = vision_config_check(cfg, m->ck.dir, e);
-    if (s != CELER_OK) {
+    if (!cfg) {
+        s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    } else {
+        const vision_processor kind = processor_of(*out);
+        s = vision_config_load(cfg, (*out)->ck.dir, kind, e);
+        if (s == CELER_OK) s = vision_config_check(cfg, (*out)->ck.dir, e);
+        if (s == CELER_OK) {
+            em->images = cfg;
+            return CELER_OK;
+        }
         free(cfg);
         /* a Gemma 3 checkpoint without processor files still runs its text: its images are
          * refused when they come (image_grid) */
         if (s == CELER_STATUS_IO && kind == VISION_GEMMA3) return CELER_OK;
-        return s;
     }
-    m->vision_pre = cfg;
-    return CELER_OK;
+    model_close(*out);
+    *out = NULL;
+    return s;
+}
+
+void image_model_close(celer_model *m) {
+    if (!m) return;
+    free(((engine_model *)m)->images);
+    model_close(m);
 }
 
 celer_status image_grid(const celer_model *m, const celer_image *img, model_image_grid *g,
                         int64_t *positions, celer_error *e) {
     if (!m->family->encode_image)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "%s reads no images", m->desc);
-    const vision_config *cfg = m->vision_pre;
+    const vision_config *cfg = settings_of(m);
     if (!cfg)
         return error_set(
             e, CELER_STATUS_INVALID_ARGUMENT,
@@ -301,7 +319,7 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
     vision_layout lay;
     float *pixels = NULL, *pixels_be = NULL, *tiles = NULL, *out_be = NULL;
     int32_t *layout = NULL, *layout_be = NULL;
-    if ((s = vision_preprocess(&pixels, &lay, m->vision_pre, &img->rgb, e)) != CELER_OK) goto out;
+    if ((s = vision_preprocess(&pixels, &lay, settings_of(m), &img->rgb, e)) != CELER_OK) goto out;
     if (lay.out_h != vs.image_size || lay.out_w != vs.image_size) {
         s = error_set(
             e, CELER_STATUS_BAD_CONFIG,
@@ -309,7 +327,7 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
             "preprocessor_config.json %s and config.json vision_config.image_size disagree",
             m->ck.dir, (long long)lay.out_w, (long long)lay.out_h, (long long)vs.image_size,
             (long long)vs.image_size,
-            ((const vision_config *)m->vision_pre)->kind == VISION_GEMMA3 ? "size" : "crop_size");
+            settings_of(m)->kind == VISION_GEMMA3 ? "size" : "crop_size");
         goto out;
     }
     /* the tiles' features, the layout and (a backend with memory of its own) the pixels

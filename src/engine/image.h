@@ -19,9 +19,18 @@ struct celer_image {
     atomic_int refs;
 };
 
-/* Reads the image preprocessing settings of a vision-language model into m->vision_pre
- * (a no-op for other models). */
-celer_status image_model_init(celer_model *m, celer_error *e);
+/* The engine's model: the models layer's, extended with what the engine reads beside the
+ * weights (model_open allocates it whole, model_close frees it). A celer_model the public
+ * API hands out is always one of these. */
+typedef struct engine_model {
+    celer_model base;       /* first */
+    vision_config *images;  /* a vision-language model's image preprocessing, or NULL */
+} engine_model;
+
+/* Opens a model for the public API: the weights, then a vision-language model's image
+ * preprocessing settings. */
+celer_status image_model_open(const char *path, celer_model **out, celer_error *e);
+void image_model_close(celer_model *m);
 
 /* The grid of img for m (tiles and the unpadded feature window) and its prompt rows. */
 celer_status image_grid(const celer_model *m, const celer_image *img, model_image_grid *g, int64_t *positions,

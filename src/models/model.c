@@ -31,9 +31,10 @@ const model_family *model_family_for(const char *type) {
     return NULL;
 }
 
-celer_status model_open(const char *dir, celer_model **out, celer_error *e) {
+celer_status model_open(const char *dir, size_t size, celer_model **out, celer_error *e) {
     *out = NULL;
-    celer_model *m = calloc(1, sizeof *m);
+    CELER_ASSERT(size >= sizeof(celer_model));
+    celer_model *m = calloc(1, size);
     if (!m) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     pthread_mutex_init(&m->prep_mu, NULL);
     celer_status s = checkpoint_open(&m->ck, dir, e);
@@ -68,7 +69,6 @@ void model_close(celer_model *m) {
     if (!m) return;
     model_close(m->text);
     json_decref(m->owned_json);
-    free(m->vision_pre);
     for (int i = 0; i < m->n_prepared; i++) m->prepared[i].cls->unprepare(m->prepared[i].w);
     arena_free(&m->mem);
     arena_free(&m->vectors);

@@ -124,7 +124,6 @@ struct celer_model {
     int n_tables;
     celer_model *text;  /* a vision-language model's text model, or NULL */
     json_t *owned_json; /* config built at load (a text_config with defaults), or NULL */
-    void *vision_pre;   /* image preprocessing settings, filled and read by the engine layer */
     bool attn_softcap;  /* some layer soft-caps attention scores (the backend must) */
     bool image_blocks;  /* at prefill the rows of an image block attend to the whole block
                            (Gemma 3; model_step.limit, the backend's attention_limit) */
@@ -250,8 +249,10 @@ void model_count(const celer_model *m, int64_t *params, int64_t *bytes);
 /* Stored bytes of one weight view (codes + scales + biases, or dense data). */
 int64_t matview_bytes(const matview *w);
 
-/* Opens dir, reads config.json and binds every weight; *out NULL on failure. */
-celer_status model_open(const char *dir, celer_model **out, celer_error *e);
+/* Opens dir, reads config.json and binds every weight; *out NULL on failure. size: the bytes
+ * to allocate, sizeof(celer_model) or a caller's struct that begins with one (the engine's
+ * adds what it reads beside the weights; model_close frees the whole block). */
+celer_status model_open(const char *dir, size_t size, celer_model **out, celer_error *e);
 void model_close(celer_model *m);
 
 /* *out = cls's prepared copy of m's weights for p->device, made on the first call and
