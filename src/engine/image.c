@@ -326,8 +326,7 @@ celer_status image_encode(const celer_model *m, backend *be, int64_t tiles_per_c
             "%s: the image processor makes %lldx%lld tiles, the vision tower reads %lldx%lld: "
             "preprocessor_config.json %s and config.json vision_config.image_size disagree",
             m->ck.dir, (long long)lay.out_w, (long long)lay.out_h, (long long)vs.image_size,
-            (long long)vs.image_size,
-            settings_of(m)->kind == VISION_GEMMA3 ? "size" : "crop_size");
+            (long long)vs.image_size, settings_of(m)->kind == VISION_GEMMA3 ? "size" : "crop_size");
         goto out;
     }
     /* the tiles' features, the layout and (a backend with memory of its own) the pixels

@@ -23,8 +23,8 @@ struct celer_image {
  * weights (model_open allocates it whole, model_close frees it). A celer_model the public
  * API hands out is always one of these. */
 typedef struct engine_model {
-    celer_model base;       /* first */
-    vision_config *images;  /* a vision-language model's image preprocessing, or NULL */
+    celer_model base;      /* first */
+    vision_config *images; /* a vision-language model's image preprocessing, or NULL */
 } engine_model;
 
 /* Opens a model for the public API: the weights, then a vision-language model's image
@@ -33,8 +33,8 @@ celer_status image_model_open(const char *path, celer_model **out, celer_error *
 void image_model_close(celer_model *m);
 
 /* The grid of img for m (tiles and the unpadded feature window) and its prompt rows. */
-celer_status image_grid(const celer_model *m, const celer_image *img, model_image_grid *g, int64_t *positions,
-                        celer_error *e);
+celer_status image_grid(const celer_model *m, const celer_image *img, model_image_grid *g,
+                        int64_t *positions, celer_error *e);
 
 /* out[positions, d] = the rows of img, on backend be with scratch (model_vision_sizes
  * for tiles_per_call tiles). */
