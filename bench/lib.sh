@@ -7,6 +7,16 @@
 # sdist names the llama.cpp commit it vendors.
 LLAMA_CPP_PYTHON_VERSION=0.3.36
 
+# Compiler flags for llama.cpp on this CPU. GGML_NATIVE=ON compiles ggml's AMX path where
+# the CPU has AMX, and that path dies of SIGILL at its first tile instruction on these
+# machines (llama.cpp 0c1e57098, Sapphire Rapids guests), so it is compiled out there:
+# llama.cpp then runs its AVX-512 VNNI kernels. Empty elsewhere.
+llama_cpp_cflags() {
+    if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+        echo "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    fi
+}
+
 # bench_venv TAG VENV REQUIREMENTS: a venv at VENV with the pinned REQUIREMENTS installed,
 # skipped when VENV/.ok holds the same requirements. TAG prefixes the messages.
 bench_venv() {

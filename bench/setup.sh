@@ -21,7 +21,7 @@ bench_venv bench-setup "$venv" "$root/bench/requirements.txt"
 # ==== llama.cpp ====
 ldir="$root/build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION"
 stamp="$ldir/.ok"
-if [ -f "$stamp" ] && [ -x "$ldir/build/bin/llama-bench" ] && [ -x "$ldir/build/bin/llama-quantize" ]; then
+if [ "$(cat "$stamp" 2>/dev/null)" = "cflags: $(llama_cpp_cflags)" ] && [ -x "$ldir/build/bin/llama-bench" ] && [ -x "$ldir/build/bin/llama-quantize" ]; then
     echo "bench-setup: build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION is built"
     exit 0
 fi
@@ -31,6 +31,7 @@ commit=$(cat "$ldir/llama-cpp-commit")
 GIT_CEILING_DIRECTORIES="$ldir" cmake -S "$ldir/src" -B "$ldir/build" \
     -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$(llama_cpp_cflags)" -DCMAKE_CXX_FLAGS="$(llama_cpp_cflags)" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
@@ -40,5 +41,5 @@ GIT_CEILING_DIRECTORIES="$ldir" cmake -S "$ldir/src" -B "$ldir/build" \
 echo "bench-setup: building llama.cpp $commit (llama-bench, llama-quantize; minutes on 2 cores)"
 cmake --build "$ldir/build" --config Release -j "$jobs" --target llama-bench llama-quantize \
     > "$ldir/cmake-build.log" 2>&1 || { tail -n 30 "$ldir/cmake-build.log"; exit 1; }
-touch "$stamp"
+echo "cflags: $(llama_cpp_cflags)" > "$stamp"  # a build with other flags is redone
 echo "bench-setup: build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION/build/bin/llama-bench ready"

@@ -26,7 +26,7 @@ bench_venv setup-serve "$venv" "$root/bench/requirements-serve.txt"
 # ==== llama.cpp llama-server ====
 ldir="$root/build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION"
 stamp="$ldir/.ok-server"
-if [ -f "$stamp" ] && [ -x "$ldir/build/bin/llama-server" ]; then
+if [ "$(cat "$stamp" 2>/dev/null)" = "cflags: $(llama_cpp_cflags)" ] && [ -x "$ldir/build/bin/llama-server" ]; then
     echo "setup-serve: build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION/build/bin/llama-server is built"
     exit 0
 fi
@@ -38,6 +38,7 @@ commit=$(cat "$ldir/llama-cpp-commit")
 GIT_CEILING_DIRECTORIES="$ldir" cmake -S "$ldir/src" -B "$ldir/build" \
     -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$(llama_cpp_cflags)" -DCMAKE_CXX_FLAGS="$(llama_cpp_cflags)" \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF \
@@ -46,5 +47,5 @@ GIT_CEILING_DIRECTORIES="$ldir" cmake -S "$ldir/src" -B "$ldir/build" \
 echo "setup-serve: building llama.cpp $commit llama-server (minutes on 2 cores)"
 cmake --build "$ldir/build" --config Release -j "$jobs" --target llama-server \
     > "$ldir/cmake-build-server.log" 2>&1 || { tail -n 30 "$ldir/cmake-build-server.log"; exit 1; }
-touch "$stamp"
+echo "cflags: $(llama_cpp_cflags)" > "$stamp"  # a build with other flags is redone
 echo "setup-serve: build/llama.cpp-$LLAMA_CPP_PYTHON_VERSION/build/bin/llama-server ready"

@@ -287,8 +287,10 @@ def head_dim_of(cfg):
     return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
-def init_weights(cfg, seed):
-    """Random float32 weights with HF names.
+def init_weights(cfg, seed, vocab=VOCAB, std=None):
+    """Random float32 weights with HF names: vocab rows of embedding (and head), every
+    matrix N(0, std) when std is given (the benchmark's large models), else the fixtures'
+    PROJ_STD, EMBED_STD and HEAD_STD.
 
     Norm weights are drawn around 1 (1 + N(0, 0.1); 1 + N(0, 0.3) for the per-head q/k
     norms), except Gemma's: Gemma multiplies by (1 + w), so w ~ N(0, 0.3) clipped to
@@ -310,8 +312,8 @@ def init_weights(cfg, seed):
     attn_bias = cfg.get("attention_bias", False)
     mlp_bias = cfg.get("mlp_bias", False)
 
-    def normal(shape, std):
-        return (rng.standard_normal(shape) * std).astype(np.float32)
+    def normal(shape, fixture_std):
+        return (rng.standard_normal(shape) * (std or fixture_std)).astype(np.float32)
 
     def norm_w(n=H, spread=0.1):
         if gemma:
@@ -319,7 +321,7 @@ def init_weights(cfg, seed):
         return (1.0 + spread * rng.standard_normal(n)).astype(np.float32)
 
     cohere = mt == "cohere2"
-    w = {"model.embed_tokens.weight": normal((VOCAB, H), EMBED_STD)}
+    w = {"model.embed_tokens.weight": normal((vocab, H), EMBED_STD)}
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm_w()
@@ -351,7 +353,7 @@ def init_weights(cfg, seed):
                 [w.pop(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")])
     w["model.norm.weight"] = norm_w()
     if not cfg["tie_word_embeddings"]:
-        w["lm_head.weight"] = normal((VOCAB, H), HEAD_STD)
+        w["lm_head.weight"] = normal((vocab, H), HEAD_STD)
     return w
 
 

@@ -66,7 +66,7 @@ def finish(w):
 
 # ==== qwen3, gemma2, gemma3, phi3: convert_hf_to_gguf.py's metadata and tensors ====
 
-GGUF_ARCH = {"qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3"}
+GGUF_ARCH = {"llama": "llama", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3_text": "gemma3", "phi3": "phi3"}
 
 
 def add_common(w, cfg, qtype):
@@ -95,16 +95,23 @@ def phi3_rope(cfg):
     return dims, attn, rs["long_factor"], rs["short_factor"]
 
 
-def write_family_gguf(path, cfg, tensors, qtype):
-    """A qwen3, gemma2, gemma3_text or phi3 model (cfg: its HF config in the keys mlx-lm's
-    checkpoints use; tensors: float32 with HF names) written to path as convert_hf_to_gguf.py
-    lays it out (tensor types as llama-quantize gives them: every matrix at qtype, vectors
-    and norms F32). Returns the float32 values a reader recovers, by HF name, with Gemma's
-    +1 on the norms taken off again."""
+def write_family_gguf(path, cfg, tensors, qtype, meta=None):
+    """A qwen3, gemma2, gemma3_text or phi3 model (or a plain llama, the benchmark's
+    baseline; cfg: its HF config in the keys mlx-lm's checkpoints use; tensors: float32 with
+    HF names) written to path as convert_hf_to_gguf.py lays it out (tensor types as
+    llama-quantize gives them: every matrix at qtype, vectors and norms F32); meta(writer),
+    when given, adds keys of its own (a tokenizer). Returns the float32 values a reader
+    recovers, by HF name, with Gemma's +1 on the norms taken off again."""
     arch = GGUF_ARCH[cfg["model_type"]]
     w = gguf.GGUFWriter(str(path), arch)
     add_common(w, cfg, qtype)
+    if meta:
+        meta(w)
     hd = mf.head_dim_of(cfg)
+    if arch == "llama":
+        assert not cfg.get("rope_scaling")
+        w.add_rope_freq_base(cfg["rope_theta"])
+        w.add_rope_dimension_count(hd)
     if arch in ("qwen3", "gemma2", "gemma3"):
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -144,6 +151,10 @@ def write_family_gguf(path, cfg, tensors, qtype):
         # generator's w, so taking 1 off again gives w back)
         shift = np.float32(1.0 if gemma and hf.endswith("norm.weight") else 0.0)
         name = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+        n_head = heads_for(hf, cfg) if arch == "llama" else 0
+        if n_head:  # llama.cpp's interleaved RoPE order
+            back[hf] = unpermute(add_tensor(w, name, permute(v.astype(np.float32), n_head), qtype), n_head)
+            continue
         back[hf] = add_tensor(w, name, v.astype(np.float32) + shift, qtype) - shift
     finish(w)
     return back
