@@ -662,6 +662,9 @@ int main(void) {
         }
         test_gemm_q(k, 4, 128, DTYPE_F32, 64, 384, 33);
         test_gemm_q(k, 8, 32, DTYPE_F16, 17, 64, 2);
+        /* columns over several of the AMX kernel's 64-block chunks, tokens past a tile */
+        test_gemm_q(k, 4, 32, DTYPE_F16, 33, 4192, 37);
+        test_gemm_q(k, 8, 32, DTYPE_F16, 18, 4192, 35);
         test_dense(k, DTYPE_F32, 13, 77, 5);
         test_dense(k, DTYPE_F16, 16, 64, 3);
         test_dense(k, DTYPE_BF16, 9, 130, 1);

@@ -2,20 +2,33 @@
  * kernels_amx.c - AMX int8 tiles for prefill (compiled with the AVX-512 flags plus
  * -mamx-tile -mamx-int8; the process asks Linux for tile state in cpuid.c).
  *
- * One tdpbsud multiplies 16 tokens' int8 activations (A: 16 x 32 bytes, one quantization
- * block, loaded straight from the activation rows) by one weight tile's unsigned codes
- * (B: 8 x 64 bytes). The packed layout already is AMX's B layout once the nibbles are
- * split: step s's low nibbles are B row 2s (columns 8s..8s+3 of 16 rows) and its high
- * nibbles B row 2s+1. Each block's int32 result is scaled into float accumulators with
- * the block's activation scale and the weight group's scale and bias, as in the VNNI
- * kernel. Short inputs, token remainders and 8-bit matrices use the AVX-512 product.
+ * One tdpbsud multiplies 16 tokens' int8 activations of one quantization block (A: 16
+ * rows x 32 bytes, loaded straight from the activation rows) by one weight tile's
+ * unsigned codes of that block (B: 8 x 64 bytes). The packed layout is AMX's B layout
+ * once the nibbles are split: step s's low nibbles are B row 2s (columns 8s..8s+3 of 16
+ * rows) and its high nibbles B row 2s+1; an 8-bit matrix joins its two planes back into
+ * whole codes, so it takes one product too.
+ *
+ * Weight scales change every group, so every block's int32 result is scaled into float
+ * accumulators (as in the VNNI kernel); what makes this fast is where things live:
+ *   - a weight tile's B blocks are unpacked once per chunk of columns into a buffer on the
+ *     stack and reused by every group of 16 tokens;
+ *   - each group's 16 x 16 float accumulators stay in registers across the chunk;
+ *   - with activation pairs (pack.h) the value rows and the residual rows are two A
+ *     tiles over the same B, scaled into the token's one accumulator;
+ *   - two sets of B and C tiles alternate, so one block's products run in the tile unit
+ *     while the previous block's are scaled.
+ * Token remainders (below 16) and short inputs use the AVX-512 product, which adds in the
+ * same order, so a row's result does not depend on how many rows came with it.
  */
 #include "backend/cpu/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define AMX_TOKENS 32 /* two A tiles of 16 rows */
+#define AMX_TOKENS 16 /* rows of an A tile: tokens per group */
+#define KCHUNK     64 /* blocks of 32 columns unpacked at once: 32 KiB of B */
+#define B_BYTES    (QBLOCK / 4 * 64)
 
 typedef struct tile_config {
     uint8_t palette, start_row, reserved[14];
@@ -23,13 +36,14 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
+/* Tiles 0, 1: A (value rows, residual rows); 2, 3: B; 4, 5 and 6, 7: C of 0 and 1. */
 static void configure(void) {
     tile_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int t = 0; t < 2; t++) c.rows[t] = 16, c.colsb[t] = QBLOCK;      /* A: tokens x 32 */
-    c.rows[2] = QBLOCK / 4, c.colsb[2] = 64;                                /* B: 8 x (16 rows x 4) */
-    for (int t = 4; t < 6; t++) c.rows[t] = 16, c.colsb[t] = 64;            /* C: tokens x 16 int32 */
+    for (int t = 0; t < 2; t++) c.rows[t] = AMX_TOKENS, c.colsb[t] = QBLOCK;
+    for (int t = 2; t < 4; t++) c.rows[t] = QBLOCK / 4, c.colsb[t] = 64;
+    for (int t = 4; t < 8; t++) c.rows[t] = AMX_TOKENS, c.colsb[t] = 64;
     _tile_loadconfig(&c);
 }
 
@@ -38,64 +52,122 @@ static inline __m512 load_half16(const uint16_t *p, int bf16) {
     return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
 }
 
-/* Weight tile t times tokens [n0, n0 + 32). */
-static void amx_tile(float *y, int64_t ldy, const packed_mat *w, int64_t t, const qrows *x, int64_t n0) {
-    const int64_t blocks = w->cols / QBLOCK;
-    const uint8_t *tile = w->codes + t * packed_tile_bytes(w);
-    const uint16_t *sb = w->sb + t * packed_tile_sb(w);
+/* B tiles of blocks [b0, b0 + nb) of one weight tile: whole unsigned codes, AMX layout. */
+static void unpack_b(uint8_t (*bbuf)[B_BYTES], const packed_mat *w, const uint8_t *tile, int64_t b0, int64_t nb) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    _Alignas(64) uint8_t bbuf[QBLOCK / 4][64];
-    _Alignas(64) int32_t cbuf[AMX_TOKENS][16];
-    _Alignas(64) float acc[AMX_TOKENS][16];
-    memset(acc, 0, sizeof acc);
-    const int8_t *xq = x->q + n0 * x->cols;
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *blk = tile + b * 4 * PACK_STEP;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = tile + (b0 + b) * w->planes * 4 * PACK_STEP;
         for (int s = 0; s < 4; s++) {
             const __m512i raw = _mm512_loadu_si512(blk + s * PACK_STEP);
-            _mm512_store_si512(bbuf[2 * s], _mm512_and_si512(raw, m4));
-            _mm512_store_si512(bbuf[2 * s + 1], _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
-        }
-        _tile_loadd(0, xq + b * QBLOCK, x->cols);
-        _tile_loadd(1, xq + 16 * x->cols + b * QBLOCK, x->cols);
-        _tile_loadd(2, bbuf, 64);
-        _tile_zero(4);
-        _tile_zero(5);
-        _tile_dpbsud(4, 0, 2);
-        _tile_dpbsud(5, 1, 2);
-        _tile_stored(4, cbuf[0], 64);
-        _tile_stored(5, cbuf[16], 64);
-        const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
-        const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
-        for (int i = 0; i < AMX_TOKENS; i++) {
-            const int64_t xi = (n0 + i) * blocks + b;
-            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[i])), _mm512_set1_ps(x->d[xi]));
-            __m512 a = _mm512_fmadd_ps(f, sc, _mm512_load_ps(acc[i]));
-            _mm512_store_ps(acc[i], _mm512_fmadd_ps(bi, _mm512_set1_ps(x->s[xi]), a));
+            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            if (w->planes == 2) { /* raw held the high nibbles; the low ones follow */
+                const __m512i low = _mm512_loadu_si512(blk + (4 + s) * PACK_STEP);
+                lo = _mm512_or_si512(_mm512_slli_epi16(lo, 4), _mm512_and_si512(low, m4));
+                hi = _mm512_or_si512(_mm512_slli_epi16(hi, 4), _mm512_and_si512(_mm512_srli_epi16(low, 4), m4));
+            }
+            _mm512_store_si512(bbuf[b] + 2 * s * 64, lo);
+            _mm512_store_si512(bbuf[b] + (2 * s + 1) * 64, hi);
         }
     }
-    const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
-    const int P = x->pairs; /* (value, residual) row pairs add into one output row */
-    for (int i = 0; i < AMX_TOKENS; i += 1 + P) {
-        const __m512 v = _mm512_load_ps(acc[i]);
-        _mm512_mask_storeu_ps(y + ((n0 + i) >> P) * ldy + r0, rows, P ? _mm512_add_ps(v, _mm512_load_ps(acc[i + 1])) : v);
+}
+
+/* Block b's products into C tiles c0 (value rows) and c0 + 1 (residual rows), with B in
+ * tile bt. Tile numbers are immediates, hence a macro. */
+#define ISSUE(bt, c0, c1, b)                                                   \
+    do {                                                                       \
+        _tile_loadd(bt, bbuf[(b) - b0], 64);                                   \
+        _tile_loadd(0, xq + (b) * QBLOCK, lda);                                \
+        _tile_zero(c0);                                                        \
+        _tile_dpbsud(c0, 0, bt);                                               \
+        if (P) {                                                               \
+            _tile_loadd(1, xq + x->cols + (b) * QBLOCK, lda);                  \
+            _tile_zero(c1);                                                    \
+            _tile_dpbsud(c1, 1, bt);                                           \
+        }                                                                      \
+    } while (0)
+#define STORE(c0, c1)                                                          \
+    do {                                                                       \
+        _tile_stored(c0, c[0], 64);                                            \
+        if (P) _tile_stored(c1, c[1], 64);                                     \
+    } while (0)
+
+/* Tokens [n0, n0 + 16) times blocks [b0, b0 + nb) of the weight tile whose scales are sb,
+ * added to (or, first chunk, stored as) y's 16 columns. P: activation rows are pairs. */
+static inline __attribute__((always_inline)) void group(float *y, int64_t ldy, const packed_mat *w,
+                                                        const uint16_t *sb, uint8_t (*bbuf)[B_BYTES],
+                                                        const qrows *x, int64_t n0, int64_t b0, int64_t nb,
+                                                        int P, __mmask16 rows) {
+    const int64_t blocks = w->cols / QBLOCK, lda = x->cols << P, step = blocks << P;
+    const int64_t per_group = w->group / QBLOCK, end = b0 + nb;
+    const ptrdiff_t to_s = x->s - x->d; /* a block's sum sits this far from its scale */
+    _Alignas(64) int32_t c[2][AMX_TOKENS][16];
+    __m512 acc[AMX_TOKENS];
+    _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++) acc[i] =
+        b0 ? _mm512_maskz_loadu_ps(rows, y + (n0 + i) * ldy) : _mm512_setzero_ps();
+    const int8_t *xq = x->q + (n0 << P) * x->cols;
+    const float *xd = x->d + (n0 << P) * blocks;
+    const uint16_t *g = sb + (b0 / per_group) * 2 * PACK_ROWS;
+    int64_t in_group = b0 % per_group;
+    ISSUE(2, 4, 5, b0);
+    for (int64_t b = b0; b < end; b++) {
+        if ((b - b0) & 1) {
+            STORE(6, 7);
+            if (b + 1 < end) ISSUE(2, 4, 5, b + 1);
+        } else {
+            STORE(4, 5);
+            if (b + 1 < end) ISSUE(3, 6, 7, b + 1);
+        }
+        const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
+        const float *d = xd + b; /* token i's value-row scale at d[i * step] */
+        _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++) {
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[0][i])), _mm512_set1_ps(d[0]));
+            acc[i] = _mm512_fmadd_ps(f, sc, acc[i]);
+            acc[i] = _mm512_fmadd_ps(bi, _mm512_set1_ps(d[to_s]), acc[i]);
+            if (P) { /* the residual row: its sums are 0, so only the product counts */
+                const __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[1][i])), _mm512_set1_ps(d[blocks]));
+                acc[i] = _mm512_fmadd_ps(r, sc, acc[i]);
+            }
+            d += step;
+        }
+        if (++in_group == per_group) in_group = 0, g += 2 * PACK_ROWS;
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++)
+        _mm512_mask_storeu_ps(y + (n0 + i) * ldy, rows, acc[i]);
+}
+
+static void gemm_tiles(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x,
+                       int64_t tokens, int P) {
+    const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
+    _Alignas(64) uint8_t bbuf[KCHUNK][B_BYTES];
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
+        const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
+        for (int64_t b0 = 0; b0 < blocks; b0 += KCHUNK) {
+            const int64_t nb = blocks - b0 < KCHUNK ? blocks - b0 : KCHUNK;
+            unpack_b(bbuf, w, w->codes + t * tile_bytes, b0, nb);
+            for (int64_t n0 = 0; n0 < tokens; n0 += AMX_TOKENS)
+                group(y + r0, ldy, w, w->sb + t * tile_sb, bbuf, x, n0, b0, nb, P, rows);
+        }
     }
 }
 
 static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
-    const int64_t n_amx = w->planes == 1 ? x->n / AMX_TOKENS * AMX_TOKENS : 0;
-    if (n_amx > 0) {
+    const int P = x->pairs;
+    const int64_t tokens = (x->n >> P) / AMX_TOKENS * AMX_TOKENS; /* through the tiles */
+    if (tokens > 0) {
         configure();
-        for (int64_t t = t0; t < t1; t++)
-            for (int64_t n0 = 0; n0 < n_amx; n0 += AMX_TOKENS) amx_tile(y, ldy, w, t, x, n0);
+        if (P)
+            gemm_tiles(y, ldy, w, t0, t1, x, tokens, 1);
+        else
+            gemm_tiles(y, ldy, w, t0, t1, x, tokens, 0);
         _tile_release();
     }
-    if (n_amx < x->n) {
+    const int64_t done = tokens << P;
+    if (done < x->n) {
         const int64_t nb = x->cols / QBLOCK;
-        const qrows rest = {.n = x->n - n_amx, .cols = x->cols, .pairs = x->pairs,
-                            .q = x->q + n_amx * x->cols, .d = x->d + n_amx * nb, .s = x->s + n_amx * nb};
-        avx512_gemm_q(y + (n_amx >> x->pairs) * ldy, ldy, w, t0, t1, &rest);
+        const qrows rest = {.n = x->n - done, .cols = x->cols, .pairs = P,
+                            .q = x->q + done * x->cols, .d = x->d + done * nb, .s = x->s + done * nb};
+        avx512_gemm_q(y + tokens * ldy, ldy, w, t0, t1, &rest);
     }
 }
 

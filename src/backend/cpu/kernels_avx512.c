@@ -53,18 +53,21 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
             }
         const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
         const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
+        /* P: rows come in (value, residual) pairs; the residual's product follows the
+         * value's in the token's one accumulator (its sums are 0), the order the AMX
+         * kernel keeps, so a product is the same whichever kernel a row count picks */
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
+            const int a = t - (t & P), residual = t & P;
             const __m512i isum =
                 planes == 2 ? _mm512_add_epi32(i32[t], _mm512_slli_epi32(hi32[t], 4)) : i32[t];
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(x->d[xi]));
-            acc[t] = _mm512_fmadd_ps(f, sc, acc[t]);
-            acc[t] = _mm512_fmadd_ps(bi, _mm512_set1_ps(x->s[xi]), acc[t]);
+            acc[a] = _mm512_fmadd_ps(f, sc, acc[a]);
+            if (!residual) acc[a] = _mm512_fmadd_ps(bi, _mm512_set1_ps(x->s[xi]), acc[a]);
         }
     }
-    /* P: rows come in (value, residual) pairs that add into one output row */
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t += 1 + P)
-        _mm512_mask_storeu_ps(y + ((n0 + t) >> P) * ldy, rows, P ? _mm512_add_ps(acc[t], acc[t + P]) : acc[t]);
+        _mm512_mask_storeu_ps(y + ((n0 + t) >> P) * ldy, rows, acc[t]);
 }
 
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
