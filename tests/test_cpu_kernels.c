@@ -374,7 +374,38 @@ static void test_act_entry(const cpu_kernels *k, backend_act kind, const char *n
     free(x), free(y), free(yr), free(g), free(u);
 }
 
+/* Soft-capping against ref_softcap (tanh in double) at Gemma 2's caps, over scores and
+ * logits from tiny to far past the cap, the tail of n % 8 included: absolute difference,
+ * since what reads a capped value is a softmax. */
+static void test_softcap_entry(const cpu_kernels *k) {
+    enum { N = 2003 };
+    const float caps[2] = {50.0f, 30.0f};
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < N; i++) {
+            const float u = rand_uniform(&rng);
+            x[i] = i % 3 == 0 ? u * 1e-3f : i % 3 == 1 ? u * 3.0f * caps[c] : u * 1e4f;
+        }
+        x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-30f, x[3] = -1e30f, x[4] = 3e38f;
+        memcpy(y, x, sizeof(float) * N);
+        k->softcap(y, caps[c], N);
+        ref_softcap(x, caps[c], N);
+        double d = 0;
+        bool finite = true;
+        for (int i = 0; i < N; i++) {
+            d = fmax(d, fabs((double)y[i] - x[i]));
+            finite = finite && isfinite(y[i]) && fabsf(y[i]) <= caps[c];
+        }
+        CHECK(finite, "%s softcap %g: an output is not finite or exceeds the cap", cpu_isa_name(k->isa), caps[c]);
+        char what[96];
+        snprintf(what, sizeof what, "softcap %g n=%d (absolute)", caps[c], N);
+        report(what, d, 1e-6 * caps[c]);
+    }
+    free(x), free(y);
+}
+
 static void test_norm_act(const cpu_kernels *k) {
+    test_softcap_entry(k);
     test_layernorm_entry(k, 77, false);
     test_layernorm_entry(k, 77, true);
     test_layernorm_entry(k, 1030, true);

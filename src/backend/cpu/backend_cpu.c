@@ -381,12 +381,13 @@ static void attn_tile(attn_job *j, float *st, int64_t r0, int64_t r1, int64_t g)
                 const int64_t qi = (r - r0) * group + i;
                 float *sc = scores + (qi - q0) * bs;
                 float m = mx[qi];
+                const int64_t lo = a > 0 ? a : 0, hi = b < bs - 1 ? b : bs - 1;
+                if (ar->softcap > 0.0f && hi >= lo) k->softcap(sc + lo, ar->softcap, hi - lo + 1);
                 for (int64_t c = 0; c < bs; c++) {
                     if (c < a || c > b) {
                         sc[c] = -INFINITY;
                         continue;
                     }
-                    if (ar->softcap > 0.0f) sc[c] = ar->softcap * tanhf(sc[c] / ar->softcap);
                     m = sc[c] > m ? sc[c] : m;
                 }
                 corr[qi] = mx[qi] == -INFINITY ? 0.0f : expf(mx[qi] - m);
@@ -547,10 +548,9 @@ static void cpu_glu(backend *be, float *y, const float *gate, const float *up, i
     run(j.cb, glu_task, &j, m);
 }
 
-/* A logits row's soft-capping: one row a step at decode, so plain tanhf. */
+/* A logits row's soft-capping: one row a step at decode, on the calling thread. */
 static void cpu_softcap(backend *be, float *y, float cap, int64_t m) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) y[i] = cap * tanhf(y[i] / cap);
+    ((cpu_backend *)be)->k->softcap(y, cap, m);
 }
 
 static void act_task(void *p, int ith, int nth) {

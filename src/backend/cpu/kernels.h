@@ -45,6 +45,8 @@ typedef struct cpu_kernels {
                       float eps);
     /* y[m] = act(x[m]) (y may alias x) */
     void (*act)(float *y, const float *x, int64_t m, backend_act kind);
+    /* y[n] = cap * tanh(y[n] / cap): Gemma 2's attention-score and final-logit capping */
+    void (*softcap)(float *y, float cap, int64_t n);
 } cpu_kernels;
 
 extern const cpu_kernels cpu_kernels_generic;
@@ -58,6 +60,7 @@ void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t co
 void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
                      int64_t n);
 void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
+void avx2_softcap(float *y, float cap, int64_t n);
 void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
                   int64_t ldv, int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);

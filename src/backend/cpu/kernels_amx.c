@@ -183,4 +183,5 @@ const cpu_kernels cpu_kernels_amx = {
     .layernorm = avx2_layernorm,
     .act = avx2_act,
     .f16_to_f32 = avx2_f16_to_f32,
+    .softcap = avx2_softcap,
 };

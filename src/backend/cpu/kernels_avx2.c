@@ -533,6 +533,29 @@ void avx2_act(float *y, const float *x, int64_t m, backend_act kind) {
     }
 }
 
+/* tanh u = sign(u) (1 - e) / (1 + e) with e = exp(-2|u|) in (0, 1]: nothing overflows, and
+ * near 0 the absolute error stays near fp32's epsilon (what capped scores and logits feed
+ * is a softmax, which sees absolute differences). */
+static __m256 tanh8(__m256 u) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), _mm256_andnot_ps(sign, u)));
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    return _mm256_or_ps(t, _mm256_and_ps(sign, u));
+}
+
+void avx2_softcap(float *x, float cap, int64_t n) {
+    const __m256 c = _mm256_set1_ps(cap);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(c, tanh8(_mm256_div_ps(_mm256_loadu_ps(x + i), c))));
+    if (i < n) { /* the tail through the same arithmetic, from a padded copy */
+        float t[8] = {0};
+        memcpy(t, x + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(t, _mm256_mul_ps(c, tanh8(_mm256_div_ps(_mm256_loadu_ps(t), c))));
+        memcpy(x + i, t, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 const cpu_kernels cpu_kernels_avx2 = {
     .isa = CPU_ISA_AVX2,
     .quantize_row = avx2_quantize_row,
@@ -545,4 +568,5 @@ const cpu_kernels cpu_kernels_avx2 = {
     .f16_to_f32 = avx2_f16_to_f32,
     .layernorm = avx2_layernorm,
     .act = avx2_act,
+    .softcap = avx2_softcap,
 };

@@ -118,6 +118,7 @@ const cpu_kernels cpu_kernels_generic = {
     .f16_to_f32 = f16_to_f32_row,
     .layernorm = ref_layernorm,
     .act = ref_act,
+    .softcap = ref_softcap,
 };
 
 const cpu_kernels *cpu_kernels_for(cpu_isa isa) {
