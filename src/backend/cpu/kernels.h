@@ -4,7 +4,8 @@
  * fills a table; an ISA may reuse a narrower ISA's entry where it has nothing better.
  * Every entry is tested against the scalar reference (tests/test_cpu_kernels.c).
  *
- * Shapes follow docs/architecture.md ("Names and shapes"): y rows are tokens (stride ldy), columns are output rows.
+ * Shapes follow docs/architecture.md ("Names and shapes"): y rows are tokens (stride ldy), columns
+ * are output rows.
  */
 #ifndef CELER_BACKEND_CPU_KERNELS_H
 #define CELER_BACKEND_CPU_KERNELS_H
@@ -28,7 +29,8 @@ typedef struct cpu_kernels {
                        const float *x, int64_t n);
     /* s[i, j] = q[i * ldq + :hd] . kt[:, j] for i < nq, j < ATT_BLOCK: the scores of nq query
      * vectors against one cache block of keys stored transposed, kt[hd, ATT_BLOCK] */
-    void (*attn_scores)(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
+    void (*attn_scores)(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt,
+                        int64_t hd);
     /* o[i, :hd] = o[i, :hd] * corr[i] + sum_j p[i, j] * v[j * ldv + :hd] for i < nq, j <
      * ATT_BLOCK: the probabilities of nq query vectors times one cache block of values */
     void (*attn_pv)(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq,
@@ -57,12 +59,13 @@ extern const cpu_kernels cpu_kernels_amx;
 /* AVX2 entries that the AVX-512 tables reuse where 256-bit code is as fast (attention
  * pieces and elementwise work are small or memory-bound next to the matrix products). */
 void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t cols);
-void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
-                     int64_t n);
-void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd);
+void avx2_gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
+                     const float *x, int64_t n);
+void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt,
+                      int64_t hd);
 void avx2_softcap(float *y, float cap, int64_t n);
-void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
-                  int64_t ldv, int64_t hd);
+void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq,
+                  const float *v, int64_t ldv, int64_t hd);
 float avx2_exp_sum(float *x, int64_t n, float m);
 void avx2_glu(float *y, const float *gate, const float *up, int64_t m, backend_act act);
 void avx2_layernorm(float *y, const float *x, const float *w, const float *b, int64_t d, float eps);
@@ -70,7 +73,8 @@ void avx2_act(float *y, const float *x, int64_t m, backend_act kind);
 void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n);
 
 /* The AVX-512 VNNI product, which the AMX table uses for short inputs and odd tiles. */
-void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x);
+void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                   const qrows *x);
 
 /* The table of a supported isa other than CPU_ISA_REF. */
 const cpu_kernels *cpu_kernels_for(cpu_isa isa);

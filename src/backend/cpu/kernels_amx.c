@@ -49,21 +49,25 @@ static void configure(void) {
 
 static inline __m512 load_half16(const uint16_t *p, int bf16) {
     const __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                : _mm512_cvtph_ps(h);
 }
 
 /* B tiles of blocks [b0, b0 + nb) of one weight tile: whole unsigned codes, AMX layout. */
-static void unpack_b(uint8_t (*bbuf)[B_BYTES], const packed_mat *w, const uint8_t *tile, int64_t b0, int64_t nb) {
+static void unpack_b(uint8_t (*bbuf)[B_BYTES], const packed_mat *w, const uint8_t *tile, int64_t b0,
+                     int64_t nb) {
     const __m512i m4 = _mm512_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = tile + (b0 + b) * w->planes * 4 * PACK_STEP;
         for (int s = 0; s < 4; s++) {
             const __m512i raw = _mm512_loadu_si512(blk + s * PACK_STEP);
-            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            __m512i lo = _mm512_and_si512(raw, m4),
+                    hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
             if (w->planes == 2) { /* raw held the high nibbles; the low ones follow */
                 const __m512i low = _mm512_loadu_si512(blk + (4 + s) * PACK_STEP);
                 lo = _mm512_or_si512(_mm512_slli_epi16(lo, 4), _mm512_and_si512(low, m4));
-                hi = _mm512_or_si512(_mm512_slli_epi16(hi, 4), _mm512_and_si512(_mm512_srli_epi16(low, 4), m4));
+                hi = _mm512_or_si512(_mm512_slli_epi16(hi, 4),
+                                     _mm512_and_si512(_mm512_srli_epi16(low, 4), m4));
             }
             _mm512_store_si512(bbuf[b] + 2 * s * 64, lo);
             _mm512_store_si512(bbuf[b] + (2 * s + 1) * 64, hi);
@@ -73,30 +77,29 @@ static void unpack_b(uint8_t (*bbuf)[B_BYTES], const packed_mat *w, const uint8_
 
 /* Block b's products into C tiles c0 (value rows) and c0 + 1 (residual rows), with B in
  * tile bt. Tile numbers are immediates, hence a macro. */
-#define ISSUE(bt, c0, c1, b)                                                   \
-    do {                                                                       \
-        _tile_loadd(bt, bbuf[(b) - b0], 64);                                   \
-        _tile_loadd(0, xq + (b) * QBLOCK, lda);                                \
-        _tile_zero(c0);                                                        \
-        _tile_dpbsud(c0, 0, bt);                                               \
-        if (P) {                                                               \
-            _tile_loadd(1, xq + x->cols + (b) * QBLOCK, lda);                  \
-            _tile_zero(c1);                                                    \
-            _tile_dpbsud(c1, 1, bt);                                           \
-        }                                                                      \
+#define ISSUE(bt, c0, c1, b)                                                                       \
+    do {                                                                                           \
+        _tile_loadd(bt, bbuf[(b)-b0], 64);                                                         \
+        _tile_loadd(0, xq + (b)*QBLOCK, lda);                                                      \
+        _tile_zero(c0);                                                                            \
+        _tile_dpbsud(c0, 0, bt);                                                                   \
+        if (P) {                                                                                   \
+            _tile_loadd(1, xq + x->cols + (b)*QBLOCK, lda);                                        \
+            _tile_zero(c1);                                                                        \
+            _tile_dpbsud(c1, 1, bt);                                                               \
+        }                                                                                          \
     } while (0)
-#define STORE(c0, c1)                                                          \
-    do {                                                                       \
-        _tile_stored(c0, c[0], 64);                                            \
-        if (P) _tile_stored(c1, c[1], 64);                                     \
+#define STORE(c0, c1)                                                                              \
+    do {                                                                                           \
+        _tile_stored(c0, c[0], 64);                                                                \
+        if (P) _tile_stored(c1, c[1], 64);                                                         \
     } while (0)
 
 /* Tokens [n0, n0 + 16) times blocks [b0, b0 + nb) of the weight tile whose scales are sb,
  * added to (or, first chunk, stored as) y's 16 columns. P: activation rows are pairs. */
-static inline __attribute__((always_inline)) void group(float *y, int64_t ldy, const packed_mat *w,
-                                                        const uint16_t *sb, uint8_t (*bbuf)[B_BYTES],
-                                                        const qrows *x, int64_t n0, int64_t b0, int64_t nb,
-                                                        int P, __mmask16 rows) {
+static inline __attribute__((always_inline)) void
+group(float *y, int64_t ldy, const packed_mat *w, const uint16_t *sb, uint8_t (*bbuf)[B_BYTES],
+      const qrows *x, int64_t n0, int64_t b0, int64_t nb, int P, __mmask16 rows) {
     const int64_t blocks = w->cols / QBLOCK, lda = x->cols << P, step = blocks << P;
     const int64_t per_group = w->group / QBLOCK, end = b0 + nb;
     const ptrdiff_t to_s = x->s - x->d; /* a block's sum sits this far from its scale */
@@ -120,11 +123,13 @@ static inline __attribute__((always_inline)) void group(float *y, int64_t ldy, c
         const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
         const float *d = xd + b; /* token i's value-row scale at d[i * step] */
         _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++) {
-            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[0][i])), _mm512_set1_ps(d[0]));
+            const __m512 f =
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[0][i])), _mm512_set1_ps(d[0]));
             acc[i] = _mm512_fmadd_ps(f, sc, acc[i]);
             acc[i] = _mm512_fmadd_ps(bi, _mm512_set1_ps(d[to_s]), acc[i]);
             if (P) { /* the residual row: its sums are 0, so only the product counts */
-                const __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[1][i])), _mm512_set1_ps(d[blocks]));
+                const __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[1][i])),
+                                               _mm512_set1_ps(d[blocks]));
                 acc[i] = _mm512_fmadd_ps(r, sc, acc[i]);
             }
             d += step;
@@ -135,9 +140,10 @@ static inline __attribute__((always_inline)) void group(float *y, int64_t ldy, c
         _mm512_mask_storeu_ps(y + (n0 + i) * ldy, rows, acc[i]);
 }
 
-static void gemm_tiles(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x,
-                       int64_t tokens, int P) {
-    const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
+static void gemm_tiles(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                       const qrows *x, int64_t tokens, int P) {
+    const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w),
+                  tile_sb = packed_tile_sb(w);
     _Alignas(64) uint8_t bbuf[KCHUNK][B_BYTES];
     for (int64_t t = t0; t < t1; t++) {
         const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
@@ -151,7 +157,8 @@ static void gemm_tiles(float *y, int64_t ldy, const packed_mat *w, int64_t t0, i
     }
 }
 
-static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
+static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                       const qrows *x) {
     const int P = x->pairs;
     const int64_t tokens = (x->n >> P) / AMX_TOKENS * AMX_TOKENS; /* through the tiles */
     if (tokens > 0) {
@@ -165,8 +172,12 @@ static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, i
     const int64_t done = tokens << P;
     if (done < x->n) {
         const int64_t nb = x->cols / QBLOCK;
-        const qrows rest = {.n = x->n - done, .cols = x->cols, .pairs = P,
-                            .q = x->q + done * x->cols, .d = x->d + done * nb, .s = x->s + done * nb};
+        const qrows rest = {.n = x->n - done,
+                            .cols = x->cols,
+                            .pairs = P,
+                            .q = x->q + done * x->cols,
+                            .d = x->d + done * nb,
+                            .s = x->s + done * nb};
         avx512_gemm_q(y + tokens * ldy, ldy, w, t0, t1, &rest);
     }
 }

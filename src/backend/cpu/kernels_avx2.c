@@ -188,7 +188,8 @@ INLINE void q_tile16(float *y, int64_t ldy, const packed_mat *w, const uint8_t *
     acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * planes * 4 * PACK_STEP;
-        for (int k = 0; k < planes * 4; k++) _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
+        for (int k = 0; k < planes * 4; k++)
+            _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
         __m256i i32[2][2];
         i32[0][0] = i32[0][1] = i32[1][0] = i32[1][1] = _mm256_setzero_si256();
         for (int pl = 0; pl < planes; pl++) {
@@ -198,8 +199,10 @@ INLINE void q_tile16(float *y, int64_t ldy, const packed_mat *w, const uint8_t *
                 const uint8_t *step = blk + (pl * 4 + s) * PACK_STEP;
                 const __m256i r0 = _mm256_loadu_si256((const __m256i *)step);
                 const __m256i r1 = _mm256_loadu_si256((const __m256i *)(step + 32));
-                const __m256i lo0 = _mm256_and_si256(r0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
-                const __m256i lo1 = _mm256_and_si256(r1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
+                const __m256i lo0 = _mm256_and_si256(r0, m4),
+                              hi0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
+                const __m256i lo1 = _mm256_and_si256(r1, m4),
+                              hi1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
                 _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) {
                     const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
                     const __m256i xl = bcast32(xk), xh = bcast32(xk + 4);
@@ -215,10 +218,12 @@ INLINE void q_tile16(float *y, int64_t ldy, const packed_mat *w, const uint8_t *
         }
         const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const __m256 sc = load_half8(g + 8 * h, w->bf16), bi = load_half8(g + PACK_ROWS + 8 * h, w->bf16);
+            const __m256 sc = load_half8(g + 8 * h, w->bf16),
+                         bi = load_half8(g + PACK_ROWS + 8 * h, w->bf16);
             _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) {
                 const int64_t xi = (n0 + t) * blocks + b;
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h]), _mm256_set1_ps(x->d[xi]));
+                const __m256 f =
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h]), _mm256_set1_ps(x->d[xi]));
                 acc[t][h] = _mm256_fmadd_ps(f, sc, acc[t][h]);
                 acc[t][h] = _mm256_fmadd_ps(bi, _mm256_set1_ps(x->s[xi]), acc[t][h]);
             }
@@ -246,9 +251,12 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
         const uint8_t *tile = w->codes + t * tile_bytes;
         const uint16_t *sb = w->sb + t * tile_sb;
         if (x->n <= 1 + P) { /* decode */
-            const int nrow = w->rows - t * PACK_ROWS < PACK_ROWS ? (int)(w->rows - t * PACK_ROWS) : PACK_ROWS;
-            if (x->n == 1) q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 1, planes, P, nrow);
-            else q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 2, planes, P, nrow);
+            const int nrow =
+                w->rows - t * PACK_ROWS < PACK_ROWS ? (int)(w->rows - t * PACK_ROWS) : PACK_ROWS;
+            if (x->n == 1)
+                q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 1, planes, P, nrow);
+            else
+                q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 2, planes, P, nrow);
             continue;
         }
         for (int half = 0; half < 2; half++) {
@@ -267,11 +275,15 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
     if (w->planes == 1) {
-        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
-        else gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
+        if (x->pairs)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
+        else
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
     } else {
-        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
-        else gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
+        if (x->pairs)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
+        else
+            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
     }
 }
 
@@ -348,7 +360,8 @@ INLINE void scores_rows(float *s, const float *q, int64_t ldq, const float *kt, 
     __m256 acc[4][2];
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t c = 0; c < hd; c++) {
-        const __m256 k0 = _mm256_loadu_ps(kt + c * ATT_BLOCK), k1 = _mm256_loadu_ps(kt + c * ATT_BLOCK + 8);
+        const __m256 k0 = _mm256_loadu_ps(kt + c * ATT_BLOCK),
+                     k1 = _mm256_loadu_ps(kt + c * ATT_BLOCK + 8);
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
             const __m256 qb = _mm256_broadcast_ss(q + r * ldq + c);
             acc[r][0] = _mm256_fmadd_ps(qb, k0, acc[r][0]);
@@ -361,26 +374,28 @@ INLINE void scores_rows(float *s, const float *q, int64_t ldq, const float *kt, 
     }
 }
 
-void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd) {
+void avx2_attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt,
+                      int64_t hd) {
     int64_t i = 0;
     for (; i + 4 <= nq; i += 4) scores_rows(s + i * ATT_BLOCK, q + i * ldq, ldq, kt, hd, 4);
     for (; i < nq; i++) scores_rows(s + i * ATT_BLOCK, q + i * ldq, ldq, kt, hd, 1);
 }
 
 /* Four query vectors at a time: each value row chunk is loaded once for all four. */
-INLINE void pv_rows(float *o, int64_t ldo, const float *corr, const float *p, const float *v, int64_t ldv,
-                    int64_t hd, int R) {
+INLINE void pv_rows(float *o, int64_t ldo, const float *corr, const float *p, const float *v,
+                    int64_t ldv, int64_t hd, int R) {
     const int64_t h8 = hd & ~(int64_t)7;
     for (int64_t c = 0; c < h8; c += 8) {
         __m256 acc[4];
-        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-            acc[r] = _mm256_mul_ps(_mm256_loadu_ps(o + r * ldo + c), _mm256_set1_ps(corr[r]));
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] =
+            _mm256_mul_ps(_mm256_loadu_ps(o + r * ldo + c), _mm256_set1_ps(corr[r]));
         for (int j = 0; j < ATT_BLOCK; j++) {
             const __m256 vj = _mm256_loadu_ps(v + j * ldv + c);
-            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
-                acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * ATT_BLOCK + j), vj, acc[r]);
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) acc[r] =
+                _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * ATT_BLOCK + j), vj, acc[r]);
         }
-        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) _mm256_storeu_ps(o + r * ldo + c, acc[r]);
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+            _mm256_storeu_ps(o + r * ldo + c, acc[r]);
     }
     for (int r = 0; r < R; r++)
         for (int64_t c = h8; c < hd; c++) {
@@ -390,10 +405,11 @@ INLINE void pv_rows(float *o, int64_t ldo, const float *corr, const float *p, co
         }
 }
 
-void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
-                  int64_t ldv, int64_t hd) {
+void avx2_attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq,
+                  const float *v, int64_t ldv, int64_t hd) {
     int64_t i = 0;
-    for (; i + 4 <= nq; i += 4) pv_rows(o + i * ldo, ldo, corr + i, p + i * ATT_BLOCK, v, ldv, hd, 4);
+    for (; i + 4 <= nq; i += 4)
+        pv_rows(o + i * ldo, ldo, corr + i, p + i * ATT_BLOCK, v, ldv, hd, 4);
     for (; i < nq; i++) pv_rows(o + i * ldo, ldo, corr + i, p + i * ATT_BLOCK, v, ldv, hd, 1);
 }
 
@@ -414,10 +430,10 @@ float avx2_exp_sum(float *x, int64_t n, float m) {
 /* F16C: eight halves per instruction, exact. */
 void avx2_f16_to_f32(float *y, const uint16_t *x, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
     for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
 }
-
 
 /* ==== LayerNorm and activations ==== */
 
@@ -482,14 +498,16 @@ INLINE void act_rows(float *y, const float *x, int64_t m, __m256 (*f)(__m256)) {
 }
 
 static __m256 silu8(__m256 x) {
-    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    return _mm256_div_ps(
+        x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 /* y[m] = f(gate[m]) * up[m] in steps of 8, the tail from padded copies as in act_rows. */
 INLINE void glu_rows(float *y, const float *gate, const float *up, int64_t m, __m256 (*f)(__m256)) {
     int64_t i = 0;
     for (; i + 8 <= m; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(f(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+        _mm256_storeu_ps(y + i,
+                         _mm256_mul_ps(f(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
     if (i < m) {
         float g[8] = {0}, u[8] = {0};
         memcpy(g, gate + i, sizeof(float) * (size_t)(m - i));

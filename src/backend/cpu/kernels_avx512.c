@@ -35,7 +35,8 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * planes * 4 * PACK_STEP;
         if (T <= 2) /* decode waits on the weight stream: ask for it a few blocks ahead */
-            for (int k = 0; k < planes * 4; k++) _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
+            for (int k = 0; k < planes * 4; k++)
+                _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
         __m512i i32[8], hi32[8];
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) i32[t] = hi32[t] =
             _mm512_setzero_si512();
@@ -88,11 +89,15 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
 void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
     if (w->planes == 1) {
-        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
-        else gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
+        if (x->pairs)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
+        else
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
     } else {
-        if (x->pairs) gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
-        else gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
+        if (x->pairs)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
+        else
+            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
     }
 }
 

@@ -26,14 +26,19 @@ static void quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t 
     }
 }
 
-static float sb_f32(const packed_mat *w, uint16_t h) { return w->bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
+static float sb_f32(const packed_mat *w, uint16_t h) {
+    return w->bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
 
-static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1, const qrows *x) {
-    const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
+static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                   const qrows *x) {
+    const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w),
+                  tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
         const uint16_t *sb = w->sb + t * tile_sb;
-        const int64_t nr = w->rows - t * PACK_ROWS < PACK_ROWS ? w->rows - t * PACK_ROWS : PACK_ROWS;
+        const int64_t nr =
+            w->rows - t * PACK_ROWS < PACK_ROWS ? w->rows - t * PACK_ROWS : PACK_ROWS;
         for (int64_t n = 0; n < x->n; n++) {
             const int8_t *xq = x->q + n * x->cols;
             const float *xd = x->d + n * blocks, *xs = x->s + n * blocks;
@@ -63,18 +68,20 @@ static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64
     }
 }
 
-static void gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1, const float *x,
-                       int64_t n) {
+static void gemm_dense(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
+                       const float *x, int64_t n) {
     for (int64_t r = r0; r < r1; r++)
         for (int64_t t = 0; t < n; t++) {
             const float *xt = x + t * w->cols;
             float acc = 0.0f;
-            for (int64_t c = 0; c < w->cols; c++) acc += dtype_load_f32(w->type, w->data, r * w->cols + c) * xt[c];
+            for (int64_t c = 0; c < w->cols; c++)
+                acc += dtype_load_f32(w->type, w->data, r * w->cols + c) * xt[c];
             y[t * ldy + r] = acc;
         }
 }
 
-static void attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt, int64_t hd) {
+static void attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const float *kt,
+                        int64_t hd) {
     for (int64_t i = 0; i < nq; i++)
         for (int j = 0; j < ATT_BLOCK; j++) {
             float acc = 0.0f;
@@ -83,8 +90,8 @@ static void attn_scores(float *s, const float *q, int64_t ldq, int64_t nq, const
         }
 }
 
-static void attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq, const float *v,
-                    int64_t ldv, int64_t hd) {
+static void attn_pv(float *o, int64_t ldo, const float *corr, const float *p, int64_t nq,
+                    const float *v, int64_t ldv, int64_t hd) {
     for (int64_t i = 0; i < nq; i++)
         for (int64_t c = 0; c < hd; c++) {
             float acc = o[i * ldo + c] * corr[i];
@@ -103,9 +110,6 @@ static void f16_to_f32_row(float *y, const uint16_t *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = f16_to_f32(x[i]);
 }
 
-
-
-
 const cpu_kernels cpu_kernels_generic = {
     .isa = CPU_ISA_GENERIC,
     .quantize_row = quantize_row,
@@ -123,10 +127,16 @@ const cpu_kernels cpu_kernels_generic = {
 
 const cpu_kernels *cpu_kernels_for(cpu_isa isa) {
     switch (isa) {
-    case CPU_ISA_GENERIC: return &cpu_kernels_generic;
-    case CPU_ISA_AVX2: return &cpu_kernels_avx2;
-    case CPU_ISA_AVX512: return &cpu_kernels_avx512;
-    case CPU_ISA_AMX: return &cpu_kernels_amx;
-    default: CELER_ASSERT(!"no kernel table for this isa"); return NULL;
+    case CPU_ISA_GENERIC:
+        return &cpu_kernels_generic;
+    case CPU_ISA_AVX2:
+        return &cpu_kernels_avx2;
+    case CPU_ISA_AVX512:
+        return &cpu_kernels_avx512;
+    case CPU_ISA_AMX:
+        return &cpu_kernels_amx;
+    default:
+        CELER_ASSERT(!"no kernel table for this isa");
+        return NULL;
     }
 }
