@@ -102,13 +102,12 @@ group(float *y, int64_t ldy, const packed_mat *w, const uint16_t *sb, uint8_t (*
       const qrows *x, int64_t n0, int64_t b0, int64_t nb, int P, __mmask16 rows) {
     const int64_t blocks = w->cols / QBLOCK, lda = x->cols << P, step = blocks << P;
     const int64_t per_group = w->group / QBLOCK, end = b0 + nb;
-    const ptrdiff_t to_s = x->s - x->d; /* a block's sum sits this far from its scale */
     _Alignas(64) int32_t c[2][AMX_TOKENS][16];
     __m512 acc[AMX_TOKENS];
     _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++) acc[i] =
         b0 ? _mm512_maskz_loadu_ps(rows, y + (n0 + i) * ldy) : _mm512_setzero_ps();
     const int8_t *xq = x->q + (n0 << P) * x->cols;
-    const float *xd = x->d + (n0 << P) * blocks;
+    const float *xd = x->d + (n0 << P) * blocks, *xs = x->s + (n0 << P) * blocks;
     const uint16_t *g = sb + (b0 / per_group) * 2 * PACK_ROWS;
     int64_t in_group = b0 % per_group;
     ISSUE(2, 4, 5, b0);
@@ -121,18 +120,19 @@ group(float *y, int64_t ldy, const packed_mat *w, const uint16_t *sb, uint8_t (*
             if (b + 1 < end) ISSUE(3, 6, 7, b + 1);
         }
         const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
-        const float *d = xd + b; /* token i's value-row scale at d[i * step] */
+        /* token i's value-row scale and sum at d[i * step] and sum[i * step] */
+        const float *d = xd + b, *sum = xs + b;
         _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++) {
             const __m512 f =
                 _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[0][i])), _mm512_set1_ps(d[0]));
             acc[i] = _mm512_fmadd_ps(f, sc, acc[i]);
-            acc[i] = _mm512_fmadd_ps(bi, _mm512_set1_ps(d[to_s]), acc[i]);
+            acc[i] = _mm512_fmadd_ps(bi, _mm512_set1_ps(sum[0]), acc[i]);
             if (P) { /* the residual row: its sums are 0, so only the product counts */
                 const __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[1][i])),
                                                _mm512_set1_ps(d[blocks]));
                 acc[i] = _mm512_fmadd_ps(r, sc, acc[i]);
             }
-            d += step;
+            d += step, sum += step;
         }
         if (++in_group == per_group) in_group = 0, g += 2 * PACK_ROWS;
     }
