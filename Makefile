@@ -103,7 +103,7 @@ ISA_AVX2   := -mavx2 -mfma -mf16c
 ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 $(BUILD)/src/backend/cpu/kernels_avx2.o: ISA_FLAGS := $(ISA_AVX2)
 $(BUILD)/src/backend/cpu/kernels_avx512.o: ISA_FLAGS := $(ISA_AVX512)
-$(BUILD)/src/backend/cpu/kernels_amx.o: ISA_FLAGS := $(ISA_AVX512) -mamx-tile -mamx-int8
+$(BUILD)/src/backend/cpu/kernels_amx.o: ISA_FLAGS := $(ISA_AVX512) -mamx-tile -mamx-int8 -mamx-bf16
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

@@ -228,6 +228,60 @@ static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st,
     free_affine(&a);
 }
 
+/* The bf16 tile product (AMX): every row against the float reference within 2e-5 of
+ * sum |w * x| (about 16 bits of each factor), tile ranges split at odd places, and each
+ * output row the same bits whichever rows came with it. */
+static void test_gemm_bf16(const cpu_kernels *k, int64_t group, dtype st, int64_t rows,
+                           int64_t cols, int64_t n) {
+    rand_affine a = make_affine(4, group, st, rows, cols);
+    arena mem = {0};
+    const packed_mat *p = pack_matrix(&a.w, &mem);
+    float *x = rand_vec(n * cols, 1.0f);
+    const int64_t padded = (n + 15) / 16 * 16;
+    brows xb = {.n = n, .cols = cols, .t = calloc((size_t)(2 * padded * cols), sizeof(uint16_t))};
+    for (int64_t t = 0; t < n; t++) k->split_bf16(brows_row(&xb, t), x + t * cols, cols);
+    void *scratch = aligned_alloc(64, BF16_SCRATCH);
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
+          *yr = malloc(sizeof(float) * (size_t)(n * rows));
+    float *wrow = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t i = 0; i < n * rows; i++) yk[i] = NAN;
+    /* two calls, split after the second tile */
+    const int64_t mid = p->tiles > 2 ? 2 : p->tiles;
+    k->gemm_bf16(yk, rows, p, 0, mid, &xb, scratch);
+    if (mid < p->tiles) k->gemm_bf16(yk, rows, p, mid, p->tiles, &xb, scratch);
+    ref_matmul(yr, &a.w, x, n, 0, rows, wrow);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        matview_row(wrow, &a.w, r);
+        for (int64_t t = 0; t < n; t++) {
+            double mag = 0;
+            for (int64_t c = 0; c < cols; c++) mag += fabs((double)wrow[c] * x[t * cols + c]);
+            const double e = isnan(yk[t * rows + r])
+                                 ? INFINITY
+                                 : fabs((double)yk[t * rows + r] - yr[t * rows + r]);
+            worst = fmax(worst, e / fmax(mag, 1e-30));
+        }
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%s gemm_bf16 4-bit g%lld %s [%lld x %lld] n=%lld vs ref / sum|wx|",
+             cpu_isa_name(k->isa), (long long)group, dtype_name(st), (long long)rows,
+             (long long)cols, (long long)n);
+    report(what, worst, 2e-5);
+    /* rows [16, n) on their own: the same bits */
+    if (n > 16) {
+        const brows tail = {.n = n - 16, .cols = cols, .t = brows_row(&xb, 16)};
+        float *yt = malloc(sizeof(float) * (size_t)((n - 16) * rows));
+        k->gemm_bf16(yt, rows, p, 0, p->tiles, &tail, scratch);
+        CHECK(!memcmp(yt, yk + 16 * rows, sizeof(float) * (size_t)((n - 16) * rows)),
+              "%s gemm_bf16 n=%lld: rows 16.. alone differ from the same rows in one call",
+              cpu_isa_name(k->isa), (long long)n);
+        free(yt);
+    }
+    free(yk), free(yr), free(wrow), free(x), free(xb.t), free(scratch);
+    arena_free(&mem);
+    free_affine(&a);
+}
+
 /* ==== dense product and attention pieces ==== */
 
 static void test_dense(const cpu_kernels *k, dtype t, int64_t rows, int64_t cols, int64_t n) {
@@ -396,7 +450,8 @@ static void test_softcap_entry(const cpu_kernels *k) {
             d = fmax(d, fabs((double)y[i] - x[i]));
             finite = finite && isfinite(y[i]) && fabsf(y[i]) <= caps[c];
         }
-        CHECK(finite, "%s softcap %g: an output is not finite or exceeds the cap", cpu_isa_name(k->isa), caps[c]);
+        CHECK(finite, "%s softcap %g: an output is not finite or exceeds the cap",
+              cpu_isa_name(k->isa), caps[c]);
         char what[96];
         snprintf(what, sizeof what, "softcap %g n=%d (absolute)", caps[c], N);
         report(what, d, 1e-6 * caps[c]);
@@ -696,6 +751,14 @@ int main(void) {
         /* columns over several of the AMX kernel's 64-block chunks, tokens past a tile */
         test_gemm_q(k, 4, 32, DTYPE_F16, 33, 4192, 37);
         test_gemm_q(k, 8, 32, DTYPE_F16, 18, 4192, 35);
+        if (k->gemm_bf16) {
+            const int64_t nb[] = {1, 15, 16, 17, 37, 70};
+            for (int j = 0; j < 6; j++) test_gemm_bf16(k, 32, DTYPE_F16, 48, 96, nb[j]);
+            test_gemm_bf16(k, 64, DTYPE_BF16, 64, 4160, 33);
+            test_gemm_bf16(k, 32, DTYPE_F16, 32, 4192, 21);
+            test_gemm_bf16(k, 32, DTYPE_F16, 16 * 37, 544, 19); /* past one set of tiles */
+            test_gemm_bf16(k, 128, DTYPE_F32, 16, 384, 20);
+        }
         test_dense(k, DTYPE_F32, 13, 77, 5);
         test_dense(k, DTYPE_F16, 16, 64, 3);
         test_dense(k, DTYPE_BF16, 9, 130, 1);

@@ -30,6 +30,9 @@
 #define ATT_TILE        16 /* query rows of one sequence sharing each K/V block read */
 #define FULL_TILE       64 /* query vectors (rows x heads of one KV head) of one full-attention item */
 #define CPU_ROPE_TABLES 4 /* RoPE tables kept at once */
+/* Rows from which a 4-bit product takes the bf16 tiles where the kernels have them: below,
+ * the tile dequantization costs more than the int8 product it replaces. */
+#define BF16_MIN_ROWS 32
 
 typedef struct cpu_backend {
     backend base;
@@ -38,6 +41,8 @@ typedef struct cpu_backend {
     int nth;
     backend_cpu_sizes sz;
     qrows xq;          /* quantized input rows of the current product */
+    brows xb;          /* or its bf16 parts, for the bf16 product (kernels with gemm_bf16) */
+    void *bscratch;    /* per thread: BF16_SCRATCH bytes for the bf16 product */
     float *wrow;       /* per thread: one dequantized row (unpacked matrices) */
     float *att;        /* per thread: attention state for one tile */
     size_t att_floats; /* per thread */
@@ -121,6 +126,27 @@ static void gemm_q_task(void *p, int ith, int nth) {
         j->cb->k->gemm_q(j->y, w->rows, w, lo, hi, &j->cb->xq);
 }
 
+static void split_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    const brows *xb = &j->cb->xb;
+    int64_t lo, hi;
+    split(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++)
+        j->cb->k->split_bf16(brows_row(xb, t), j->x + t * xb->cols, xb->cols);
+}
+
+static void gemm_bf16_task(void *p, int ith, int nth) {
+    matmul_job *j = p;
+    const packed_mat *w = j->pw;
+    /* sets of up to BF16_TILES weight tiles, an even number, spread over the threads */
+    int64_t chunk = (w->tiles / nth + 1) & ~(int64_t)1;
+    chunk = chunk < 2 ? 2 : chunk > BF16_TILES ? BF16_TILES : chunk;
+    void *scratch = (char *)j->cb->bscratch + (size_t)ith * BF16_SCRATCH;
+    int64_t lo, hi;
+    while (threadpool_chunk(&j->cb->counter, w->tiles, chunk, &lo, &hi))
+        j->cb->k->gemm_bf16(j->y, w->rows, w, lo, hi, &j->cb->xb, scratch);
+}
+
 static void gemm_dense_task(void *p, int ith, int nth) {
     matmul_job *j = p;
     int64_t lo, hi;
@@ -144,7 +170,20 @@ static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, 
     cpu_backend *cb = (cpu_backend *)be;
     CELER_ASSERT(n <= cb->sz.max_rows && w->cols <= cb->sz.max_cols);
     matmul_job j = {cb, y, w, packed_of(be, w), x, NULL, n, 1.0f};
-    if (j.pw) {
+    if (j.pw && cb->xb.t && j.pw->bits == 4 && n >= BF16_MIN_ROWS && w->rows % PACK_ROWS == 0) {
+        const int64_t padded = (n + 15) / 16 * 16;
+        cb->xb.n = n;
+        cb->xb.cols = w->cols;
+        if (padded > n) /* the last group's missing rows: zero, all blocks of both parts */
+            for (int64_t b = 0; b < w->cols / QBLOCK; b++)
+                for (int part = 0; part < 2; part++)
+                    for (int64_t t = n; t < padded; t++)
+                        memset(brows_row(&cb->xb, t) + b * BROWS_BLOCK + part * 16 * QBLOCK, 0,
+                               sizeof(uint16_t) * QBLOCK);
+        run(cb, split_task, &j, n * w->cols);
+        atomic_store(&cb->counter.next, 0);
+        threadpool_run(cb->pool, gemm_bf16_task, &j);
+    } else if (j.pw) {
         cb->xq.pairs = cb->act_pairs;
         cb->xq.n = n << cb->xq.pairs;
         cb->xq.cols = w->cols;
@@ -573,6 +612,8 @@ static void cpu_destroy(backend *be) {
     free(cb->xq.q);
     free(cb->xq.d);
     free(cb->xq.s);
+    free(cb->xb.t);
+    free(cb->bscratch);
     free(cb->wrow);
     free(cb->att);
     free(cb->tile_row);
@@ -633,6 +674,12 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->xq.d = malloc(sizeof(float) * 2 * rows * blocks);
     cb->xq.s = malloc(sizeof(float) * 2 * rows * blocks);
     cb->wrow = malloc(sizeof(float) * cols * (size_t)cb->nth);
+    const size_t brows_bytes =
+        cb->k->gemm_bf16 ? 2 * sizeof(uint16_t) * ((rows + 15) / 16 * 16) * cols : 0;
+    if (brows_bytes) {
+        cb->xb.t = aligned_alloc(64, (brows_bytes + 63) / 64 * 64);
+        cb->bscratch = aligned_alloc(64, BF16_SCRATCH * (size_t)cb->nth);
+    }
     /* per thread: ATT_TILE rows x heads per KV head (at most max_cols / hd) query vectors,
      * outputs, three scalars and a block of scores each, then a block of keys and values;
      * full attention needs the same for FULL_TILE query vectors of any head dim up to hd */
@@ -651,7 +698,7 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
         have_tables = have_tables && cb->rope_cs[i];
     }
     if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->wrow || !cb->att ||
-        !cb->tile_row || !have_tables) {
+        !cb->tile_row || !have_tables || (brows_bytes && (!cb->xb.t || !cb->bscratch))) {
         cpu_destroy(&cb->base);
         return NULL;
     }
@@ -659,7 +706,8 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
         (int64_t)(2 * rows * cols + sizeof(float) * 4 * rows * blocks +
                   sizeof(float) * cols * (size_t)cb->nth +
                   sizeof(float) * cb->att_floats * (size_t)cb->nth + sizeof(int32_t) * (rows + 1) +
-                  sizeof(float) * (size_t)(tables * sz->max_keys * sz->hd));
+                  sizeof(float) * (size_t)(tables * sz->max_keys * sz->hd) + brows_bytes +
+                  (brows_bytes ? BF16_SCRATCH * (size_t)cb->nth : 0));
     return &cb->base;
 }
 

@@ -68,13 +68,14 @@ static int detect(void) {
     __cpuid_count(7, 0, a, b, c, d);
     const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512bw = b & (1u << 30),
                avx512vl = b & (1u << 31), vnni = c & (1u << 11);
-    const bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
+    const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
     if (avx2 && fma && f16c) mask |= 1 << CPU_ISA_AVX2;
     const bool zmm_state = (x & 0xe0) == 0xe0;
     if ((mask & 1 << CPU_ISA_AVX2) && zmm_state && avx512f && avx512bw && avx512vl && vnni)
         mask |= 1 << CPU_ISA_AVX512;
     const bool tile_state = (x & (3ull << 17)) == (3ull << 17);
-    if ((mask & 1 << CPU_ISA_AVX512) && amx_tile && amx_int8 && tile_state && amx_permitted())
+    if ((mask & 1 << CPU_ISA_AVX512) && amx_tile && amx_int8 && amx_bf16 && tile_state &&
+        amx_permitted())
         mask |= 1 << CPU_ISA_AMX;
 #endif
     return mask;

@@ -15,7 +15,7 @@ typedef enum cpu_isa {
     CPU_ISA_GENERIC, /* the fast path's packed layout in plain C */
     CPU_ISA_AVX2,    /* AVX2 + FMA + F16C */
     CPU_ISA_AVX512,  /* AVX-512 F/BW/VL + VNNI */
-    CPU_ISA_AMX,     /* AVX512 plus AMX-TILE/INT8 for prefill tiles */
+    CPU_ISA_AMX,     /* AVX512 plus AMX-TILE/INT8/BF16 for prefill tiles */
     CPU_ISA_COUNT_
 } cpu_isa;
 

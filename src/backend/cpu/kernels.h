@@ -17,6 +17,12 @@
 #include "backend/cpu/cpuid.h"
 #include "backend/cpu/pack.h"
 
+/* The bf16 product dequantizes BF16_TILES weight tiles by BF16_BLOCKS column blocks at a
+ * time (2 KiB of B tiles each), which stay in L2 while every group of 16 rows passes. */
+#define BF16_TILES   16
+#define BF16_BLOCKS  16
+#define BF16_SCRATCH (BF16_TILES * BF16_BLOCKS * 2048 + BF16_TILES * 1024)
+
 typedef struct cpu_kernels {
     cpu_isa isa;
     /* q[cols], d[cols/QBLOCK], s[cols/QBLOCK] of the row x[cols]; cols % QBLOCK == 0 */
@@ -24,6 +30,14 @@ typedef struct cpu_kernels {
     /* y[t, r] = x[t, :] . W[r, :] for t < x->n and the rows of tiles [t0, t1) */
     void (*gemm_q)(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x);
+    /* The bf16 tile product, NULL where the ISA has none. split_bf16 writes row x[cols] into
+     * a brows at dst = brows_row(..) (pack.h). gemm_bf16: y[t, r] = x[t, :] . W[r, :] for
+     * t < x->n and the rows of tiles [t0, t1) of a 4-bit W whose rows are a multiple of
+     * PACK_ROWS, with BF16_SCRATCH bytes of the calling thread (64-byte aligned). A row of y
+     * sums in the same order whatever other rows come with it. */
+    void (*split_bf16)(uint16_t *dst, const float *x, int64_t cols);
+    void (*gemm_bf16)(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                      const brows *x, void *scratch);
     /* y[t, r] = x[t, :] . W[r, :] for t < n, r0 <= r < r1; W dense F32/F16/BF16 [rows, cols] */
     void (*gemm_dense)(float *y, int64_t ldy, const matview *w, int64_t r0, int64_t r1,
                        const float *x, int64_t n);

@@ -1,13 +1,24 @@
 /*
- * kernels_amx.c - AMX int8 tiles for prefill (compiled with the AVX-512 flags plus
- * -mamx-tile -mamx-int8; the process asks Linux for tile state in cpuid.c).
+ * kernels_amx.c - AMX tiles for prefill (compiled with the AVX-512 flags plus -mamx-tile
+ * -mamx-int8 -mamx-bf16; the process asks Linux for tile state in cpuid.c). Two products:
  *
- * One tdpbsud multiplies 16 tokens' int8 activations of one quantization block (A: 16
- * rows x 32 bytes, loaded straight from the activation rows) by one weight tile's
- * unsigned codes of that block (B: 8 x 64 bytes). The packed layout is AMX's B layout
- * once the nibbles are split: step s's low nibbles are B row 2s (columns 8s..8s+3 of 16
- * rows) and its high nibbles B row 2s+1; an 8-bit matrix joins its two planes back into
- * whole codes, so it takes one product too.
+ * bf16 (4-bit weights). Each weight is dequantized into two bf16 parts, high and low (a
+ * 4-bit code times a 16-bit scale plus bias keeps about 16 significant bits, all of them for
+ * Q4_0), and each activation is split the same way (brows, pack.h). Three tdpbf16ps per
+ * block, hi*hi + lo*hi + hi*lo, accumulate in the C tile across the whole row, so a tile is
+ * stored once per chunk of columns rather than scaled once per block: the scaling round trip
+ * is what bounds the int8 product below. Activations come in tile order (brows), so an A
+ * tile is one 1 KiB piece: rows 4 KiB apart would share one L1 set. Weight tiles are
+ * dequantized BF16_TILES x BF16_BLOCKS at a time into B tiles that stay in L2 while every
+ * group of 16 tokens passes over them, two weight tiles per group sharing its A tiles; the
+ * group's A tiles of those blocks (32 KiB) stay in L1 across the weight tiles.
+ *
+ * int8 (8-bit weights, and 4-bit ones where the backend passes int8 rows). One tdpbsud multiplies
+ * 16 tokens' int8 activations of one quantization block (A: 16 rows x 32 bytes, loaded straight
+ * from the activation rows) by one weight tile's unsigned codes of that block (B: 8 x 64 bytes).
+ * The packed layout is AMX's B layout once the nibbles are split: step s's low nibbles are B row 2s
+ * (columns 8s..8s+3 of 16 rows) and its high nibbles B row 2s+1; an 8-bit matrix joins its two
+ * planes back into whole codes, so it takes one product too.
  *
  * Weight scales change every group, so every block's int32 result is scaled into float
  * accumulators (as in the VNNI kernel); what makes this fast is where things live:
@@ -182,10 +193,151 @@ static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, i
     }
 }
 
+/* ==== bf16 tiles ==== */
+
+typedef uint32_t btile[PACK_ROWS][16]; /* B: [column pair][weight row], bf16 pairs */
+
+/* All eight tiles 16 x 64 bytes: 0, 1 A (activation high, low parts); 2, 3 and 4, 5 B of
+ * two weight tiles (high, low); 6, 7 C of the two weight tiles. */
+static void configure_bf16(void) {
+    tile_config c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* The float bits v rounded to their upper 16 (half away from zero), low half cleared. */
+static inline __m512i round_top(__m512i v) {
+    return _mm512_and_si512(_mm512_add_epi32(v, _mm512_set1_epi32(0x8000)),
+                            _mm512_set1_epi32((int)0xffff0000u));
+}
+
+static void amx_split_bf16(uint16_t *dst, const float *x, int64_t cols) {
+    for (int64_t c = 0; c < cols; c += 16) {
+        const __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16)((1u << (cols - c)) - 1u);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + c);
+        const __m512i h = round_top(_mm512_castps_si512(v));
+        const __m512i l = round_top(_mm512_castps_si512(_mm512_sub_ps(v, _mm512_castsi512_ps(h))));
+        uint16_t *o = dst + c / QBLOCK * BROWS_BLOCK + c % QBLOCK;
+        _mm512_mask_cvtepi32_storeu_epi16(o, m, _mm512_srli_epi32(h, 16));
+        _mm512_mask_cvtepi32_storeu_epi16(o + 16 * QBLOCK, m, _mm512_srli_epi32(l, 16));
+    }
+}
+
+/* B tiles of blocks [b0, b0 + nb) of 4-bit weight tile t: pair row p holds columns 2p and
+ * 2p + 1 of the block for the 16 rows; bb[b][0] the high parts (the weight's upper 16 bits),
+ * bb[b][1] the low parts (the rest, rounded). */
+static void dequant_b(btile (*bb)[2], const packed_mat *w, int64_t t, int64_t b0, int64_t nb) {
+    const uint8_t *codes = w->codes + t * packed_tile_bytes(w);
+    const uint16_t *sb = w->sb + t * packed_tile_sb(w);
+    const int64_t per_group = w->group / QBLOCK;
+    const __m512i m4 = _mm512_set1_epi32(15), top = _mm512_set1_epi32((int)0xffff0000u),
+                  half = _mm512_set1_epi32(0x8000);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint16_t *g = sb + (b0 + b) / per_group * 2 * PACK_ROWS;
+        const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
+        const uint8_t *blk = codes + (b0 + b) * 4 * PACK_STEP;
+        for (int s = 0; s < 4; s++) {
+            const __m512i raw = _mm512_loadu_si512(blk + s * PACK_STEP);
+            __m512i h[8], l[8];
+            _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) { /* column 8s + u */
+                const int shift = u < 4 ? 8 * u : 8 * (u - 4) + 4;
+                const __m512i q = _mm512_and_si512(_mm512_srli_epi32(raw, shift), m4);
+                const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sc, bi);
+                h[u] = _mm512_and_si512(_mm512_castps_si512(v), top);
+                l[u] = _mm512_add_epi32(
+                    _mm512_castps_si512(_mm512_sub_ps(v, _mm512_castsi512_ps(h[u]))), half);
+            }
+            _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+                const __m512i hp = _mm512_or_si512(_mm512_srli_epi32(h[2 * p], 16), h[2 * p + 1]);
+                /* a | (b & c) */
+                const __m512i lp = _mm512_ternarylogic_epi32(_mm512_srli_epi32(l[2 * p], 16),
+                                                             l[2 * p + 1], top, 0xf8);
+                _mm512_store_si512(bb[b][0][4 * s + p], hp);
+                _mm512_store_si512(bb[b][1][4 * s + p], lp);
+            }
+        }
+    }
+}
+
+/* Blocks [0, nb) into C tile 6 from B tiles b0t (and C tile 7 from b1t when TWO), A tiles
+ * from a: hi*hi, lo*hi, hi*lo for each block, in that order. */
+#define BF16_BLOCKS_OF(TWO)                                                                        \
+    for (int64_t b = 0; b < nb; b++) {                                                             \
+        _tile_loadd(0, a + b * BROWS_BLOCK, 64);                                                   \
+        _tile_loadd(2, b0t[b][0], 64);                                                             \
+        _tile_dpbf16ps(6, 0, 2);                                                                   \
+        if (TWO) {                                                                                 \
+            _tile_loadd(4, b1t[b][0], 64);                                                         \
+            _tile_dpbf16ps(7, 0, 4);                                                               \
+        }                                                                                          \
+        _tile_loadd(1, a + b * BROWS_BLOCK + 16 * QBLOCK, 64);                                     \
+        _tile_dpbf16ps(6, 1, 2);                                                                   \
+        if (TWO) _tile_dpbf16ps(7, 1, 4);                                                          \
+        _tile_loadd(3, b0t[b][1], 64);                                                             \
+        _tile_dpbf16ps(6, 0, 3);                                                                   \
+        if (TWO) {                                                                                 \
+            _tile_loadd(5, b1t[b][1], 64);                                                         \
+            _tile_dpbf16ps(7, 0, 5);                                                               \
+        }                                                                                          \
+    }
+
+/* Tiles [s0, s1) (at most BF16_TILES) over every group of x: each C tile accumulates across
+ * all columns, through y between column chunks (or part, for a last group of fewer than 16). */
+static void bf16_set(float *y, int64_t ldy, const packed_mat *w, int64_t s0, int64_t s1,
+                     const brows *x, btile (*bb)[BF16_BLOCKS][2], float (*part)[16][16]) {
+    const int64_t blocks = w->cols / QBLOCK, full = x->n / 16, groups = (x->n + 15) / 16;
+    const int64_t ldc = ldy * (int64_t)sizeof(float);
+    for (int64_t b0 = 0; b0 < blocks; b0 += BF16_BLOCKS) {
+        const int64_t nb = blocks - b0 < BF16_BLOCKS ? blocks - b0 : BF16_BLOCKS;
+        for (int64_t t = s0; t < s1; t++) dequant_b(bb[t - s0], w, t, b0, nb);
+        for (int64_t g = 0; g < groups; g++) {
+            const uint16_t *a = x->t + (g * blocks + b0) * BROWS_BLOCK;
+            for (int64_t t = s0; t < s1; t += 2) {
+                const int two = t + 1 < s1;
+                btile(*b0t)[2] = bb[t - s0], (*b1t)[2] = bb[t - s0 + two];
+                float *c0 = g < full ? y + g * 16 * ldy + t * PACK_ROWS : part[t - s0][0];
+                float *c1 = g < full ? c0 + PACK_ROWS : part[t - s0 + two][0];
+                const int64_t ld = g < full ? ldc : 16 * (int64_t)sizeof(float);
+                if (b0 == 0) {
+                    _tile_zero(6);
+                    _tile_zero(7);
+                } else {
+                    _tile_loadd(6, c0, ld);
+                    if (two) _tile_loadd(7, c1, ld);
+                }
+                if (two) {
+                    BF16_BLOCKS_OF(1)
+                } else {
+                    BF16_BLOCKS_OF(0)
+                }
+                _tile_stored(6, c0, ld);
+                if (two) _tile_stored(7, c1, ld);
+            }
+        }
+    }
+    for (int64_t i = full * 16; i < x->n; i++) /* the last group's rows that exist */
+        for (int64_t t = s0; t < s1; t++)
+            memcpy(y + i * ldy + t * PACK_ROWS, part[t - s0][i - full * 16], sizeof part[0][0]);
+}
+
+static void amx_gemm_bf16(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                          const brows *x, void *scratch) {
+    btile(*bb)[BF16_BLOCKS][2] = scratch;
+    float(*part)[16][16] = (void *)((char *)scratch + BF16_TILES * BF16_BLOCKS * sizeof(btile[2]));
+    configure_bf16();
+    for (int64_t s0 = t0; s0 < t1; s0 += BF16_TILES)
+        bf16_set(y, ldy, w, s0, t1 - s0 < BF16_TILES ? t1 : s0 + BF16_TILES, x, bb, part);
+    _tile_release();
+}
+
 const cpu_kernels cpu_kernels_amx = {
     .isa = CPU_ISA_AMX,
     .quantize_row = avx2_quantize_row,
     .gemm_q = amx_gemm_q,
+    .split_bf16 = amx_split_bf16,
+    .gemm_bf16 = amx_gemm_bf16,
     .gemm_dense = avx2_gemm_dense,
     .attn_scores = avx2_attn_scores,
     .attn_pv = avx2_attn_pv,

@@ -29,9 +29,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define PACK_ROWS 16  /* output rows per tile */
-#define QBLOCK 32     /* activation quantization block (columns) */
-#define PACK_STEP 64  /* bytes of one step: 16 rows x 4 bytes */
+#define PACK_ROWS 16 /* output rows per tile */
+#define QBLOCK    32 /* activation quantization block (columns) */
+#define PACK_STEP 64 /* bytes of one step: 16 rows x 4 bytes */
 
 typedef struct packed_mat {
     int64_t rows, cols, tiles; /* tiles = ceil(rows / PACK_ROWS) */
@@ -71,7 +71,8 @@ typedef struct cpu_weights {
 
 /* Packs every matrix of ws (ws->done after each, so the source pages can go at once);
  * *out NULL when none can be packed. */
-celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out, celer_error *e);
+celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out,
+                          celer_error *e);
 void pack_weights_free(cpu_weights *w);
 
 /* Activation rows quantized for the packed kernels: n rows of cols columns.
@@ -87,5 +88,23 @@ typedef struct qrows {
     float *d;  /* [n, cols / QBLOCK] scale: x ~ d * q */
     float *s;  /* [n, cols / QBLOCK] sum of the block's float values */
 } qrows;
+
+/* Activation rows for the AMX bf16 product, in the order its A tiles are read: each value
+ * as two bf16 parts, x ~ hi + lo (hi rounded to bf16, lo the rest rounded again: about 16
+ * significant bits). Groups of 16 rows (a tile's rows), then column blocks:
+ *   t: [row / 16][column block][part: hi, lo][row % 16][QBLOCK]
+ * so a tile is 1 KiB in one piece. Rows past n, up to the next multiple of 16, are zero. */
+typedef struct brows {
+    int64_t n, cols;
+    uint16_t *t;
+} brows;
+
+#define BROWS_BLOCK (2 * 16 * QBLOCK) /* elements of one group's column block, both parts */
+
+/* Where row r's block 0 starts; its block b's high part is at + b * BROWS_BLOCK, the low
+ * part 16 * QBLOCK after that. */
+static inline uint16_t *brows_row(const brows *x, int64_t r) {
+    return x->t + (r / 16) * (x->cols / QBLOCK) * BROWS_BLOCK + (r % 16) * QBLOCK;
+}
 
 #endif
