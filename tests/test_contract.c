@@ -21,7 +21,10 @@
  * Everything runs on the CPU, then on the device CELER_TEST_DEVICE names (make test-cuda).
  * "Equal" is 1e-6 relative on the CPU, whose products sum in the same order whatever the
  * rows of a call; a GPU's matrix library picks its kernels (and so the order of its sums)
- * by the shape of a call, so there it is 1e-5. A shifted slice differs by far more.
+ * by the shape of a call, so there it is 1e-5. On an AMX machine the CPU's 4-bit products
+ * of 32 rows and more take bf16 tiles, so the head of such a forward and the head of one
+ * row differ by the int8 product's rounding: 1e-4 there (same_for). A shifted slice
+ * differs by far more.
  */
 #include "harness.h"
 
@@ -37,6 +40,11 @@ static celer_model *model;
 static int64_t V, D;
 static const char *device = "cpu";
 static double same = 1e-6; /* relative difference that counts as equal on device */
+
+/* What counts as equal between one row of the head and row of a forward of n rows. */
+static double same_for(int64_t n) {
+    return !strcmp(device, "cpu") && n >= 32 && celer_kernels_supported("amx") ? 1e-4 : same;
+}
 
 static celer_context *ctx_new(int64_t n_ctx, int32_t n_seq) {
     const celer_context_params cp = harness_context_params(n_ctx, n_seq, device);
@@ -76,11 +84,11 @@ static void check_entry_points(const int32_t *ids, int64_t n) {
         CHECK(s == CELER_OK, "%s n=%lld: %s", names[k], (long long)n,
               celer_context_last_error(ctx));
         double d = rel_diff(row, want);
-        CHECK(d <= same, "%s n=%lld: differs from forward row %lld by %g", names[k], (long long)n,
-              (long long)last, d);
+        CHECK(d <= same_for(n), "%s n=%lld: differs from forward row %lld by %g", names[k],
+              (long long)n, (long long)last, d);
         if (shifted) {
             double ds = rel_diff(row, shifted);
-            CHECK(ds > same,
+            CHECK(ds > same_for(n),
                   "%s n=%lld: also matches row %lld (%g): the shifted-slice check cannot fail",
                   names[k], (long long)n, (long long)(last - 1), ds);
         }
@@ -93,7 +101,7 @@ static void check_entry_points(const int32_t *ids, int64_t n) {
         celer_seq_reset(ctx, 1);
         CHECK(celer_forward_last_logits_with_sequence_id(ctx, &b, 1, 1, row) == CELER_OK,
               "last_pos 1");
-        CHECK(rel_diff(row, all + V) <= same, "n=%lld last_pos=1 equals forward row 1",
+        CHECK(rel_diff(row, all + V) <= same_for(n), "n=%lld last_pos=1 equals forward row 1",
               (long long)n);
     }
     CHECK(celer_forward_last_logits(ctx, &b, n, row) == CELER_STATUS_INVALID_ARGUMENT,
@@ -329,9 +337,11 @@ static void check_vlm(const char *name) {
         CHECK(s == CELER_OK, "%s %s: %s", name, names[k], celer_context_last_error(ctx));
         const float *ref = k == 2 ? all_e : all;
         const double d = rel_diff(row, ref + last * V), ds = rel_diff(row, ref + (last - 1) * V);
-        CHECK(d <= same, "%s %s: differs from the forward's last row by %g", name, names[k], d);
-        CHECK(ds > same, "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail",
-              name, names[k], (long long)(last - 1), ds);
+        CHECK(d <= same_for(n), "%s %s: differs from the forward's last row by %g", name, names[k],
+              d);
+        CHECK(ds > same_for(n),
+              "%s %s: also matches row %lld (%g): the shifted-slice check cannot fail", name,
+              names[k], (long long)(last - 1), ds);
         CHECK(celer_context_head_rows(ctx) == 1, "%s %s: the head ran on %lld rows, expected 1",
               name, names[k], (long long)celer_context_head_rows(ctx));
     }
@@ -472,7 +482,9 @@ static void run_all(void) {
 static void test_backend_check(void) {
     celer_model *m;
     celer_error e = {{0}};
-    if (!CHECK(model_open(fixture_path("cohere2-bf16"), sizeof *m, &m, &e) == CELER_OK, "%s", e.msg)) return;
+    if (!CHECK(model_open(fixture_path("cohere2-bf16"), sizeof *m, &m, &e) == CELER_OK, "%s",
+               e.msg))
+        return;
     backend *be = backend_ref_create(1, 256, 64, false);
     CHECK(model_check_backend(m, be, &e) == CELER_OK, "the reference backend runs cohere2: %s",
           e.msg);
