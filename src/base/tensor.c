@@ -44,11 +44,12 @@ float dtype_load_f32(dtype t, const void *p, int64_t i) {
 }
 
 uint32_t matview_code(const matview *w, int64_t r, int64_t c) {
-    const int bits = w->quant_bits, per_word = 32 / bits;
-    const int64_t i = r * (w->cols / per_word) + c / per_word;
-    uint32_t word;
-    memcpy(&word, (const unsigned char *)w->data + 4 * i, 4);
-    return (word >> ((c % per_word) * bits)) & ((1u << bits) - 1u);
+    const int bits = w->quant_bits;
+    const int64_t bit = c * bits;
+    const unsigned char *row = (const unsigned char *)w->data + (size_t)(r * w->cols * bits / 8);
+    uint32_t v = row[bit / 8];
+    if (bit % 8 + bits > 8) v |= (uint32_t)row[bit / 8 + 1] << 8; /* the code spans two bytes */
+    return (v >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
 void matview_row(float *out, const matview *w, int64_t r) {
@@ -60,6 +61,11 @@ void matview_row(float *out, const matview *w, int64_t r) {
     const int64_t groups = cols / w->group;
     for (int64_t g = 0; g < groups; g++) {
         const float s = dtype_load_f32(w->scale_type, w->scales, r * groups + g);
+        if (!w->biases) {
+            for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
+                out[c] = s * (float)((int)matview_code(w, r, c) - w->zero);
+            continue;
+        }
         const float b = dtype_load_f32(w->scale_type, w->biases, r * groups + g);
         for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
             out[c] = s * (float)matview_code(w, r, c) + b;

@@ -39,9 +39,12 @@ dtype dtype_from_name(const char *s);
 /* A weight matrix W[rows, cols] used as y = x @ W^T (rows = outputs, cols = inputs).
  *
  * Dense (quant_bits == 0): data is [rows, cols] of dtype F32, F16 or BF16.
- * MLX affine (quant_bits 4 or 8): data is uint32 codes [rows, cols * bits / 32], element j
- * of a word in bits j*bits .. j*bits+bits-1; scales and biases are [rows, cols / group]
- * of scale_dtype, and w[r, c] = scale[r, c/group] * q[r, c] + bias[r, c/group]. */
+ * Affine (quant_bits 2 to 8, MLX's layout): data is uint32 codes [rows, cols * bits / 32],
+ * each row a little-endian bit string with code c at bits c*bits .. c*bits+bits-1 (for 4
+ * and 8 bits: element j of a word in bits j*bits ..); scales are [rows, cols / group] of
+ * scale_type, and so are the biases, w[r, c] = scale[r, c/group] * q[r, c] + bias[r,
+ * c/group]. Without biases (GGUF's symmetric blocks) the bias is -zero * scale:
+ * w = scale * (q - zero), computed in that order (as ggml and gguf-py do). */
 typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
@@ -49,7 +52,8 @@ typedef struct matview {
     int quant_bits;  /* 0 = dense */
     int64_t group;   /* affine group size along cols */
     dtype scale_type;
-    const void *scales, *biases;
+    const void *scales, *biases; /* biases NULL: w = scale * (q - zero) */
+    int zero;
     int32_t id; /* 1 + index in its model's matrix list (a backend's prepared copy); 0: none */
 } matview;
 

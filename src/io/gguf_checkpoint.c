@@ -6,7 +6,10 @@
  * (w = d*(q-8)) and Q8_0 (w = d*q, q signed) become scale d and bias -8d / -128d, exact
  * in fp16 since they are d times a power of two. Inside a ggml block, byte j holds
  * elements j (low nibble) and j+16 (high nibble); MLX puts element k of a word in bits
- * 4k..4k+3, so only the nibble order changes.
+ * 4k..4k+3, so only the nibble order changes. Q5_0 and Q5_1 add a fifth bit per element
+ * from a 32-bit word (bit j for element j) and become 5-bit codes in the same bit-string
+ * layout; Q5_0 (w = d*(q-16)) keeps no biases: its zero point 16 goes in a one-value I32
+ * tensor "<module>.zero" (tensor.h: w = scale * (q - zero)), so it stays 5.5 bits a weight.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io/gguf.h"
@@ -17,7 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum {
+    GGML_F32 = 0,
+    GGML_F16 = 1,
+    GGML_Q4_0 = 2,
+    GGML_Q4_1 = 3,
+    GGML_Q5_0 = 6,
+    GGML_Q5_1 = 7,
+    GGML_Q8_0 = 8,
+    GGML_BF16 = 30
+};
 
 /* ==== Metadata -> config.json fields ==== */
 
@@ -280,39 +292,66 @@ static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *modu
     return add(tb, module, suffix, type, gt->ndim, rows, cols, data, gt->nbytes) ? CELER_OK : oom(tb);
 }
 
-/* A Q4_0 / Q4_1 / Q8_0 matrix -> MLX codes [rows, cols*bits/32] + fp16 scales/biases. */
+/* The codes (0 .. 2^bits - 1) of one 32-element block, its scale and its bias; bias is
+ * untouched for the types with a zero point. */
+static void decode_block(uint32_t gtype, const uint8_t *blk, uint8_t q[32], uint16_t *d, uint16_t *m) {
+    memcpy(d, blk, 2);
+    if (gtype == GGML_Q8_0) {
+        for (int k = 0; k < 32; k++) q[k] = (uint8_t)((int)(int8_t)blk[2 + k] + 128);
+        *m = f32_to_f16(-128.0f * f16_to_f32(*d));
+        return;
+    }
+    const bool with_m = gtype == GGML_Q4_1 || gtype == GGML_Q5_1, five = gtype == GGML_Q5_0 || gtype == GGML_Q5_1;
+    if (with_m) memcpy(m, blk + 2, 2);
+    uint32_t qh = 0;
+    if (five) memcpy(&qh, blk + (with_m ? 4 : 2), 4);
+    const uint8_t *qs = blk + (with_m ? 4 : 2) + (five ? 4 : 0);
+    for (int k = 0; k < 32; k++)
+        q[k] = (uint8_t)((k < 16 ? qs[k] & 15 : qs[k - 16] >> 4) | (five ? ((qh >> k) & 1u) << 4 : 0));
+    if (gtype == GGML_Q4_0) *m = f32_to_f16(-8.0f * f16_to_f32(*d));
+}
+
+/* A Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrix -> MLX codes [rows, cols*bits/32] + fp16 scales
+ * and biases (Q5_0: a zero point instead of biases). */
 static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
     const uint32_t gtype = gt->ggml_type;
-    const int bits = gtype == GGML_Q8_0 ? 8 : 4;
+    const int bits = gtype == GGML_Q8_0 ? 8 : gtype == GGML_Q5_0 || gtype == GGML_Q5_1 ? 5 : 4;
+    const bool zero_point = gtype == GGML_Q5_0;
     const int64_t cols = gt->ne[0], rows = gt->ne[1], nb = cols / 32;
-    const size_t bsize = gtype == GGML_Q4_0 ? 18 : gtype == GGML_Q4_1 ? 20 : 34;
+    const size_t bsize = gtype == GGML_Q4_0 ? 18 : gtype == GGML_Q4_1 ? 20 : gtype == GGML_Q5_0 ? 22 : gtype == GGML_Q5_1 ? 24 : 34;
     const int64_t words = cols * bits / 32;
     uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
     uint16_t *scales = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
-    uint16_t *biases = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
-    if (!codes || !scales || !biases) return oom(tb);
+    uint16_t *biases = zero_point ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
+    if (!codes || !scales || (!zero_point && !biases)) return oom(tb);
+    memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nb * bsize;
+        uint32_t *row = codes + r * words;
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = src + (size_t)b * bsize;
+            uint8_t q[32];
             uint16_t d, m = 0;
-            memcpy(&d, blk, 2);
-            if (gtype == GGML_Q4_1) memcpy(&m, blk + 2, 2);
-            const uint8_t *qs = blk + (gtype == GGML_Q4_1 ? 4 : 2);
-            uint32_t *w = codes + r * words + b * 32 * bits / 32;
-            memset(w, 0, sizeof(uint32_t) * (size_t)bits);
-            for (int k = 0; k < 32; k++) {
-                uint32_t q = bits == 8 ? (uint32_t)((int)(int8_t)qs[k] + 128) : (uint32_t)(k < 16 ? qs[k] & 15 : qs[k - 16] >> 4);
-                w[k * bits / 32] |= q << ((k * bits) % 32);
+            decode_block(gtype, src + (size_t)b * bsize, q, &d, &m);
+            for (int k = 0; k < 32; k++) { /* code c at bits c*bits of the row's bit string */
+                const int64_t bit = (b * 32 + k) * bits;
+                row[bit / 32] |= (uint32_t)q[k] << (bit % 32);
+                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= (uint32_t)q[k] >> (32 - bit % 32);
             }
             scales[r * nb + b] = d;
-            biases[r * nb + b] = gtype == GGML_Q4_1 ? m : f32_to_f16(-(gtype == GGML_Q4_0 ? 8.0f : 128.0f) * f16_to_f32(d));
+            if (biases) biases[r * nb + b] = m;
         }
     }
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
-        !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales, sizeof(uint16_t) * (size_t)(rows * nb)) ||
-        !add(tb, module, "biases", DTYPE_F16, 2, rows, nb, biases, sizeof(uint16_t) * (size_t)(rows * nb)))
+        !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales, sizeof(uint16_t) * (size_t)(rows * nb)))
         return oom(tb);
+    if (biases && !add(tb, module, "biases", DTYPE_F16, 2, rows, nb, biases, sizeof(uint16_t) * (size_t)(rows * nb)))
+        return oom(tb);
+    if (zero_point) {
+        int32_t *zero = arena_alloc(tb->mem, sizeof *zero);
+        if (!zero) return oom(tb);
+        *zero = 16;
+        if (!add(tb, module, "zero", DTYPE_I32, 1, 1, 1, zero, sizeof *zero)) return oom(tb);
+    }
     return CELER_OK;
 }
 

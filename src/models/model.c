@@ -196,7 +196,7 @@ static void release_source(void *arg, const matview *w) {
     const size_t groups = (size_t)(w->rows * (w->cols / w->group));
     checkpoint_release_range(&m->ck, w->data, (size_t)(w->rows * w->cols * w->quant_bits / 8));
     checkpoint_release_range(&m->ck, w->scales, groups * dtype_size(w->scale_type));
-    checkpoint_release_range(&m->ck, w->biases, groups * dtype_size(w->scale_type));
+    if (w->biases) checkpoint_release_range(&m->ck, w->biases, groups * dtype_size(w->scale_type));
 }
 
 celer_status model_prepare(celer_model *m, const backend_class *cls, const backend_params *p,
@@ -614,6 +614,7 @@ const char *model_quant_desc(const matview *w, char *out, size_t size) {
 
 int64_t matview_bytes(const matview *w) {
     if (!w->quant_bits) return w->rows * w->cols * (int64_t)dtype_size(w->type);
-    return w->rows * w->cols * w->quant_bits / 8 +
-           2 * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type);
+    return w->rows * w->cols * w->quant_bits / 8 + (w->biases ? 2 : 1) * w->rows *
+                                                       (w->cols / w->group) *
+                                                       (int64_t)dtype_size(w->scale_type);
 }

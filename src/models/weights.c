@@ -48,8 +48,21 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
     celer_status s;
     snprintf(name, sizeof name, "%s.scales", module);
     if ((s = find(m, name, &sc, &sfile, e)) != CELER_OK) return s;
-    snprintf(name, sizeof name, "%s.biases", module);
-    if ((s = find(m, name, &bi, &bfile, e)) != CELER_OK) return s;
+    /* a GGUF symmetric block type names its zero point instead (gguf_checkpoint.c) */
+    int zero = 0;
+    snprintf(name, sizeof name, "%s.zero", module);
+    const st_tensor *zt = checkpoint_find(&m->ck, name, &bfile);
+    if (zt) {
+        if (zt->type != DTYPE_I32 || zt->nbytes != sizeof zero)
+            return error_set(e, CELER_STATUS_BAD_FILE,
+                             "%s: tensor %s: expected one I32, found %s %s", bfile, name,
+                             dtype_name(zt->type), shp(b1, zt));
+        memcpy(&zero, zt->data, sizeof zero);
+        bi = sc;
+    } else {
+        snprintf(name, sizeof name, "%s.biases", module);
+        if ((s = find(m, name, &bi, &bfile, e)) != CELER_OK) return s;
+    }
     if (w->ndim != 2 || w->shape[0] != rows)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: tensor %s.weight: expected [%lld, packed] uint32 codes for a "
@@ -77,16 +90,16 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "codes of a whole number of bits",
                          file, module, (long long)packed, (long long)cols);
     const int bits = (int)(packed * 32 / cols);
-    if (bits != 4 && bits != 8)
+    /* 5-bit codes come from GGUF's Q5_0 / Q5_1 (MLX's other widths are not checked yet) */
+    if (bits != 4 && bits != 8 && !(bits == 5 && m->ck.gguf))
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "%s: tensor %s.weight: %d-bit affine quantization is not supported "
                          "(expected 4 or 8)",
                          file, module, bits);
-    if (group % (32 / bits) != 0)
-        return error_set(
-            e, CELER_STATUS_UNSUPPORTED,
-            "%s: tensor %s: group size %lld is not a multiple of the %d codes per word", file,
-            module, (long long)group, 32 / bits);
+    if (group * bits % 32 != 0)
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: tensor %s: groups of %lld %d-bit codes are not whole 32-bit words",
+                         file, module, (long long)group, bits);
     if (q->rule == QUANT_RULE_MODULE && (q->bits != bits || q->group != group))
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: quantization.%s: expected bits %d group_size %lld as the tensors "
@@ -101,7 +114,8 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                      .group = group,
                      .scale_type = sc->type,
                      .scales = sc->data,
-                     .biases = bi->data};
+                     .biases = zt ? NULL : bi->data,
+                     .zero = zero};
     return CELER_OK;
 }
 
@@ -250,7 +264,7 @@ static matview matview_rows(const matview *w, int64_t r0, int64_t n) {
     const size_t groups = (size_t)(r0 * (w->cols / w->group)) * dtype_size(w->scale_type);
     v.data = (const uint8_t *)w->data + (size_t)(r0 * w->cols * w->quant_bits / 8);
     v.scales = (const uint8_t *)w->scales + groups;
-    v.biases = (const uint8_t *)w->biases + groups;
+    v.biases = w->biases ? (const uint8_t *)w->biases + groups : NULL;
     return v;
 }
 

@@ -1,0 +1,128 @@
+/*
+ * test_quant_formats.c - GGUF block formats read exactly as gguf-py reads them.
+ *
+ * tests/quants/<type>.gguf holds random blocks of one ggml type in every matrix of a small
+ * llama-arch model, and <type>.json what gguf-py's dequantize() returns for each matrix
+ * (tools/make_quant_fixtures.py): the FNV-1a hash of all its float32 bytes and the bits of
+ * its first row. Each matrix is bound as the models bind it, every row dequantized
+ * (matview_row), and the two compared bit for bit. The matrix also keeps no more bytes
+ * than the file's blocks, and the model's logits on the reference kernels and on the fast
+ * ones the CPU picks agree.
+ */
+#include "harness.h"
+
+#include "models/model.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Bytes per 32 elements of a block type, as the file stores it. */
+static int64_t block_bytes(const char *type) {
+    return !strcmp(type, "q5_0") ? 22 : !strcmp(type, "q5_1") ? 24 : 0;
+}
+
+static void check_matrix(const celer_model *m, const char *type, const char *name, json_t *want) {
+    char module[256];
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+    const int64_t rows = json_integer_value(json_object_get(want, "rows")),
+                  cols = json_integer_value(json_object_get(want, "cols"));
+    matview w;
+    celer_error e = {{0}};
+    if (!CHECK(bind_matrix(m, module, rows, cols, &w, &e) == CELER_OK, "%s %s: %s", type, name,
+               e.msg))
+        return;
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    uint64_t h = 0xcbf29ce484222325ull;
+    int64_t first_bad = -1;
+    json_t *row0 = json_object_get(want, "row0_bits");
+    for (int64_t r = 0; r < rows; r++) {
+        matview_row(row, &w, r);
+        h = fnv1a64(h, row, sizeof(float) * (size_t)cols);
+        for (int64_t c = 0; r == 0 && c < cols && first_bad < 0; c++) {
+            uint32_t bits;
+            memcpy(&bits, &row[c], 4);
+            if (bits != (uint32_t)json_integer_value(json_array_get(row0, (size_t)c)))
+                first_bad = c;
+        }
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    CHECK(first_bad < 0, "%s %s: row 0 column %lld differs from gguf-py's", type, name,
+          (long long)first_bad);
+    CHECK(!strcmp(hex, json_string_value(json_object_get(want, "fnv1a64"))),
+          "%s %s: the dequantized values differ from gguf-py's (hash %s, want %s)", type, name, hex,
+          json_string_value(json_object_get(want, "fnv1a64")));
+    /* the bound matrix keeps the file's bytes: codes and 16-bit fields, nothing widened */
+    const int64_t file_bytes = rows * cols / 32 * block_bytes(type);
+    CHECK(matview_bytes(&w) == file_bytes, "%s %s: %lld bytes bound for %lld in the file", type,
+          name, (long long)matview_bytes(&w), (long long)file_bytes);
+    free(row);
+}
+
+/* Logits of a few ids on the given kernels. */
+static float *logits(const char *path, const char *kernels, int64_t n, int64_t *v) {
+    celer_model *model = NULL;
+    char err[512];
+    if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
+        return NULL;
+    celer_context_params p = harness_context_params(64, 1, NULL);
+    p.kernels = kernels;
+    celer_context *ctx = NULL;
+    float *out = NULL;
+    if (CHECK(celer_context_create(model, &p, &ctx, err, sizeof err) == CELER_OK, "%s", err)) {
+        *v = celer_model_n_vocab(model);
+        int32_t ids[8];
+        for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + 29 * i) % (int32_t)*v;
+        out = malloc(sizeof(float) * (size_t)(n * *v));
+        celer_batch b = celer_batch_tokens(ids, n);
+        if (!CHECK(celer_forward(ctx, &b, out) == CELER_OK, "%s forward: %s", kernels,
+                   celer_context_last_error(ctx)))
+            free(out), out = NULL;
+        celer_context_destroy(ctx);
+    }
+    celer_model_close(model);
+    return out;
+}
+
+static void check_type(const char *type) {
+    char path[4096], jpath[4096];
+    snprintf(path, sizeof path, "%s/../quants/%s.gguf", fixture_root(), type);
+    snprintf(jpath, sizeof jpath, "%s/../quants/%s.json", fixture_root(), type);
+    json_error_t je;
+    json_t *want = json_load_file(jpath, 0, &je);
+    if (!CHECK(want != NULL, "%s: %s", jpath, je.text)) return;
+    celer_model *m = NULL;
+    celer_error e = {{0}};
+    if (CHECK(model_open(path, sizeof *m, &m, &e) == CELER_OK, "%s: %s", path, e.msg)) {
+        const char *name;
+        json_t *v;
+        int n = 0;
+        json_object_foreach(want, name, v) check_matrix(m, type, name, v), n++;
+        printf("  %s: %d matrices equal to gguf-py's bit for bit\n", type, n);
+        model_close(m);
+    }
+    json_decref(want);
+    int64_t v = 0, n = 6;
+    float *ref = logits(path, "ref", n, &v), *fast = logits(path, "auto", n, &v);
+    if (ref && fast) {
+        const double d = max_abs_diff(ref, fast, n * v), mx = max_abs(ref, n * v);
+        printf("  %s: logits, fast kernels against the reference: %.3g (max |logit| %.3g)\n", type,
+               d, mx);
+        CHECK(d <= 2e-3 * mx, "%s: fast logits differ from the reference by %g", type, d);
+    }
+    free(ref), free(fast);
+}
+
+int main(void) {
+    const char *types[] = {"q5_0", "q5_1"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_type(types[i]);
+    return harness_done("test_quant_formats");
+}
