@@ -39,6 +39,8 @@ float dtype_load_f32(dtype t, const void *p, int64_t i) {
     case DTYPE_F32: memcpy(&f, b + 4 * i, 4); return f;
     case DTYPE_F16: memcpy(&h, b + 2 * i, 2); return f16_to_f32(h);
     case DTYPE_BF16: memcpy(&h, b + 2 * i, 2); return bf16_to_f32(h);
+    case DTYPE_U8: return (float)b[i];
+    case DTYPE_I8: return (float)(int8_t)b[i];
     default: CELER_ASSERT(!"bad weight dtype"); return 0;
     }
 }
@@ -58,15 +60,23 @@ void matview_row(float *out, const matview *w, int64_t r) {
         for (int64_t c = 0; c < cols; c++) out[c] = dtype_load_f32(w->type, w->data, r * cols + c);
         return;
     }
-    const int64_t groups = cols / w->group;
+    const int64_t groups = cols / w->group, supers = w->super ? cols / w->super : 0;
     for (int64_t g = 0; g < groups; g++) {
-        const float s = dtype_load_f32(w->scale_type, w->scales, r * groups + g);
+        float s = dtype_load_f32(w->scale_type, w->scales, r * groups + g), b = 0;
+        if (w->super) { /* the super-block's factor times the group's integer: exact in fp32 */
+            const int64_t k = r * supers + g * w->group / w->super;
+            s = dtype_load_f32(DTYPE_F16, w->super_scales, k) * s;
+            if (w->biases)
+                b = dtype_load_f32(DTYPE_F16, w->super_biases, k) *
+                    dtype_load_f32(w->scale_type, w->biases, r * groups + g);
+        } else if (w->biases) {
+            b = dtype_load_f32(w->scale_type, w->biases, r * groups + g);
+        }
         if (!w->biases) {
             for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
                 out[c] = s * (float)((int)matview_code(w, r, c) - w->zero);
             continue;
         }
-        const float b = dtype_load_f32(w->scale_type, w->biases, r * groups + g);
         for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
             out[c] = s * (float)matview_code(w, r, c) + b;
     }

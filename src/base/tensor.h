@@ -44,7 +44,11 @@ dtype dtype_from_name(const char *s);
  * and 8 bits: element j of a word in bits j*bits ..); scales are [rows, cols / group] of
  * scale_type, and so are the biases, w[r, c] = scale[r, c/group] * q[r, c] + bias[r,
  * c/group]. Without biases (GGUF's symmetric blocks) the bias is -zero * scale:
- * w = scale * (q - zero), computed in that order (as ggml and gguf-py do). */
+ * w = scale * (q - zero), computed in that order (as ggml and gguf-py do).
+ * Two-level scales (GGUF's K-quants, super > 0): scales and biases are small integers
+ * (U8 or I8) per group, each a multiple of its super-block's F16 factor, super_scales and
+ * super_biases [rows, cols / super]: scale = super_scale * scales[..], bias = super_bias *
+ * biases[..] (super_biases NULL with a zero point). */
 typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
@@ -54,10 +58,12 @@ typedef struct matview {
     dtype scale_type;
     const void *scales, *biases; /* biases NULL: w = scale * (q - zero) */
     int zero;
+    int64_t super;                           /* columns per super-block; 0: one-level scales */
+    const void *super_scales, *super_biases; /* F16 [rows, cols / super] */
     int32_t id; /* 1 + index in its model's matrix list (a backend's prepared copy); 0: none */
 } matview;
 
-/* Element i of a dense F32/F16/BF16 array p (unaligned-safe). */
+/* Element i of an F32/F16/BF16 (or U8/I8) array p (unaligned-safe). */
 float dtype_load_f32(dtype t, const void *p, int64_t i);
 /* Code c of row r of an affine matrix (the uint32 words of w->data, unaligned-safe). */
 uint32_t matview_code(const matview *w, int64_t r, int64_t c);

@@ -15,9 +15,22 @@
 #include <string.h>
 
 /* ggml tensor types celer reads. */
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum {
+    GGML_F32 = 0,
+    GGML_F16 = 1,
+    GGML_Q4_0 = 2,
+    GGML_Q4_1 = 3,
+    GGML_Q5_0 = 6,
+    GGML_Q5_1 = 7,
+    GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_Q5_K = 13,
+    GGML_Q6_K = 14,
+    GGML_BF16 = 30
+};
 
-#define QK 32 /* elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block */
+#define QK   32  /* elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block */
+#define QK_K 256 /* elements per K-quant super-block */
 
 /* ==== Parsing ==== */
 
@@ -117,6 +130,9 @@ static uint64_t ggml_row_bytes(uint32_t t, int64_t ne0) {
     case GGML_Q4_1: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 20;
     case GGML_Q5_0: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 22;
     case GGML_Q5_1: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 24;
+    case GGML_Q4_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 144;
+    case GGML_Q5_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 176;
+    case GGML_Q6_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 210;
     case GGML_Q8_0: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 34;
     default: return 0;
     }
@@ -195,7 +211,7 @@ celer_status gguf_parse(gguf_file *g, const char *label, const uint8_t *buf, siz
         const uint64_t rb = ggml_row_bytes(t->ggml_type, t->ne[0]);
         if (rb == 0 && t->ne[0] != 0)
             return error_set(e, CELER_STATUS_UNSUPPORTED,
-                             "%s: tensor %s: type %s is not supported (expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 with rows of whole 32-element blocks)",
+                             "%s: tensor %s: type %s is not supported (expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 with rows of whole 32-element blocks, or Q4_K, Q5_K, Q6_K with rows of whole 256-element super-blocks)",
                              label, t->name, ggml_type_name(t->ggml_type));
         if (rows && rb > UINT64_MAX / rows)
             return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: byte size overflows", label, t->name);

@@ -10,6 +10,14 @@
  * from a 32-bit word (bit j for element j) and become 5-bit codes in the same bit-string
  * layout; Q5_0 (w = d*(q-16)) keeps no biases: its zero point 16 goes in a one-value I32
  * tensor "<module>.zero" (tensor.h: w = scale * (q - zero)), so it stays 5.5 bits a weight.
+ *
+ * The K-quants keep their two levels of scales (tensor.h): 256-element super-blocks with F16
+ * factors ("<module>.super_scales", "<module>.super_biases") over small integer scales and
+ * mins per group ("<module>.scales", "<module>.biases", U8 or I8). Q4_K and Q5_K (groups of
+ * 32, 6-bit scale and min, w = d*sc*q - dmin*m) take the factor -dmin for the biases; Q6_K
+ * (groups of 16, int8 scales, w = d*sc*(q - 32)) has a zero point of 32 instead of mins.
+ * Q4_K keeps 4.625 bits a weight against the file's 4.5, Q5_K 5.625 against 5.5, Q6_K the
+ * file's 6.5625.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io/gguf.h"
@@ -28,6 +36,9 @@ enum {
     GGML_Q5_0 = 6,
     GGML_Q5_1 = 7,
     GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_Q5_K = 13,
+    GGML_Q6_K = 14,
     GGML_BF16 = 30
 };
 
@@ -355,12 +366,92 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
     return CELER_OK;
 }
 
+/* Element e (0..255) of a K-quant super-block: its code, and the group it is in. */
+static uint8_t kquant_code(uint32_t gtype, const uint8_t *blk, int e) {
+    if (gtype == GGML_Q6_K) { /* ql[128], qh[64], then scales and d */
+        const int h = e / 128, w = e % 128;
+        const int lo = (blk[64 * h + w % 64] >> (4 * (w / 64))) & 15;
+        const int hi = (blk[128 + 32 * h + w % 32] >> (2 * (w / 32))) & 3;
+        return (uint8_t)(lo | hi << 4);
+    }
+    /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs */
+    const bool five = gtype == GGML_Q5_K;
+    const uint8_t *qs = blk + 16 + (five ? 32 : 0);
+    const int g = e / 32, i = e % 32;
+    const int lo = (qs[32 * (g / 2) + i] >> (4 * (g % 2))) & 15;
+    return (uint8_t)(lo | (five ? ((blk[16 + i] >> g) & 1) << 4 : 0));
+}
+
+/* Group j's 6-bit scale and min of a Q4_K / Q5_K super-block (its 12 packed bytes). */
+static void kquant_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63, *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+        *m = (uint8_t)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+}
+
+/* A Q4_K / Q5_K / Q6_K matrix -> MLX codes, U8/I8 group scales (and mins), F16 factors. */
+static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
+    const uint32_t gtype = gt->ggml_type;
+    const bool q6 = gtype == GGML_Q6_K;
+    const int bits = gtype == GGML_Q4_K ? 4 : gtype == GGML_Q5_K ? 5 : 6, group = q6 ? 16 : 32, per = 256 / group;
+    const size_t bsize = gtype == GGML_Q4_K ? 144 : gtype == GGML_Q5_K ? 176 : 210;
+    const int64_t cols = gt->ne[0], rows = gt->ne[1], nsup = cols / 256, words = cols * bits / 32;
+    uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
+    uint8_t *scales = arena_alloc(tb->mem, (size_t)(rows * nsup * per));
+    uint8_t *mins = q6 ? NULL : arena_alloc(tb->mem, (size_t)(rows * nsup * per));
+    uint16_t *fd = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
+    uint16_t *fm = q6 ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
+    if (!codes || !scales || !fd || (!q6 && (!mins || !fm))) return oom(tb);
+    memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nsup * bsize;
+        uint32_t *row = codes + r * words;
+        for (int64_t b = 0; b < nsup; b++) {
+            const uint8_t *blk = src + (size_t)b * bsize;
+            const int64_t k = r * nsup + b;
+            for (int e = 0; e < 256; e++) { /* code c at bits c*bits of the row's bit string */
+                const uint32_t q = kquant_code(gtype, blk, e);
+                const int64_t bit = (b * 256 + e) * bits;
+                row[bit / 32] |= q << (bit % 32);
+                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= q >> (32 - bit % 32);
+            }
+            if (q6) {
+                memcpy(scales + k * per, blk + 192, 16);
+                memcpy(&fd[k], blk + 208, 2);
+                continue;
+            }
+            memcpy(&fd[k], blk, 2);
+            memcpy(&fm[k], blk + 2, 2);
+            fm[k] ^= 0x8000; /* -dmin: the mins are subtracted */
+            for (int j = 0; j < per; j++) kquant_scale_min(blk + 4, j, &scales[k * per + j], &mins[k * per + j]);
+        }
+    }
+    const dtype st = q6 ? DTYPE_I8 : DTYPE_U8;
+    if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
+        !add(tb, module, "scales", st, 2, rows, nsup * per, scales, (size_t)(rows * nsup * per)) ||
+        !add(tb, module, "super_scales", DTYPE_F16, 2, rows, nsup, fd, sizeof(uint16_t) * (size_t)(rows * nsup)))
+        return oom(tb);
+    if (q6) {
+        int32_t *zero = arena_alloc(tb->mem, sizeof *zero);
+        if (!zero) return oom(tb);
+        *zero = 32;
+        return add(tb, module, "zero", DTYPE_I32, 1, 1, 1, zero, sizeof *zero) ? CELER_OK : oom(tb);
+    }
+    if (!add(tb, module, "biases", st, 2, rows, nsup * per, mins, (size_t)(rows * nsup * per)) ||
+        !add(tb, module, "super_biases", DTYPE_F16, 2, rows, nsup, fm, sizeof(uint16_t) * (size_t)(rows * nsup)))
+        return oom(tb);
+    return CELER_OK;
+}
+
 static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char *arch, celer_error *e) {
     safetensors *st = calloc(1, sizeof *st);
     if (!st) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     ck->shards = st;
     ck->n_shards = 1;
-    if (!(st->path = strdup(ck->config_path)) || !(st->tensors = calloc(3 * g->n_tensors + 1, sizeof *st->tensors)))
+    if (!(st->path = strdup(ck->config_path)) || !(st->tensors = calloc(5 * g->n_tensors + 1, sizeof *st->tensors)))
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     table tb = {st, &ck->mem, ck->config_path, e};
     double heads = 0, kv_heads = 0;
@@ -393,7 +484,9 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
         default:
             if (gt->ndim != 2 || strcmp(suffix, "weight"))
                 return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: block-quantized vectors are not supported", ck->config_path, gt->name);
-            s = add_blocks(&tb, gt, module, n_head);
+            s = gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K || gt->ggml_type == GGML_Q6_K
+                    ? add_kblocks(&tb, gt, module, n_head)
+                    : add_blocks(&tb, gt, module, n_head);
         }
     }
     safetensors_index(st);

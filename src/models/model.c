@@ -197,6 +197,11 @@ static void release_source(void *arg, const matview *w) {
     checkpoint_release_range(&m->ck, w->data, (size_t)(w->rows * w->cols * w->quant_bits / 8));
     checkpoint_release_range(&m->ck, w->scales, groups * dtype_size(w->scale_type));
     if (w->biases) checkpoint_release_range(&m->ck, w->biases, groups * dtype_size(w->scale_type));
+    if (w->super) {
+        const size_t supers = (size_t)(w->rows * (w->cols / w->super)) * sizeof(uint16_t);
+        checkpoint_release_range(&m->ck, w->super_scales, supers);
+        if (w->super_biases) checkpoint_release_range(&m->ck, w->super_biases, supers);
+    }
 }
 
 celer_status model_prepare(celer_model *m, const backend_class *cls, const backend_params *p,
@@ -614,7 +619,8 @@ const char *model_quant_desc(const matview *w, char *out, size_t size) {
 
 int64_t matview_bytes(const matview *w) {
     if (!w->quant_bits) return w->rows * w->cols * (int64_t)dtype_size(w->type);
-    return w->rows * w->cols * w->quant_bits / 8 + (w->biases ? 2 : 1) * w->rows *
-                                                       (w->cols / w->group) *
-                                                       (int64_t)dtype_size(w->scale_type);
+    const int64_t parts = w->biases ? 2 : 1;
+    return w->rows * w->cols * w->quant_bits / 8 +
+           parts * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type) +
+           (w->super ? parts * w->rows * (w->cols / w->super) * 2 : 0);
 }

@@ -79,7 +79,26 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "%s: tensor %s.biases: expected %s %s like the scales, found %s %s", bfile,
                          module, dtype_name(sc->type), shp(b1, sc), dtype_name(bi->type),
                          shp(b2, bi));
-    if (!is_float(sc->type))
+    /* K-quants: integer scales per group under F16 factors per super-block (gguf_checkpoint.c) */
+    const st_tensor *ss = NULL, *sm = NULL;
+    const char *ssfile;
+    snprintf(name, sizeof name, "%s.super_scales", module);
+    if ((ss = checkpoint_find(&m->ck, name, &ssfile))) {
+        snprintf(name, sizeof name, "%s.super_biases", module);
+        sm = checkpoint_find(&m->ck, name, &ssfile);
+        if (ss->type != DTYPE_F16 || ss->ndim != 2 || ss->shape[0] != rows || ss->shape[1] <= 0 ||
+            cols % ss->shape[1] || (cols / ss->shape[1]) % (cols / sc->shape[1]) ||
+            (sc->type != DTYPE_U8 && sc->type != DTYPE_I8) || !sm != !!zt ||
+            (sm && (sm->type != DTYPE_F16 || sm->ndim != 2 || sm->shape[0] != rows ||
+                    sm->shape[1] != ss->shape[1])))
+            return error_set(
+                e, CELER_STATUS_BAD_FILE,
+                "%s: tensor %s.super_scales: expected F16 [%lld, super-blocks] over U8/I8 "
+                "group scales (and super_biases like it where there are biases), found %s "
+                "%s over %s",
+                ssfile, module, (long long)rows, dtype_name(ss->type), shp(b1, ss),
+                dtype_name(sc->type));
+    } else if (!is_float(sc->type))
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "%s: tensor %s.scales: expected F32, F16 or BF16, found %s", sfile, module,
                          dtype_name(sc->type));
@@ -90,8 +109,8 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "codes of a whole number of bits",
                          file, module, (long long)packed, (long long)cols);
     const int bits = (int)(packed * 32 / cols);
-    /* 5-bit codes come from GGUF's Q5_0 / Q5_1 (MLX's other widths are not checked yet) */
-    if (bits != 4 && bits != 8 && !(bits == 5 && m->ck.gguf))
+    /* other widths come from GGUF's block types (MLX's are not checked against mlx yet) */
+    if (bits != 4 && bits != 8 && !(bits >= 2 && bits <= 8 && m->ck.gguf))
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "%s: tensor %s.weight: %d-bit affine quantization is not supported "
                          "(expected 4 or 8)",
@@ -115,7 +134,10 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                      .scale_type = sc->type,
                      .scales = sc->data,
                      .biases = zt ? NULL : bi->data,
-                     .zero = zero};
+                     .zero = zero,
+                     .super = ss ? cols / ss->shape[1] : 0,
+                     .super_scales = ss ? ss->data : NULL,
+                     .super_biases = sm ? sm->data : NULL};
     return CELER_OK;
 }
 
@@ -265,6 +287,11 @@ static matview matview_rows(const matview *w, int64_t r0, int64_t n) {
     v.data = (const uint8_t *)w->data + (size_t)(r0 * w->cols * w->quant_bits / 8);
     v.scales = (const uint8_t *)w->scales + groups;
     v.biases = w->biases ? (const uint8_t *)w->biases + groups : NULL;
+    if (w->super) {
+        const size_t supers = (size_t)(r0 * (w->cols / w->super)) * sizeof(uint16_t);
+        v.super_scales = (const uint8_t *)w->super_scales + supers;
+        v.super_biases = w->super_biases ? (const uint8_t *)w->super_biases + supers : NULL;
+    }
     return v;
 }
 
