@@ -98,7 +98,9 @@ typedef struct celer_model_info {
 celer_model_info celer_model_get_info(const celer_model *model);
 
 /* Writes a model opened from a .gguf file as an MLX-layout checkpoint directory
- * (config.json + model.safetensors) that celer and mlx-lm load; lossless. */
+ * (config.json + model.safetensors) that celer and mlx-lm load; lossless. Block types that
+ * MLX's 4- and 8-bit affine layout cannot hold exactly (Q5_0, Q5_1, the K-quants) are
+ * refused in one line naming the tensor, before anything is written. */
 celer_status celer_model_convert(const celer_model *model, const char *dir, char *err,
                                  size_t err_size);
 

@@ -95,8 +95,31 @@ static celer_status write_safetensors(const checkpoint *ck, const char *path, ce
     return s;
 }
 
+/* What MLX's affine layout cannot hold as the loader keeps it: a zero point instead of
+ * biases (Q5_0), two levels of scales (the K-quants), codes of other widths than 4 and 8. */
+static celer_status check_mlx_layout(const checkpoint *ck, celer_error *e) {
+    const safetensors *st = &ck->shards[0];
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        const st_tensor *t = &st->tensors[i];
+        const char *why = ends_with(t->name, ".zero")           ? "a zero point instead of biases (GGUF Q5_0)"
+                          : ends_with(t->name, ".super_scales") ? "two levels of scales (a GGUF K-quant)"
+                                                                : NULL;
+        int bits;
+        int64_t group;
+        if (!why && ends_with(t->name, ".weight") && module_quant(ck, t, &bits, &group) && bits != 4 && bits != 8)
+            why = "codes of a width other than 4 or 8 bits";
+        if (why)
+            return error_set(e, CELER_STATUS_UNSUPPORTED,
+                             "%s: tensor %s: %s; celer convert writes MLX's 4- and 8-bit affine layout only",
+                             ck->config_path, t->name, why);
+    }
+    return CELER_OK;
+}
+
 celer_status checkpoint_write_mlx(const checkpoint *ck, const char *dir, celer_error *e) {
     if (!ck->gguf) return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: only GGUF files convert (this is already a checkpoint directory)", ck->dir);
+    celer_status c = check_mlx_layout(ck, e);
+    if (c != CELER_OK) return c;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return error_set(e, CELER_STATUS_IO, "%s: cannot create: %s", dir, strerror(errno));
     char path[4096];
     json_t *cfg = json_deep_copy(ck->config);
