@@ -97,6 +97,11 @@ typedef struct celer_model_info {
 
 celer_model_info celer_model_get_info(const celer_model *model);
 
+/* The mix of weight formats, most common first, into out: a GGUF file's tensor types
+ * ("Q5_0 x81, F32 x109, Q4_K x27 (GGUF tensors)"), else the matrices' quantization
+ * ("4-bit g64 x112, BF16 x1 (matrices)"). */
+void celer_model_formats(const celer_model *model, char *out, size_t size);
+
 /* Writes a model opened from a .gguf file as an MLX-layout checkpoint directory
  * (config.json + model.safetensors) that celer and mlx-lm load; lossless. Block types that
  * MLX's 4- and 8-bit affine layout cannot hold exactly (Q5_0, Q5_1, the K-quants) are

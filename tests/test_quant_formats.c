@@ -124,6 +124,13 @@ static void check_type(const char *type) {
     char err[512], dir[64];
     snprintf(dir, sizeof dir, "/tmp/celer-convert-%s-%d", type, (int)getpid());
     if (CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) {
+        char formats[256], want_formats[64], upper[8];
+        for (size_t i = 0; i <= strlen(type); i++)
+            upper[i] = (char)(type[i] >= 'a' && type[i] <= 'z' ? type[i] - 32 : type[i]);
+        snprintf(want_formats, sizeof want_formats, "%s x8, F32 x3 (GGUF tensors)", upper);
+        celer_model_formats(model, formats, sizeof formats);
+        CHECK(!strcmp(formats, want_formats), "%s: formats '%s', expected '%s'", type, formats,
+              want_formats);
         CHECK(celer_model_convert(model, dir, err, sizeof err) == CELER_STATUS_UNSUPPORTED &&
                   strstr(err, "celer convert writes MLX's 4- and 8-bit affine layout only") &&
                   access(dir, F_OK) != 0,

@@ -14,7 +14,8 @@
 static void print_devices(void) {
     char name[64], desc[512];
     printf("devices:\n");
-    for (int i = 0; celer_device_at(i, name, sizeof name, desc, sizeof desc); i++) printf("  %-8s %s\n", name, desc);
+    for (int i = 0; celer_device_at(i, name, sizeof name, desc, sizeof desc); i++)
+        printf("  %-8s %s\n", name, desc);
     for (int i = 0; celer_device_missing_at(i, name, sizeof name, desc, sizeof desc); i++)
         printf("  %-8s none: %s\n", name, desc);
 }
@@ -23,7 +24,8 @@ int cmd_inspect(int argc, char **argv) {
     cli_model_opts o = {0};
     for (int i = 0; i < argc; i++)
         if (!cli_model_flag(&o, argc, argv, &i))
-            cli_die("inspect: unknown option %s\nusage: celer inspect [-m MODEL] [-c CTX]", argv[i]);
+            cli_die("inspect: unknown option %s\nusage: celer inspect [-m MODEL] [-c CTX]",
+                    argv[i]);
     if (!o.model) {
         print_devices();
         return 0;
@@ -35,6 +37,9 @@ int cmd_inspect(int argc, char **argv) {
     const double mib = 1024.0 * 1024.0;
     printf("model:         %s\n", o.model);
     printf("architecture:  %s\n", celer_model_desc(m));
+    char formats[512];
+    celer_model_formats(m, formats, sizeof formats);
+    printf("formats:       %s\n", formats);
     printf("context:       %lld positions trained\n", (long long)celer_model_n_ctx_train(m));
     printf("parameters:    %.2f M\n", (double)info.n_params / 1e6);
     printf("weights:       %.2f MiB (%.2f bits per parameter)\n", (double)info.weight_bytes / mib,

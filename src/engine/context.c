@@ -91,6 +91,10 @@ const char *celer_model_desc(const celer_model *m) {
     return m->desc;
 }
 
+void celer_model_formats(const celer_model *m, char *out, size_t size) {
+    model_formats(m, out, size);
+}
+
 celer_status celer_model_convert(const celer_model *m, const char *dir, char *err,
                                  size_t err_size) {
     celer_error e = {{0}};

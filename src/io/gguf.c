@@ -138,7 +138,7 @@ static uint64_t ggml_row_bytes(uint32_t t, int64_t ne0) {
     }
 }
 
-static const char *ggml_type_name(uint32_t t) {
+const char *gguf_type_name(uint32_t t) {
     static const char *const names[] = {"F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0",
                                         "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"};
     if (t < sizeof names / sizeof *names) return names[t];
@@ -212,7 +212,7 @@ celer_status gguf_parse(gguf_file *g, const char *label, const uint8_t *buf, siz
         if (rb == 0 && t->ne[0] != 0)
             return error_set(e, CELER_STATUS_UNSUPPORTED,
                              "%s: tensor %s: type %s is not supported (expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 with rows of whole 32-element blocks, or Q4_K, Q5_K, Q6_K with rows of whole 256-element super-blocks)",
-                             label, t->name, ggml_type_name(t->ggml_type));
+                             label, t->name, gguf_type_name(t->ggml_type));
         if (rows && rb > UINT64_MAX / rows)
             return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: byte size overflows", label, t->name);
         const uint64_t nbytes = rb * rows;

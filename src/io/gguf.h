@@ -71,6 +71,9 @@ typedef struct gguf_file {
 
 /* Parses buf[len] (not copied). label names it in errors. Free with gguf_free (also
  * after a failure). */
+/* ggml's name of tensor type t ("Q4_K", "F32"), or "an unknown type". */
+const char *gguf_type_name(uint32_t t);
+
 celer_status gguf_parse(gguf_file *g, const char *label, const uint8_t *buf, size_t len,
                         celer_error *e);
 void gguf_free(gguf_file *g);

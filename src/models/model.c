@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "models/model.h"
 
+#include "io/gguf.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -610,11 +612,55 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
 }
 
 const char *model_quant_desc(const matview *w, char *out, size_t size) {
+    char super[32] = "", zero[16] = "";
+    if (w->super) snprintf(super, sizeof super, "/%lld", (long long)w->super);
+    if (w->quant_bits && !w->biases) snprintf(zero, sizeof zero, " z%d", w->zero);
     if (w->quant_bits)
-        snprintf(out, size, "%d-bit g%lld", w->quant_bits, (long long)w->group);
+        snprintf(out, size, "%d-bit g%lld%s%s", w->quant_bits, (long long)w->group, super, zero);
     else
         snprintf(out, size, "%s", dtype_name(w->type));
     return out;
+}
+
+void model_formats(const celer_model *m, char *out, size_t size) {
+    enum { KINDS = 16 };
+    char name[KINDS][48];
+    int64_t count[KINDS] = {0};
+    int kinds = 0;
+    const gguf_file *g = m->ck.gguf;
+    const int64_t n = g ? (int64_t)g->n_tensors : m->n_mats;
+    matview **mats = g ? NULL : malloc(sizeof *mats * (size_t)(n > 0 ? n : 1));
+    if (!g && mats) model_matrices((celer_model *)m, mats, n); /* only read here */
+    for (int64_t i = 0; i < n && (g || mats); i++) {
+        char d[48];
+        if (g)
+            snprintf(d, sizeof d, "%s", gguf_type_name(g->tensors[i].ggml_type));
+        else
+            model_quant_desc(mats[i], d, sizeof d);
+        int k = 0;
+        while (k < kinds && strcmp(name[k], d)) k++;
+        if (k == kinds && kinds < KINDS) snprintf(name[kinds++], sizeof name[0], "%s", d);
+        if (k < kinds) count[k]++;
+    }
+    free(mats);
+    size_t used = 0;
+    out[0] = 0;
+    for (int k = 0; k < kinds; k++) /* most common first */
+        for (int j = k + 1; j < kinds; j++)
+            if (count[j] > count[k]) {
+                char t[48];
+                const int64_t c = count[k];
+                memcpy(t, name[k], sizeof t), memcpy(name[k], name[j], sizeof t),
+                    memcpy(name[j], t, sizeof t);
+                count[k] = count[j], count[j] = c;
+            }
+    for (int k = 0; k < kinds && used < size; k++)
+        used += (size_t)snprintf(out + used, size - used, "%s%s x%lld", k ? ", " : "", name[k],
+                                 (long long)count[k]);
+    if (g && used < size)
+        snprintf(out + used, size - used, " (GGUF tensors)");
+    else if (used < size)
+        snprintf(out + used, size - used, " (matrices)");
 }
 
 int64_t matview_bytes(const matview *w) {

@@ -401,6 +401,10 @@ void model_mlp(const celer_model *m, backend *be, const mlp_block *p, const floa
 
 /* "<quant>" of a matrix for descriptions: "4-bit g64", "bf16". */
 const char *model_quant_desc(const matview *w, char *out, size_t size);
+/* The mix of formats in out, most common first: a GGUF file's tensor types ("Q5_0 x81,
+ * F32 x109, ... (GGUF tensors)"), else the matrices' model_quant_desc ("4-bit g64 x112,
+ * BF16 x1 (matrices)"). */
+void model_formats(const celer_model *m, char *out, size_t size);
 
 /* ==== Weight binding shared by families (docs/architecture.md, "Weights and families") ==== */
 
