@@ -148,14 +148,14 @@ static void drop_proj(json_t *h) {
     json_object_del(h, "multi_modal_projector.mm_input_projection_weight");
 }
 
-static void two_bit(json_t *h) {
+static void one_bit(json_t *h) {
     json_t *t = json_object_get(h, "model.layers.0.self_attn.q_proj.weight");
     json_t *shape = json_object_get(t, "shape"), *o = json_object_get(t, "data_offsets");
     json_int_t rows = json_integer_value(json_array_get(shape, 0)),
                cols = json_integer_value(json_array_get(shape, 1));
-    json_array_set_new(shape, 1, json_integer(cols / 2));
+    json_array_set_new(shape, 1, json_integer(cols / 4));
     json_array_set_new(
-        o, 1, json_integer(json_integer_value(json_array_get(o, 0)) + rows * (cols / 2) * 4));
+        o, 1, json_integer(json_integer_value(json_array_get(o, 0)) + rows * (cols / 4) * 4));
 }
 
 /* Copies fixture dir/model.gguf to work/<tag>.gguf, applying patch to its bytes. */
@@ -257,9 +257,9 @@ int main(void) {
     expect_error("unknown model_type", dir, NEEDLES("config.json", "model_type", "gpt_neox"));
 
     dir = copy_fixture("llama3-q4g64", "bits");
-    edit_header(dir, two_bit);
+    edit_header(dir, one_bit);
     expect_error("unsupported bits", dir,
-                 NEEDLES("model.layers.0.self_attn.q_proj.weight", "2-bit", "expected 4 or 8"));
+                 NEEDLES("model.layers.0.self_attn.q_proj.weight", "1-bit", "expected 2, 3, 4, 5, 6 or 8"));
 
     dir = copy_fixture("llama3-q4g64", "mode");
     json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", 4, "mode", "mxfp4");

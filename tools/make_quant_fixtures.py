@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""GGUF block formats against gguf-py's own dequantization: tests/quants/.
+"""Quantized formats against their own libraries' dequantization: tests/quants/.
+
+GGUF block types against gguf-py, and MLX affine widths against mlx.
 
 For each ggml block type in TYPES, writes tests/quants/<type>.gguf: a one-layer llama-arch
 model (hidden 256, MLP 512, 4 heads of 64, 2 KV heads, vocabulary 256, tied embeddings;
@@ -12,8 +14,16 @@ Face row order: q/k rows un-permuted as celer reads them) as the FNV-1a 64-bit h
 its little-endian bytes and the bit patterns of its first row. tests/test_quant_formats.c
 binds each matrix and checks every dequantized value bit for bit against them.
 
-Run: build/bench-venv/bin/python tools/make_quant_fixtures.py [--out tests/quants]
-(needs only numpy and gguf, pinned in tools/requirements.txt)
+MLX (MLX_CASES): tests/quants/mlx-<bits>bit/ is the same model as an mlx-lm checkpoint
+(config.json with a "quantization" block, model.safetensors) whose matrices mlx.core.quantize
+made from random normal weights at that width, group size and scale dtype (bits 2, 3, 5 and
+6: the widths whose codes cross 32-bit words, beside the 4 and 8 the other fixtures have),
+one module overridden to 8 bits g64 as mlx-lm's mixed recipes do, and expect.json as above
+from mlx.core.dequantize with its scales and biases widened to float32 (celer dequantizes
+in float32; mlx's own output would round to the scale dtype).
+
+Run: build/venv/bin/python tools/make_quant_fixtures.py [--out tests/quants]
+(tools/setup_venv.sh; only numpy, gguf and mlx[cpu] of tools/requirements.txt are used)
 """
 import argparse
 import json
@@ -84,6 +94,42 @@ def expectation(v):
             "row0_bits": [int(x) for x in v[0].view("<u4")]}
 
 
+# bits -> (group size, scale dtype name)
+MLX_CASES = {2: (32, "bfloat16"), 3: (64, "float16"), 5: (128, "bfloat16"), 6: (32, "float16")}
+
+
+def write_mlx(out, bits, seed):
+    import mlx.core as mx
+
+    group, dtname = MLX_CASES[bits]
+    dt = getattr(mx, dtname)
+    rng = np.random.default_rng(seed)
+    d = out / f"mlx-{bits}bit"
+    d.mkdir(parents=True, exist_ok=True)
+    tensors, want = {}, {}
+    override = "model.layers.0.mlp.down_proj"  # a mixed recipe's 8-bit module
+    for hf, rows, cols in matrices(CFG):
+        module = hf[: -len(".weight")]
+        b, g = (8, 64) if module == override else (bits, group)
+        w = mx.array(rng.standard_normal((rows, cols)).astype(np.float32) * 0.02).astype(dt)
+        q, s, bi = mx.quantize(w, group_size=g, bits=b)
+        tensors[hf] = q
+        tensors[module + ".scales"] = s
+        tensors[module + ".biases"] = bi
+        deq = mx.dequantize(q, s.astype(mx.float32), bi.astype(mx.float32), group_size=g, bits=b)
+        want[hf] = np.array(deq)
+    dm = CFG["hidden_size"]
+    for i in range(CFG["num_hidden_layers"]):
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            tensors[f"model.layers.{i}.{norm}.weight"] = mx.ones((dm,), dtype=dt)
+    tensors["model.norm.weight"] = mx.ones((dm,), dtype=dt)
+    mx.save_safetensors(str(d / "model.safetensors"), tensors)
+    cfg = dict(CFG, torch_dtype=dtname, head_dim=dm // CFG["num_attention_heads"],
+               quantization={"group_size": group, "bits": bits, override: {"group_size": 64, "bits": 8}})
+    (d / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (d / "expect.json").write_text(json.dumps({k: expectation(v) for k, v in sorted(want.items())}) + "\n")
+
+
 def write_one(out, tname, seed):
     qtype, bsize, scale_at, min_at = TYPES[tname]
     rng = np.random.default_rng(seed)
@@ -122,6 +168,9 @@ def main():
     for i, tname in enumerate(TYPES):
         write_one(out, tname, 1000 + i)
         print(f"{tname}: {(out / (tname + '.gguf')).stat().st_size} bytes")
+    for bits in MLX_CASES:
+        write_mlx(out, bits, 2000 + bits)
+        print(f"mlx-{bits}bit: {(out / f'mlx-{bits}bit' / 'model.safetensors').stat().st_size} bytes")
 
 
 if __name__ == "__main__":

@@ -109,11 +109,10 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "codes of a whole number of bits",
                          file, module, (long long)packed, (long long)cols);
     const int bits = (int)(packed * 32 / cols);
-    /* other widths come from GGUF's block types (MLX's are not checked against mlx yet) */
-    if (bits != 4 && bits != 8 && !(bits >= 2 && bits <= 8 && m->ck.gguf))
+    if (bits < 2 || bits > 8 || bits == 7)
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "%s: tensor %s.weight: %d-bit affine quantization is not supported "
-                         "(expected 4 or 8)",
+                         "(expected 2, 3, 4, 5, 6 or 8)",
                          file, module, bits);
     if (group * bits % 32 != 0)
         return error_set(e, CELER_STATUS_UNSUPPORTED,
