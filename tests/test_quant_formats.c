@@ -30,12 +30,15 @@ static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
 
 /* Bytes per 256 elements of a block type, as the file stores them. */
 static int64_t file_bytes_256(const char *type) {
-    return !strcmp(type, "q5_0")   ? 8 * 22
-           : !strcmp(type, "q5_1") ? 8 * 24
-           : !strcmp(type, "q4_k") ? 144
-           : !strcmp(type, "q5_k") ? 176
-           : !strcmp(type, "q6_k") ? 210
-                                   : 0;
+    return !strcmp(type, "q5_0")     ? 8 * 22
+           : !strcmp(type, "q5_1")   ? 8 * 24
+           : !strcmp(type, "q4_k")   ? 144
+           : !strcmp(type, "q5_k")   ? 176
+           : !strcmp(type, "q6_k")   ? 210
+           : !strcmp(type, "q3_k")   ? 110
+           : !strcmp(type, "iq4_nl") ? 8 * 18
+           : !strcmp(type, "iq4_xs") ? 136
+                                     : 0;
 }
 
 static void check_matrix(const celer_model *m, const char *type, const char *name, json_t *want) {
@@ -147,7 +150,7 @@ static void check_gguf(const char *type) {
     char err[512], dir[64];
     snprintf(dir, sizeof dir, "/tmp/celer-convert-%s-%d", type, (int)getpid());
     if (CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) {
-        char formats[256], want_formats[64], upper[8];
+        char formats[256], want_formats[64], upper[16];
         for (size_t i = 0; i <= strlen(type); i++)
             upper[i] = (char)(type[i] >= 'a' && type[i] <= 'z' ? type[i] - 32 : type[i]);
         snprintf(want_formats, sizeof want_formats, "%s x8, F32 x3 (GGUF tensors)", upper);
@@ -186,7 +189,7 @@ static void check_mlx(int bits) {
 }
 
 int main(void) {
-    const char *types[] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k"};
+    const char *types[] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl", "iq4_xs"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_gguf(types[i]);
     const int widths[] = {2, 3, 5, 6};
     for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) check_mlx(widths[i]);

@@ -73,8 +73,10 @@ void matview_row(float *out, const matview *w, int64_t r) {
             b = dtype_load_f32(w->scale_type, w->biases, r * groups + g);
         }
         if (!w->biases) {
-            for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)
-                out[c] = s * (float)((int)matview_code(w, r, c) - w->zero);
+            for (int64_t c = g * w->group; c < (g + 1) * w->group; c++) {
+                const int q = (int)matview_code(w, r, c);
+                out[c] = s * (float)(w->lut ? w->lut[q] : q - w->zero);
+            }
             continue;
         }
         for (int64_t c = g * w->group; c < (g + 1) * w->group; c++)

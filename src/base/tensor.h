@@ -48,7 +48,9 @@ dtype dtype_from_name(const char *s);
  * Two-level scales (GGUF's K-quants, super > 0): scales and biases are small integers
  * (U8 or I8) per group, each a multiple of its super-block's F16 factor, super_scales and
  * super_biases [rows, cols / super]: scale = super_scale * scales[..], bias = super_bias *
- * biases[..] (super_biases NULL with a zero point). */
+ * biases[..] (super_biases NULL with a zero point).
+ * A codebook (GGUF's IQ4_NL and IQ4_XS, lut non-NULL, no biases) maps each code to an
+ * integer first: w = scale * lut[q]. */
 typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
@@ -60,6 +62,7 @@ typedef struct matview {
     int zero;
     int64_t super;                           /* columns per super-block; 0: one-level scales */
     const void *super_scales, *super_biases; /* F16 [rows, cols / super] */
+    const int8_t *lut;                       /* [1 << quant_bits] code values, or NULL */
     int32_t id; /* 1 + index in its model's matrix list (a backend's prepared copy); 0: none */
 } matview;
 

@@ -103,6 +103,7 @@ static celer_status check_mlx_layout(const checkpoint *ck, celer_error *e) {
         const st_tensor *t = &st->tensors[i];
         const char *why = ends_with(t->name, ".zero")           ? "a zero point instead of biases (GGUF Q5_0)"
                           : ends_with(t->name, ".super_scales") ? "two levels of scales (a GGUF K-quant)"
+                          : ends_with(t->name, ".lut")          ? "a codebook of code values (GGUF IQ4)"
                                                                 : NULL;
         int bits;
         int64_t group;

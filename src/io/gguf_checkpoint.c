@@ -17,7 +17,12 @@
  * 32, 6-bit scale and min, w = d*sc*q - dmin*m) take the factor -dmin for the biases; Q6_K
  * (groups of 16, int8 scales, w = d*sc*(q - 32)) has a zero point of 32 instead of mins.
  * Q4_K keeps 4.625 bits a weight against the file's 4.5, Q5_K 5.625 against 5.5, Q6_K the
- * file's 6.5625.
+ * file's 6.5625. Q3_K (groups of 16, 6-bit scales stored as sc - 32, w = d*(sc-32)*(q - 4)
+ * with q the 2 low bits and the high-mask bit) keeps 3.5625 for 3.4375.
+ *
+ * IQ4_NL and IQ4_XS map 4-bit codes through a fixed table of 16 values ("<module>.lut", I8)
+ * with a zero point of 0: w = d * table[q] (IQ4_NL, Q4_0's block layout) or w = d * (ls -
+ * 32) * table[q] (IQ4_XS: 6-bit scales per 32 under d per 256).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io/gguf.h"
@@ -36,11 +41,17 @@ enum {
     GGML_Q5_0 = 6,
     GGML_Q5_1 = 7,
     GGML_Q8_0 = 8,
+    GGML_Q3_K = 11,
     GGML_Q4_K = 12,
     GGML_Q5_K = 13,
     GGML_Q6_K = 14,
+    GGML_IQ4_NL = 20,
+    GGML_IQ4_XS = 23,
     GGML_BF16 = 30
 };
+
+/* IQ4_NL's and IQ4_XS's code values (ggml's kvalues_iq4nl). */
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* ==== Metadata -> config.json fields ==== */
 
@@ -285,6 +296,19 @@ static st_tensor *add(table *tb, const char *module, const char *suffix, dtype t
 
 static celer_status oom(table *tb) { return error_set(tb->e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", tb->path); }
 
+/* The one-value tensor "<module>.zero" of a type with a zero point instead of biases. */
+static bool add_zero(table *tb, const char *module, int32_t value) {
+    int32_t *zero = arena_alloc(tb->mem, sizeof *zero);
+    if (!zero) return false;
+    *zero = value;
+    return add(tb, module, "zero", DTYPE_I32, 1, 1, 1, zero, sizeof *zero) != NULL;
+}
+
+/* The tensor "<module>.lut" of a codebook type. */
+static bool add_lut(table *tb, const char *module) {
+    return add(tb, module, "lut", DTYPE_I8, 1, 1, 16, IQ4_VALUES, sizeof IQ4_VALUES) != NULL;
+}
+
 /* A dense tensor: a view into the map, or a row-reordered copy for permuted q/k. */
 static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *module, const char *suffix, int64_t n_head) {
     const dtype type = gt->ggml_type == GGML_F32 ? DTYPE_F32 : gt->ggml_type == GGML_F16 ? DTYPE_F16 : DTYPE_BF16;
@@ -327,9 +351,13 @@ static void decode_block(uint32_t gtype, const uint8_t *blk, uint8_t q[32], uint
 static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
     const uint32_t gtype = gt->ggml_type;
     const int bits = gtype == GGML_Q8_0 ? 8 : gtype == GGML_Q5_0 || gtype == GGML_Q5_1 ? 5 : 4;
-    const bool zero_point = gtype == GGML_Q5_0;
+    const bool zero_point = gtype == GGML_Q5_0 || gtype == GGML_IQ4_NL;
     const int64_t cols = gt->ne[0], rows = gt->ne[1], nb = cols / 32;
-    const size_t bsize = gtype == GGML_Q4_0 ? 18 : gtype == GGML_Q4_1 ? 20 : gtype == GGML_Q5_0 ? 22 : gtype == GGML_Q5_1 ? 24 : 34;
+    const size_t bsize = gtype == GGML_Q4_0 || gtype == GGML_IQ4_NL ? 18
+                         : gtype == GGML_Q4_1                       ? 20
+                         : gtype == GGML_Q5_0                       ? 22
+                         : gtype == GGML_Q5_1                       ? 24
+                                                                    : 34;
     const int64_t words = cols * bits / 32;
     uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
     uint16_t *scales = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
@@ -357,17 +385,22 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
         return oom(tb);
     if (biases && !add(tb, module, "biases", DTYPE_F16, 2, rows, nb, biases, sizeof(uint16_t) * (size_t)(rows * nb)))
         return oom(tb);
-    if (zero_point) {
-        int32_t *zero = arena_alloc(tb->mem, sizeof *zero);
-        if (!zero) return oom(tb);
-        *zero = 16;
-        if (!add(tb, module, "zero", DTYPE_I32, 1, 1, 1, zero, sizeof *zero)) return oom(tb);
-    }
+    if (zero_point && !add_zero(tb, module, gtype == GGML_IQ4_NL ? 0 : 16)) return oom(tb);
+    if (gtype == GGML_IQ4_NL && !add_lut(tb, module)) return oom(tb);
     return CELER_OK;
 }
 
 /* Element e (0..255) of a K-quant super-block: its code, and the group it is in. */
 static uint8_t kquant_code(uint32_t gtype, const uint8_t *blk, int e) {
+    if (gtype == GGML_Q3_K) { /* hmask[32], qs[64], scales[12], d */
+        const int h = e / 128, w = e % 128;
+        const int lo = (blk[32 + 32 * h + w % 32] >> (2 * (w / 32))) & 3;
+        return (uint8_t)(lo | ((blk[e % 32] >> (e / 32)) & 1) << 2);
+    }
+    if (gtype == GGML_IQ4_XS) { /* d, scales_h (u16), scales_l[4], qs[128]: Q4_0's order per 32 */
+        const int g = e / 32, i = e % 32;
+        return (uint8_t)((blk[8 + 16 * g + i % 16] >> (4 * (i / 16))) & 15);
+    }
     if (gtype == GGML_Q6_K) { /* ql[128], qh[64], then scales and d */
         const int h = e / 128, w = e % 128;
         const int lo = (blk[64 * h + w % 64] >> (4 * (w / 64))) & 15;
@@ -392,19 +425,33 @@ static void kquant_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
     }
 }
 
-/* A Q4_K / Q5_K / Q6_K matrix -> MLX codes, U8/I8 group scales (and mins), F16 factors. */
+/* Group j's scale of a Q3_K super-block (16 of 6 bits in 12 bytes), less 32. */
+static int8_t q3k_scale(const uint8_t *s, int j) {
+    const int lo = (s[j % 8] >> (4 * (j / 8))) & 15, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (int8_t)((lo | hi << 4) - 32);
+}
+
+/* Group j's scale of an IQ4_XS super-block, less 32. */
+static int8_t iq4xs_scale(const uint8_t *blk, int j) {
+    const uint16_t h = (uint16_t)(blk[2] | blk[3] << 8);
+    const int lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 15, hi = (h >> (2 * j)) & 3;
+    return (int8_t)((lo | hi << 4) - 32);
+}
+
+/* A K-quant or IQ4_XS matrix -> MLX codes, U8/I8 group scales (and mins), F16 factors. */
 static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
     const uint32_t gtype = gt->ggml_type;
-    const bool q6 = gtype == GGML_Q6_K;
-    const int bits = gtype == GGML_Q4_K ? 4 : gtype == GGML_Q5_K ? 5 : 6, group = q6 ? 16 : 32, per = 256 / group;
-    const size_t bsize = gtype == GGML_Q4_K ? 144 : gtype == GGML_Q5_K ? 176 : 210;
+    /* no mins: a zero point (Q3_K 4, Q6_K 32) or a codebook (IQ4_XS) */
+    const bool q3 = gtype == GGML_Q3_K, q6 = gtype == GGML_Q6_K, xs = gtype == GGML_IQ4_XS, no_mins = q3 || q6 || xs;
+    const int bits = q3 ? 3 : gtype == GGML_Q5_K ? 5 : q6 ? 6 : 4, group = q3 || q6 ? 16 : 32, per = 256 / group;
+    const size_t bsize = q3 ? 110 : gtype == GGML_Q4_K ? 144 : gtype == GGML_Q5_K ? 176 : q6 ? 210 : 136;
     const int64_t cols = gt->ne[0], rows = gt->ne[1], nsup = cols / 256, words = cols * bits / 32;
     uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
     uint8_t *scales = arena_alloc(tb->mem, (size_t)(rows * nsup * per));
-    uint8_t *mins = q6 ? NULL : arena_alloc(tb->mem, (size_t)(rows * nsup * per));
+    uint8_t *mins = no_mins ? NULL : arena_alloc(tb->mem, (size_t)(rows * nsup * per));
     uint16_t *fd = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
-    uint16_t *fm = q6 ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
-    if (!codes || !scales || !fd || (!q6 && (!mins || !fm))) return oom(tb);
+    uint16_t *fm = no_mins ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
+    if (!codes || !scales || !fd || (!no_mins && (!mins || !fm))) return oom(tb);
     memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nsup * bsize;
@@ -418,28 +465,31 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
                 row[bit / 32] |= q << (bit % 32);
                 if (bit % 32 + bits > 32) row[bit / 32 + 1] |= q >> (32 - bit % 32);
             }
+            uint8_t *sc = scales + k * per;
             if (q6) {
-                memcpy(scales + k * per, blk + 192, 16);
+                memcpy(sc, blk + 192, 16);
                 memcpy(&fd[k], blk + 208, 2);
-                continue;
+            } else if (q3) {
+                for (int j = 0; j < per; j++) sc[j] = (uint8_t)q3k_scale(blk + 96, j);
+                memcpy(&fd[k], blk + 108, 2);
+            } else if (xs) {
+                for (int j = 0; j < per; j++) sc[j] = (uint8_t)iq4xs_scale(blk, j);
+                memcpy(&fd[k], blk, 2);
+            } else {
+                memcpy(&fd[k], blk, 2);
+                memcpy(&fm[k], blk + 2, 2);
+                fm[k] ^= 0x8000; /* -dmin: the mins are subtracted */
+                for (int j = 0; j < per; j++) kquant_scale_min(blk + 4, j, &sc[j], &mins[k * per + j]);
             }
-            memcpy(&fd[k], blk, 2);
-            memcpy(&fm[k], blk + 2, 2);
-            fm[k] ^= 0x8000; /* -dmin: the mins are subtracted */
-            for (int j = 0; j < per; j++) kquant_scale_min(blk + 4, j, &scales[k * per + j], &mins[k * per + j]);
         }
     }
-    const dtype st = q6 ? DTYPE_I8 : DTYPE_U8;
+    const dtype st = no_mins ? DTYPE_I8 : DTYPE_U8;
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
         !add(tb, module, "scales", st, 2, rows, nsup * per, scales, (size_t)(rows * nsup * per)) ||
         !add(tb, module, "super_scales", DTYPE_F16, 2, rows, nsup, fd, sizeof(uint16_t) * (size_t)(rows * nsup)))
         return oom(tb);
-    if (q6) {
-        int32_t *zero = arena_alloc(tb->mem, sizeof *zero);
-        if (!zero) return oom(tb);
-        *zero = 32;
-        return add(tb, module, "zero", DTYPE_I32, 1, 1, 1, zero, sizeof *zero) ? CELER_OK : oom(tb);
-    }
+    if (no_mins)
+        return add_zero(tb, module, q3 ? 4 : q6 ? 32 : 0) && (!xs || add_lut(tb, module)) ? CELER_OK : oom(tb);
     if (!add(tb, module, "biases", st, 2, rows, nsup * per, mins, (size_t)(rows * nsup * per)) ||
         !add(tb, module, "super_biases", DTYPE_F16, 2, rows, nsup, fm, sizeof(uint16_t) * (size_t)(rows * nsup)))
         return oom(tb);
@@ -451,7 +501,7 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
     if (!st) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     ck->shards = st;
     ck->n_shards = 1;
-    if (!(st->path = strdup(ck->config_path)) || !(st->tensors = calloc(5 * g->n_tensors + 1, sizeof *st->tensors)))
+    if (!(st->path = strdup(ck->config_path)) || !(st->tensors = calloc(6 * g->n_tensors + 1, sizeof *st->tensors)))
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     table tb = {st, &ck->mem, ck->config_path, e};
     double heads = 0, kv_heads = 0;
@@ -484,7 +534,8 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
         default:
             if (gt->ndim != 2 || strcmp(suffix, "weight"))
                 return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: block-quantized vectors are not supported", ck->config_path, gt->name);
-            s = gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K || gt->ggml_type == GGML_Q6_K
+            s = gt->ggml_type == GGML_Q3_K || gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K ||
+                        gt->ggml_type == GGML_Q6_K || gt->ggml_type == GGML_IQ4_XS
                     ? add_kblocks(&tb, gt, module, n_head)
                     : add_blocks(&tb, gt, module, n_head);
         }

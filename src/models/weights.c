@@ -103,6 +103,20 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "%s: tensor %s.scales: expected F32, F16 or BF16, found %s", sfile, module,
                          dtype_name(sc->type));
     const int64_t packed = w->shape[1], group = cols / sc->shape[1];
+    /* a codebook of code values (IQ4_NL, IQ4_XS: gguf_checkpoint.c), with a zero point of 0 */
+    const int8_t *lut = NULL;
+    snprintf(name, sizeof name, "%s.lut", module);
+    const st_tensor *lt = checkpoint_find(&m->ck, name, &ssfile);
+    if (lt) {
+        if (lt->type != DTYPE_I8 || !zt || zero != 0 || packed * 32 % cols ||
+            lt->nbytes != (size_t)1 << (packed * 32 / cols))
+            return error_set(
+                e, CELER_STATUS_BAD_FILE,
+                "%s: tensor %s: expected I8 [2^bits] code values beside a zero point of "
+                "0, found %s %s",
+                ssfile, name, dtype_name(lt->type), shp(b1, lt));
+        lut = (const int8_t *)lt->data;
+    }
     if ((packed * 32) % cols != 0)
         return error_set(e, CELER_STATUS_BAD_FILE,
                          "%s: tensor %s.weight: %lld packed words per row do not hold %lld "
@@ -114,10 +128,6 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "%s: tensor %s.weight: %d-bit affine quantization is not supported "
                          "(expected 2, 3, 4, 5, 6 or 8)",
                          file, module, bits);
-    if (group * bits % 32 != 0)
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: tensor %s: groups of %lld %d-bit codes are not whole 32-bit words",
-                         file, module, (long long)group, bits);
     if (q->rule == QUANT_RULE_MODULE && (q->bits != bits || q->group != group))
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: quantization.%s: expected bits %d group_size %lld as the tensors "
@@ -136,7 +146,8 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                      .zero = zero,
                      .super = ss ? cols / ss->shape[1] : 0,
                      .super_scales = ss ? ss->data : NULL,
-                     .super_biases = sm ? sm->data : NULL};
+                     .super_biases = sm ? sm->data : NULL,
+                     .lut = lut};
     return CELER_OK;
 }
 

@@ -34,8 +34,8 @@ static bool scale_format(const matview *w, bool *bf16) {
 
 bool pack_supported(const matview *w) {
     bool bf16;
-    /* a zero point instead of biases, or two-level scales (GGUF's K-quants), is not packed */
-    return (w->quant_bits == 4 || w->quant_bits == 8) && w->biases && !w->super && w->group > 0 && w->group % QBLOCK == 0 &&
+    /* a zero point instead of biases, two-level scales (GGUF's K-quants) or a codebook (IQ4) is not packed */
+    return (w->quant_bits == 4 || w->quant_bits == 8) && w->biases && !w->super && !w->lut && w->group > 0 && w->group % QBLOCK == 0 &&
            w->cols % w->group == 0 && scale_format(w, &bf16);
 }
 

@@ -243,10 +243,12 @@ static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, i
                          "cuda: %d-bit affine weights with group %lld and %s scales are not supported (4 or 8 "
                          "bits, groups 32/64/128, F16/BF16/F32 scales)",
                          w->quant_bits, (long long)w->group, dtype_name(w->scale_type));
-    if (!w->biases || w->super)
+    if (!w->biases || w->super || w->lut)
         return error_set(e, CELER_STATUS_UNSUPPORTED,
                          "cuda: %d-bit affine weights with %s are not supported", w->quant_bits,
-                         w->super ? "two-level scales (GGUF K-quants)" : "a zero point instead of biases");
+                         w->lut     ? "a codebook (GGUF IQ4)"
+                         : w->super ? "two-level scales (GGUF K-quants)"
+                                    : "a zero point instead of biases");
     char msg[256];
     if (cuda_affine_upload(&d->aff, w, s, msg, sizeof msg))
         return error_set(e, sticky_after(cudaSuccess) ? CELER_STATUS_DEVICE_LOST : CELER_STATUS_OUT_OF_MEMORY,
