@@ -282,6 +282,127 @@ static void test_gemm_bf16(const cpu_kernels *k, int64_t group, dtype st, int64_
     free_affine(&a);
 }
 
+/* ==== the other packed layouts: bit planes, zero points, two-level scales, codebooks ==== */
+
+enum { V5B, V6B, V5Z, VK4, VK5, VNL, VXS, V_COUNT };
+static const char *const variant_names[V_COUNT] = {
+    "5-bit g32 biases",          "6-bit g64 bf16 biases", "5-bit g32 zero 16",
+    "4-bit K (two-level, mins)", "5-bit K (two-level)",   "IQ4_NL (codebook)",
+    "IQ4_XS (codebook, K)"};
+static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+
+typedef struct rand_variant {
+    matview w;
+    uint8_t *codes, *scales, *biases;
+    uint16_t *supers, *super_m;
+} rand_variant;
+
+static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
+    rand_variant v = {0};
+    const int bits = kind == V6B ? 6 : kind == V5B || kind == V5Z || kind == VK5 ? 5 : 4;
+    const int64_t group = kind == V6B ? 64 : 32, groups = cols / group;
+    const bool two = kind == VK4 || kind == VK5 || kind == VXS,
+               biased = kind != V5Z && kind != VNL && kind != VXS;
+    v.codes = calloc((size_t)(rows * cols * bits / 8 + 4), 1);
+    for (int64_t i = 0; i < rows * cols; i++) {
+        const uint32_t q =
+            (uint32_t)((rand_uniform(&rng) * 0.5f + 0.5f) * (float)((1 << bits) - 1) + 0.5f);
+        for (int k = 0; k < bits; k++)
+            v.codes[(i * bits + k) / 8] |= (uint8_t)(((q >> k) & 1u) << ((i * bits + k) % 8));
+    }
+    const dtype st = kind == V6B ? DTYPE_BF16 : DTYPE_F16;
+    v.scales = malloc((size_t)(rows * groups) * 2);
+    v.biases = malloc((size_t)(rows * groups) * 2);
+    for (int64_t i = 0; i < rows * groups; i++) {
+        if (two) { /* small integers: u8 scales and mins (K), or i8 scales less 32 (IQ4_XS) */
+            v.scales[i] = kind == VXS ? (uint8_t)(int8_t)(rand_uniform(&rng) * 31.0f)
+                                      : (uint8_t)(1 + (rand_uniform(&rng) * 0.5f + 0.5f) * 62.0f);
+            v.biases[i] = (uint8_t)((rand_uniform(&rng) * 0.5f + 0.5f) * 63.0f);
+            continue;
+        }
+        const float sc = 0.01f + 0.02f * fabsf(rand_uniform(&rng));
+        store_scale(st, v.scales, i, sc);
+        store_scale(st, v.biases, i,
+                    -sc * (float)(1 << (bits - 1)) * (1.0f + 0.1f * rand_uniform(&rng)));
+    }
+    v.w = (matview){.rows = rows,
+                    .cols = cols,
+                    .type = DTYPE_U32,
+                    .data = v.codes,
+                    .quant_bits = bits,
+                    .group = group,
+                    .scale_type = two ? (kind == VXS ? DTYPE_I8 : DTYPE_U8) : st,
+                    .scales = v.scales,
+                    .biases = biased ? v.biases : NULL,
+                    .zero = kind == V5Z ? 16 : 0,
+                    .lut = kind == VNL || kind == VXS ? iq4_values : NULL};
+    if (two) {
+        const int64_t supers = rows * (cols / 256);
+        v.supers = malloc(sizeof(uint16_t) * (size_t)supers);
+        v.super_m = malloc(sizeof(uint16_t) * (size_t)supers);
+        for (int64_t i = 0; i < supers; i++) {
+            v.supers[i] = f32_to_f16(0.0005f + 0.0005f * fabsf(rand_uniform(&rng)));
+            v.super_m[i] = f32_to_f16(-0.001f * fabsf(rand_uniform(&rng)));
+        }
+        v.w.super = 256;
+        v.w.super_scales = v.supers;
+        v.w.super_biases = biased ? v.super_m : NULL;
+    }
+    return v;
+}
+
+/* The ISA's product against the generic one, and the generic one against the float
+ * reference, with value + residual pairs (as the backend runs them). */
+static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int64_t cols,
+                              int64_t n) {
+    rand_variant v = make_variant(kind, rows, cols);
+    arena mem = {0};
+    CHECK(pack_supported(&v.w), "%s: pack_supported", variant_names[kind]);
+    const packed_mat *p = pack_matrix(&v.w, &mem);
+    if (!CHECK(p != NULL, "%s: pack_matrix", variant_names[kind])) return;
+    float *x = rand_vec(n * cols, 1.0f);
+    qrows pg = quantize_pairs(&cpu_kernels_generic, x, n, cols);
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
+          *yg = malloc(sizeof(float) * (size_t)(n * rows)),
+          *yr = malloc(sizeof(float) * (size_t)(n * rows)),
+          *wrow = malloc(sizeof(float) * (size_t)cols),
+          *prow = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t i = 0; i < n * rows; i++) yk[i] = yg[i] = NAN;
+    k->gemm_q(yk, rows, p, 0, p->tiles, &pg);
+    cpu_kernels_generic.gemm_q(yg, rows, p, 0, p->tiles, &pg);
+    ref_matmul(yr, &v.w, x, n, 0, rows, wrow);
+    double dk = 0, dr = 0, mx = 0, drow = 0;
+    for (int64_t i = 0; i < n * rows; i++) {
+        dk = fmax(dk, isnan(yk[i]) ? INFINITY : fabs((double)yk[i] - yg[i]));
+        dr = fmax(dr, fabs((double)yg[i] - yr[i]));
+        mx = fmax(mx, fabs(yr[i]));
+    }
+    for (int64_t r = 0; r < rows; r++) { /* packed rows (embedding lookups) */
+        matview_row(wrow, &v.w, r);
+        packed_row(prow, p, r);
+        for (int64_t c = 0; c < cols; c++)
+            drow = fmax(drow, fabs((double)wrow[c] - prow[c]) / fmax(fabs(wrow[c]), 1e-3));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s gemm_q %s [%lld x %lld] n=%lld vs generic",
+             cpu_isa_name(k->isa), variant_names[kind], (long long)rows, (long long)cols,
+             (long long)n);
+    report(what, dk, 1e-5 * fmax(mx, 1.0));
+    if (k->isa == CPU_ISA_GENERIC) {
+        snprintf(what, sizeof what, "generic gemm_q %s [%lld x %lld] n=%lld vs ref",
+                 variant_names[kind], (long long)rows, (long long)cols, (long long)n);
+        report(what, dr, 2e-4 * fmax(mx, 1.0));
+        snprintf(what, sizeof what, "packed rows %s vs matview rows (relative)",
+                 variant_names[kind]);
+        report(what, drow, 1e-6);
+    }
+    free(yk), free(yg), free(yr), free(wrow), free(prow), free(x);
+    free_qrows(&pg);
+    arena_free(&mem);
+    free(v.codes), free(v.scales), free(v.biases), free(v.supers), free(v.super_m);
+}
+
 /* ==== dense product and attention pieces ==== */
 
 static void test_dense(const cpu_kernels *k, dtype t, int64_t rows, int64_t cols, int64_t n) {
@@ -751,6 +872,10 @@ int main(void) {
         /* columns over several of the AMX kernel's 64-block chunks, tokens past a tile */
         test_gemm_q(k, 4, 32, DTYPE_F16, 33, 4192, 37);
         test_gemm_q(k, 8, 32, DTYPE_F16, 18, 4192, 35);
+        for (int v = 0; v < V_COUNT; v++) {
+            test_gemm_variant(k, v, 48, 512, 3);
+            test_gemm_variant(k, v, 33, 768, 9);
+        }
         if (k->gemm_bf16) {
             const int64_t nb[] = {1, 15, 16, 17, 37, 70};
             for (int j = 0; j < 6; j++) test_gemm_bf16(k, 32, DTYPE_F16, 48, 96, nb[j]);

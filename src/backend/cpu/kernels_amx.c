@@ -170,6 +170,10 @@ static void gemm_tiles(float *y, int64_t ldy, const packed_mat *w, int64_t t0, i
 
 static void amx_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                        const qrows *x) {
+    if (!packed_plain(w)) { /* bit planes, two-level scales, zero points, codebooks */
+        avx512_gemm_q(y, ldy, w, t0, t1, x);
+        return;
+    }
     const int P = x->pairs;
     const int64_t tokens = (x->n >> P) / AMX_TOKENS * AMX_TOKENS; /* through the tiles */
     if (tokens > 0) {

@@ -274,6 +274,10 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
 
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
+    if (!packed_plain(w)) { /* bit planes, two-level scales, zero points, codebooks */
+        cpu_kernels_generic.gemm_q(y, ldy, w, t0, t1, x);
+        return;
+    }
     if (w->planes == 1) {
         if (x->pairs)
             gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);

@@ -24,18 +24,47 @@ INLINE __m512 load_half16(const uint16_t *p, int bf16) {
                 : _mm512_cvtph_ps(h);
 }
 
-/* One tile (16 rows) times T activation rows from n0, stored to y. */
+/* Block b's scales and biases for the 16 rows of a tile (pack.h's layouts). */
+INLINE void block_scales(const packed_mat *w, const uint16_t *sb, int64_t b, __m512 *sc,
+                         __m512 *bi) {
+    const int parts = w->biased ? 2 : 1;
+    if (!w->super) {
+        const uint16_t *g = sb + (b * QBLOCK / w->group) * parts * PACK_ROWS;
+        *sc = load_half16(g, w->bf16);
+        *bi = w->biased ? load_half16(g + PACK_ROWS, w->bf16)
+                        : _mm512_mul_ps(*sc, _mm512_set1_ps(-(float)w->zero));
+        return;
+    }
+    const uint16_t *sup = sb + (b * QBLOCK / w->super) * packed_super_words(w);
+    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
+                       (b * QBLOCK % w->super / w->group) * parts * PACK_ROWS;
+    const __m128i gs = _mm_loadu_si128((const __m128i *)g);
+    const __m512i gi = w->sc_signed ? _mm512_cvtepi8_epi32(gs) : _mm512_cvtepu8_epi32(gs);
+    *sc = _mm512_mul_ps(load_half16(sup, 0), _mm512_cvtepi32_ps(gi));
+    if (w->biased) {
+        const __m128i gm = _mm_loadu_si128((const __m128i *)(g + PACK_ROWS));
+        *bi = _mm512_mul_ps(load_half16(sup + PACK_ROWS, 0),
+                            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(gm)));
+    } else {
+        *bi = _mm512_mul_ps(*sc, _mm512_set1_ps(-(float)w->zero));
+    }
+}
+
+/* One tile (16 rows) times T activation rows from n0, stored to y. HB: bit planes above the
+ * nibble (5- and 6-bit codes), each added into its code bytes through a byte mask. */
 INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P,
+                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P, int HB,
                    __mmask16 rows) {
-    const int64_t blocks = w->cols / QBLOCK;
+    const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
     const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i lut = w->lut ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w->lut))
+                               : _mm512_setzero_si512();
     __m512 acc[8];
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *blk = tile + b * planes * 4 * PACK_STEP;
+        const uint8_t *blk = tile + b * block_bytes;
         if (T <= 2) /* decode waits on the weight stream: ask for it a few blocks ahead */
-            for (int k = 0; k < planes * 4; k++)
+            for (int k = 0; k < planes * 4 + HB; k++)
                 _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
         __m512i i32[8], hi32[8];
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) i32[t] = hi32[t] =
@@ -43,8 +72,21 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
         for (int pl = 0; pl < planes; pl++)
             for (int s = 0; s < 4; s++) {
                 const __m512i raw = _mm512_loadu_si512(blk + (pl * 4 + s) * PACK_STEP);
-                const __m512i lo = _mm512_and_si512(raw, m4),
-                              hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                __m512i lo = _mm512_and_si512(raw, m4),
+                        hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                for (int h = 0; h < HB; h++) { /* bit 4+h of each code */
+                    const uint8_t *mk = blk + 4 * PACK_STEP + h * PACK_STEP + s * 16;
+                    uint64_t ml, mh;
+                    memcpy(&ml, mk, 8);
+                    memcpy(&mh, mk + 8, 8);
+                    const __m512i bit = _mm512_set1_epi8((char)(16 << h));
+                    lo = _mm512_mask_add_epi8(lo, ml, lo, bit);
+                    hi = _mm512_mask_add_epi8(hi, mh, hi, bit);
+                }
+                if (w->lut) { /* codebook values, offset to unsigned bytes */
+                    lo = _mm512_shuffle_epi8(lut, lo);
+                    hi = _mm512_shuffle_epi8(lut, hi);
+                }
                 _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                     const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
                     __m512i *a = planes == 2 && pl == 0 ? &hi32[t] : &i32[t];
@@ -52,8 +94,8 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
                     *a = _mm512_dpbusd_epi32(*a, hi, bcast32(xk + 4));
                 }
             }
-        const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
-        const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
+        __m512 sc, bi;
+        block_scales(w, sb, b, &sc, &bi);
         /* P: rows come in (value, residual) pairs; the residual's product follows the
          * value's in the token's one accumulator (its sums are 0), the order the AMX
          * kernel keeps, so a product is the same whichever kernel a row count picks */
@@ -72,7 +114,7 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
 }
 
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int planes, int P) {
+                          const qrows *x, int planes, int P, int HB) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
@@ -80,24 +122,38 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
         const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
         const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
         int64_t n = 0;
-        for (; n + 8 <= x->n; n += 8) q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, P, rows);
-        for (; n + 4 <= x->n; n += 4) q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, P, rows);
-        for (; n < x->n; n += 1 + P) q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, planes, P, rows);
+        for (; n + 8 <= x->n; n += 8)
+            q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, P, HB, rows);
+        for (; n + 4 <= x->n; n += 4)
+            q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, P, HB, rows);
+        for (; n < x->n; n += 1 + P)
+            q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, planes, P, HB, rows);
     }
 }
 
 void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    if (w->planes == 1) {
-        if (x->pairs)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
+    const int P = x->pairs != 0;
+    if (w->planes == 2) {
+        if (P)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1, 0);
         else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
+            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0, 0);
+    } else if (w->hibits == 0) {
+        if (P)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1, 0);
+        else
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0, 0);
+    } else if (w->hibits == 1) {
+        if (P)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1, 1);
+        else
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0, 1);
     } else {
-        if (x->pairs)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
+        if (P)
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1, 2);
         else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
+            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0, 2);
     }
 }
 

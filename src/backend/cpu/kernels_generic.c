@@ -26,14 +26,10 @@ static void quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t 
     }
 }
 
-static float sb_f32(const packed_mat *w, uint16_t h) {
-    return w->bf16 ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
     const int64_t blocks = w->cols / QBLOCK, tile_bytes = packed_tile_bytes(w),
-                  tile_sb = packed_tile_sb(w);
+                  tile_sb = packed_tile_sb(w), block_bytes = packed_block_bytes(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
         const uint16_t *sb = w->sb + t * tile_sb;
@@ -44,21 +40,15 @@ static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64
             const float *xd = x->d + n * blocks, *xs = x->s + n * blocks;
             float acc[PACK_ROWS] = {0};
             for (int64_t b = 0; b < blocks; b++) {
-                const uint8_t *blk = tile + b * w->planes * 4 * PACK_STEP;
-                const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
+                const uint8_t *blk = tile + b * block_bytes;
+                float sc[PACK_ROWS], bi[PACK_ROWS];
+                packed_block_scales(w, sb, b, sc, bi);
                 for (int i = 0; i < PACK_ROWS; i++) {
                     int32_t isum = 0;
-                    for (int pl = 0; pl < w->planes; pl++) {
-                        const int32_t mul = w->planes == 2 && pl == 0 ? 16 : 1;
-                        for (int s = 0; s < 4; s++)
-                            for (int j = 0; j < 4; j++) {
-                                const uint8_t byte = blk[(pl * 4 + s) * PACK_STEP + i * 4 + j];
-                                const int8_t *xk = xq + b * QBLOCK + 8 * s + j;
-                                isum += mul * ((byte & 15) * xk[0] + (byte >> 4) * xk[4]);
-                            }
-                    }
-                    acc[i] += (float)isum * (sb_f32(w, g[i]) * xd[b]);
-                    acc[i] += sb_f32(w, g[PACK_ROWS + i]) * xs[b];
+                    for (int c = 0; c < QBLOCK; c++)
+                        isum += (int32_t)packed_code(w, blk, i, c) * xq[b * QBLOCK + c];
+                    acc[i] += (float)isum * (sc[i] * xd[b]);
+                    acc[i] += bi[i] * xs[b];
                 }
             }
             /* pairs: row n + 1 is row n's residual and adds into the same output row */

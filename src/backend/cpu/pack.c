@@ -21,22 +21,26 @@ static bool scale_format(const matview *w, bool *bf16) {
     if (w->scale_type != DTYPE_F32) return false;
     const int64_t n = w->rows * (w->cols / w->group);
     bool f16_ok = true, bf16_ok = true;
-    for (int64_t i = 0; i < n && (f16_ok || bf16_ok); i++) {
-        const float v[2] = {dtype_load_f32(DTYPE_F32, w->scales, i), dtype_load_f32(DTYPE_F32, w->biases, i)};
-        for (int k = 0; k < 2; k++) {
-            f16_ok = f16_ok && f16_to_f32(f32_to_f16(v[k])) == v[k];
-            bf16_ok = bf16_ok && bf16_to_f32(f32_to_bf16(v[k])) == v[k];
+    for (int64_t i = 0; i < n && (f16_ok || bf16_ok); i++)
+        for (int k = 0; k < (w->biases ? 2 : 1); k++) {
+            const float v = dtype_load_f32(DTYPE_F32, k ? w->biases : w->scales, i);
+            f16_ok = f16_ok && f16_to_f32(f32_to_f16(v)) == v;
+            bf16_ok = bf16_ok && bf16_to_f32(f32_to_bf16(v)) == v;
         }
-    }
     *bf16 = !f16_ok;
     return f16_ok || bf16_ok;
 }
 
 bool pack_supported(const matview *w) {
     bool bf16;
-    /* a zero point instead of biases, two-level scales (GGUF's K-quants) or a codebook (IQ4) is not packed */
-    return (w->quant_bits == 4 || w->quant_bits == 8) && w->biases && !w->super && !w->lut && w->group > 0 && w->group % QBLOCK == 0 &&
-           w->cols % w->group == 0 && scale_format(w, &bf16);
+    const int bits = w->quant_bits;
+    if ((bits != 4 && bits != 5 && bits != 6 && bits != 8) || w->group <= 0 || w->group % QBLOCK ||
+        w->cols % w->group || (w->lut && bits != 4))
+        return false;
+    if (w->super) /* K-quants: integer group scales under F16 factors */
+        return bits != 8 && w->super % w->group == 0 && w->cols % w->super == 0 &&
+               (w->scale_type == DTYPE_U8 || w->scale_type == DTYPE_I8);
+    return scale_format(w, &bf16);
 }
 
 static uint16_t scale_bits(const matview *w, const void *p, int64_t i, bool bf16) {
@@ -49,50 +53,117 @@ static uint16_t scale_bits(const matview *w, const void *p, int64_t i, bool bf16
     return bf16 ? f32_to_bf16(v) : f32_to_f16(v);
 }
 
+/* Row i of tile sb's scales: one-level 16-bit values, or the two-level factors and bytes. */
+static void pack_row_scales(const matview *w, const packed_mat *p, uint16_t *sb, int64_t r, int i) {
+    const int64_t groups = w->cols / w->group;
+    if (!p->super) {
+        const int parts = p->biased ? 2 : 1;
+        for (int64_t g = 0; g < groups; g++) {
+            uint16_t *dst = sb + g * parts * PACK_ROWS;
+            dst[i] = scale_bits(w, w->scales, r * groups + g, p->bf16);
+            if (p->biased) dst[PACK_ROWS + i] = scale_bits(w, w->biases, r * groups + g, p->bf16);
+        }
+        return;
+    }
+    const int64_t supers = w->cols / w->super, per = w->super / w->group;
+    const int parts = p->biased ? 2 : 1;
+    for (int64_t k = 0; k < supers; k++) {
+        uint16_t *sup = sb + k * packed_super_words(p);
+        memcpy(&sup[i], (const uint8_t *)w->super_scales + 2 * (r * supers + k), 2);
+        if (p->biased)
+            memcpy(&sup[PACK_ROWS + i], (const uint8_t *)w->super_biases + 2 * (r * supers + k), 2);
+        uint8_t *bytes = (uint8_t *)(sup + parts * PACK_ROWS);
+        for (int64_t g = 0; g < per; g++) {
+            uint8_t *dst = bytes + g * parts * PACK_ROWS;
+            dst[i] = ((const uint8_t *)w->scales)[r * groups + k * per + g];
+            if (p->biased)
+                dst[PACK_ROWS + i] = ((const uint8_t *)w->biases)[r * groups + k * per + g];
+        }
+    }
+}
+
+void packed_block_scales(const packed_mat *p, const uint16_t *sb, int64_t b, float sc[PACK_ROWS],
+                         float bi[PACK_ROWS]) {
+    const int parts = p->biased ? 2 : 1;
+    if (!p->super) {
+        const uint16_t *g = sb + (b * QBLOCK / p->group) * parts * PACK_ROWS;
+        for (int i = 0; i < PACK_ROWS; i++) {
+            sc[i] = p->bf16 ? bf16_to_f32(g[i]) : f16_to_f32(g[i]);
+            bi[i] = p->biased
+                        ? (p->bf16 ? bf16_to_f32(g[PACK_ROWS + i]) : f16_to_f32(g[PACK_ROWS + i]))
+                        : -(float)p->zero * sc[i];
+        }
+        return;
+    }
+    const uint16_t *sup = sb + (b * QBLOCK / p->super) * packed_super_words(p);
+    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
+                       (b * QBLOCK % p->super / p->group) * parts * PACK_ROWS;
+    for (int i = 0; i < PACK_ROWS; i++) {
+        sc[i] = f16_to_f32(sup[i]) * (p->sc_signed ? (float)(int8_t)g[i] : (float)g[i]);
+        bi[i] = p->biased ? f16_to_f32(sup[PACK_ROWS + i]) * (float)g[PACK_ROWS + i]
+                          : -(float)p->zero * sc[i];
+    }
+}
+
 packed_mat *pack_matrix(const matview *w, arena *a) {
-    bool bf16;
-    if (!pack_supported(w) || !scale_format(w, &bf16)) return NULL;
+    bool bf16 = false;
+    if (!pack_supported(w) || (!w->super && !scale_format(w, &bf16))) return NULL;
     packed_mat *p = arena_alloc(a, sizeof *p);
     if (!p) return NULL;
-    *p = (packed_mat){.rows = w->rows, .cols = w->cols, .tiles = (w->rows + PACK_ROWS - 1) / PACK_ROWS,
-                      .bits = w->quant_bits, .planes = w->quant_bits == 8 ? 2 : 1,
-                      .group = w->group, .bf16 = bf16};
+    const int bits = w->quant_bits;
+    *p = (packed_mat){.rows = w->rows,
+                      .cols = w->cols,
+                      .tiles = (w->rows + PACK_ROWS - 1) / PACK_ROWS,
+                      .bits = bits,
+                      .planes = bits == 8 ? 2 : 1,
+                      .hibits = bits == 5 || bits == 6 ? bits - 4 : 0,
+                      .group = w->group,
+                      .bf16 = bf16,
+                      .biased = w->biases != NULL,
+                      .zero = w->lut ? 128 : w->zero,
+                      .super = w->super,
+                      .sc_signed = w->scale_type == DTYPE_I8};
+    if (w->lut) { /* code values as unsigned bytes, their zero point 128 */
+        uint8_t *lut = arena_alloc(a, 16);
+        if (!lut) return NULL;
+        for (int q = 0; q < 16; q++) lut[q] = (uint8_t)(w->lut[q] + 128);
+        p->lut = lut;
+    }
     const int64_t tile_bytes = packed_tile_bytes(p), tile_sb = packed_tile_sb(p);
-    const int64_t groups = w->cols / w->group, blocks = w->cols / QBLOCK;
+    const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(p);
     uint8_t *codes = arena_alloc(a, (size_t)(p->tiles * tile_bytes));
     uint16_t *sb = arena_alloc(a, sizeof(uint16_t) * (size_t)(p->tiles * tile_sb));
     if (!codes || !sb) return NULL;
+    memset(codes, 0, (size_t)(p->tiles * tile_bytes));
+    memset(sb, 0, sizeof(uint16_t) * (size_t)(p->tiles * tile_sb));
     uint8_t *row = malloc((size_t)w->cols); /* one row's codes, unpacked */
     if (!row) return NULL;
-    const int per_word = 32 / w->quant_bits;
-    const uint32_t mask = (1u << w->quant_bits) - 1u;
-    const unsigned char *src = w->data;
     for (int64_t r = 0; r < w->rows; r++) {
-        const int64_t t = r / PACK_ROWS, i = r % PACK_ROWS;
-        for (int64_t c = 0; c < w->cols; c += per_word) {
-            uint32_t word;
-            memcpy(&word, src + 4 * ((r * w->cols + c) / per_word), 4);
-            for (int k = 0; k < per_word; k++) row[c + k] = (uint8_t)((word >> (k * w->quant_bits)) & mask);
-        }
+        const int64_t t = r / PACK_ROWS;
+        const int i = (int)(r % PACK_ROWS);
+        for (int64_t c = 0; c < w->cols; c++) row[c] = (uint8_t)matview_code(w, r, c);
         for (int64_t b = 0; b < blocks; b++) {
             const uint8_t *col = row + b * QBLOCK;
-            uint8_t *blk = codes + t * tile_bytes + b * p->planes * 4 * PACK_STEP + i * 4;
+            uint8_t *blk = codes + t * tile_bytes + b * block_bytes;
             for (int s = 0; s < 4; s++)
                 for (int j = 0; j < 4; j++) {
                     const unsigned lo = col[8 * s + j], hi = col[8 * s + 4 + j];
                     if (p->planes == 1) {
-                        blk[s * PACK_STEP + j] = (uint8_t)(lo | hi << 4);
+                        blk[s * PACK_STEP + i * 4 + j] = (uint8_t)((lo & 15u) | (hi & 15u) << 4);
                     } else {
-                        blk[s * PACK_STEP + j] = (uint8_t)(lo >> 4 | (hi >> 4) << 4);
-                        blk[(4 + s) * PACK_STEP + j] = (uint8_t)((lo & 15u) | (hi & 15u) << 4);
+                        blk[s * PACK_STEP + i * 4 + j] = (uint8_t)(lo >> 4 | (hi >> 4) << 4);
+                        blk[(4 + s) * PACK_STEP + i * 4 + j] =
+                            (uint8_t)((lo & 15u) | (hi & 15u) << 4);
+                    }
+                    for (int h = 0; h < p->hibits; h++) { /* bit 4+h into the two masks of step s */
+                        uint8_t *m = blk + 4 * PACK_STEP + h * PACK_STEP + s * 16;
+                        const int bit = i * 4 + j;
+                        m[bit / 8] |= (uint8_t)(((lo >> (4 + h)) & 1u) << (bit % 8));
+                        m[8 + bit / 8] |= (uint8_t)(((hi >> (4 + h)) & 1u) << (bit % 8));
                     }
                 }
         }
-        for (int64_t g = 0; g < groups; g++) {
-            uint16_t *dst = sb + t * tile_sb + g * 2 * PACK_ROWS;
-            dst[i] = scale_bits(w, w->scales, r * groups + g, bf16);
-            dst[PACK_ROWS + i] = scale_bits(w, w->biases, r * groups + g, bf16);
-        }
+        pack_row_scales(w, p, sb + t * tile_sb, r, i);
     }
     free(row);
     p->codes = codes;
@@ -100,34 +171,24 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
     return p;
 }
 
-static float sb_value(const packed_mat *p, uint16_t h) { return p->bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
-
 void packed_row(float *out, const packed_mat *p, int64_t r) {
-    const int64_t t = r / PACK_ROWS, i = r % PACK_ROWS, blocks = p->cols / QBLOCK;
+    const int64_t t = r / PACK_ROWS, blocks = p->cols / QBLOCK;
+    const int i = (int)(r % PACK_ROWS);
     const uint8_t *tile = p->codes + t * packed_tile_bytes(p);
     const uint16_t *sb = p->sb + t * packed_tile_sb(p);
     for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *blk = tile + b * p->planes * 4 * PACK_STEP;
-        const int64_t g = b * QBLOCK / p->group;
-        const float s = sb_value(p, sb[g * 2 * PACK_ROWS + i]), bias = sb_value(p, sb[g * 2 * PACK_ROWS + PACK_ROWS + i]);
-        for (int st = 0; st < 4; st++)
-            for (int j = 0; j < 4; j++) {
-                unsigned lo = 0, hi = 0;
-                for (int pl = 0; pl < p->planes; pl++) {
-                    const uint8_t byte = blk[(pl * 4 + st) * PACK_STEP + i * 4 + j];
-                    const unsigned mul = p->planes == 2 && pl == 0 ? 16u : 1u;
-                    lo += mul * (byte & 15u);
-                    hi += mul * (byte >> 4);
-                }
-                out[b * QBLOCK + 8 * st + j] = s * (float)lo + bias;
-                out[b * QBLOCK + 8 * st + 4 + j] = s * (float)hi + bias;
-            }
+        float sc[PACK_ROWS], bi[PACK_ROWS];
+        packed_block_scales(p, sb, b, sc, bi);
+        const uint8_t *blk = tile + b * packed_block_bytes(p);
+        for (int c = 0; c < QBLOCK; c++)
+            out[b * QBLOCK + c] = sc[i] * (float)packed_code(p, blk, i, c) + bi[i];
     }
 }
 
 /* ==== A model's prepared set ==== */
 
-celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out, celer_error *e) {
+celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out,
+                          celer_error *e) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *out = NULL;

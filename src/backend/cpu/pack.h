@@ -10,8 +10,17 @@
  *          of column 8s+4+j in its high nibble (columns relative to the 32-block).
  *          4-bit matrices have one plane; 8-bit ones two: the high nibbles (q >> 4)
  *          first, then the low nibbles, so q = 16*hi + lo runs through the same code.
+ *          5- and 6-bit codes keep their low four bits there and add one or two bit
+ *          planes per block (hibits): for plane h and step s, two 64-bit masks whose bit
+ *          i*4+j is bit 4+h of the code the low- and the high-nibble byte (i, j) holds.
  *   sb:    [tile][group][scale 0..15, bias 0..15] as f16 or bf16 (the checkpoint's own
- *          16-bit type, so no precision is lost and decode reads no more bytes).
+ *          16-bit type, so no precision is lost and decode reads no more bytes). Without
+ *          biases (a zero point: bias = -zero * scale) only the scales. Two-level scales
+ *          (GGUF K-quants, super > 0) per super-block: [D 0..15 (f16), M 0..15 (f16)], then
+ *          per group of it [sc 0..15 (u8 or i8), m 0..15 (u8)] two to a 16-bit word, scale =
+ *          D * sc, bias = M * m (M and m only with biases).
+ *   lut:   for a codebook (GGUF IQ4), the 16 code values plus 128 as bytes: the kernels map
+ *          each 4-bit code through it and take 128 as the zero point.
  *
  * Rows past the end of the matrix are padded with zero codes and zero scales. Activations
  * are quantized per row in blocks of 32 to int8 with a float scale and the block's float
@@ -35,20 +44,60 @@
 
 typedef struct packed_mat {
     int64_t rows, cols, tiles; /* tiles = ceil(rows / PACK_ROWS) */
-    int bits;                  /* 4 or 8 */
-    int planes;                /* 1 for 4-bit, 2 for 8-bit */
+    int bits;                  /* 4, 5, 6 or 8 */
+    int planes;                /* nibble planes: 2 for 8-bit, else 1 */
+    int hibits;                /* bit planes above the nibble: 1 for 5-bit, 2 for 6-bit */
     int64_t group;             /* columns per scale/bias; a multiple of QBLOCK */
     bool bf16;                 /* sb holds bf16 (else f16) */
+    bool biased;               /* sb holds biases; else bias = -zero * scale */
+    int zero;
+    int64_t super;      /* two-level scales: columns per super-block; else 0 */
+    bool sc_signed;     /* two-level group scales are i8 (else u8) */
+    const uint8_t *lut; /* [16] code values + 128, or NULL */
     const uint8_t *codes;
     const uint16_t *sb;
 } packed_mat;
 
+/* Whether p is plain 4- or 8-bit codes with one-level scales and biases: the layout the AMX
+ * tiles and the AVX2 product take (the others run the AVX-512 and generic products). */
+static inline bool packed_plain(const packed_mat *p) {
+    return !p->hibits && p->biased && !p->super && !p->lut;
+}
+
+/* Bytes of one block's codes in a tile (nibble planes, then bit planes). */
+static inline int64_t packed_block_bytes(const packed_mat *p) {
+    return p->planes * 4 * PACK_STEP + p->hibits * PACK_STEP;
+}
 /* Bytes of codes in one tile, and 16-bit scale/bias words in one tile. */
 static inline int64_t packed_tile_bytes(const packed_mat *p) {
-    return (p->cols / QBLOCK) * p->planes * 4 * PACK_STEP;
+    return (p->cols / QBLOCK) * packed_block_bytes(p);
+}
+/* 16-bit words of one super-block's factors and group scales (two-level). */
+static inline int64_t packed_super_words(const packed_mat *p) {
+    const int parts = p->biased ? 2 : 1;
+    return parts * PACK_ROWS + (p->super / p->group) * parts * PACK_ROWS / 2;
 }
 static inline int64_t packed_tile_sb(const packed_mat *p) {
-    return (p->cols / p->group) * 2 * PACK_ROWS;
+    if (p->super) return (p->cols / p->super) * packed_super_words(p);
+    return (p->cols / p->group) * (p->biased ? 2 : 1) * PACK_ROWS;
+}
+/* The scales and biases of block b's 16 rows in a tile's sb (scalar; the SIMD kernels read
+ * the same layout with vectors). */
+void packed_block_scales(const packed_mat *p, const uint16_t *sb, int64_t b, float sc[PACK_ROWS],
+                         float bi[PACK_ROWS]);
+/* Row i's code of column c (< QBLOCK) of a tile's block blk, through the codebook if any. */
+static inline unsigned packed_code(const packed_mat *p, const uint8_t *blk, int i, int c) {
+    const int s = c / 8, j = c % 4, half = c % 8 / 4;
+    unsigned q = 0;
+    for (int pl = 0; pl < p->planes; pl++) {
+        const uint8_t byte = blk[(pl * 4 + s) * PACK_STEP + i * 4 + j];
+        q = q * 16 + (half ? byte >> 4 : byte & 15u);
+    }
+    for (int h = 0; h < p->hibits; h++) {
+        const uint8_t *m = blk + p->planes * 4 * PACK_STEP + h * PACK_STEP + s * 16 + half * 8;
+        q |= (unsigned)((m[(i * 4 + j) / 8] >> ((i * 4 + j) % 8)) & 1) << (4 + h);
+    }
+    return p->lut ? p->lut[q] : q;
 }
 
 /* Whether w can be packed: affine 4/8-bit, group a multiple of QBLOCK, and scales that are
