@@ -105,7 +105,8 @@ static qrows quantize_rows(const cpu_kernels *k, const float *x, int64_t n, int6
     return q;
 }
 
-/* Value and residual rows, as the backend makes them for pairs (pack.h). */
+/* Value and residual rows, as the backend makes them for pairs (pack.h), with the sums of
+ * half blocks (for weights in groups of 16). */
 static qrows quantize_pairs(const cpu_kernels *k, const float *x, int64_t n, int64_t cols) {
     const int64_t nb = cols / QBLOCK;
     qrows q = {.n = 2 * n,
@@ -113,7 +114,10 @@ static qrows quantize_pairs(const cpu_kernels *k, const float *x, int64_t n, int
                .pairs = 1,
                .q = malloc((size_t)(2 * n * cols)),
                .d = malloc(sizeof(float) * (size_t)(2 * n * nb)),
-               .s = malloc(sizeof(float) * (size_t)(2 * n * nb))};
+               .s = malloc(sizeof(float) * (size_t)(2 * n * nb)),
+               .s16 = calloc((size_t)(2 * n * (cols / 16)), sizeof(float))};
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < cols; c++) q.s16[2 * t * (cols / 16) + c / 16] += x[t * cols + c];
     float *res = malloc(sizeof(float) * (size_t)cols);
     for (int64_t t = 0; t < n; t++) {
         int8_t *qt = q.q + 2 * t * cols;
@@ -128,7 +132,7 @@ static qrows quantize_pairs(const cpu_kernels *k, const float *x, int64_t n, int
 }
 
 static void free_qrows(qrows *q) {
-    free(q->q), free(q->d), free(q->s);
+    free(q->q), free(q->d), free(q->s), free(q->s16);
 }
 
 /* ==== packed layout ==== */
@@ -284,11 +288,11 @@ static void test_gemm_bf16(const cpu_kernels *k, int64_t group, dtype st, int64_
 
 /* ==== the other packed layouts: bit planes, zero points, two-level scales, codebooks ==== */
 
-enum { V5B, V6B, V5Z, VK4, VK5, VNL, VXS, V_COUNT };
+enum { V5B, V6B, V5Z, VK4, VK5, VNL, VXS, V6K, V_COUNT };
 static const char *const variant_names[V_COUNT] = {
     "5-bit g32 biases",          "6-bit g64 bf16 biases", "5-bit g32 zero 16",
     "4-bit K (two-level, mins)", "5-bit K (two-level)",   "IQ4_NL (codebook)",
-    "IQ4_XS (codebook, K)"};
+    "IQ4_XS (codebook, K)",      "6-bit K g16 zero 32"};
 static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -300,10 +304,12 @@ typedef struct rand_variant {
 
 static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
     rand_variant v = {0};
-    const int bits = kind == V6B ? 6 : kind == V5B || kind == V5Z || kind == VK5 ? 5 : 4;
-    const int64_t group = kind == V6B ? 64 : 32, groups = cols / group;
-    const bool two = kind == VK4 || kind == VK5 || kind == VXS,
-               biased = kind != V5Z && kind != VNL && kind != VXS;
+    const int bits = kind == V6B || kind == V6K                  ? 6
+                     : kind == V5B || kind == V5Z || kind == VK5 ? 5
+                                                                 : 4;
+    const int64_t group = kind == V6B ? 64 : kind == V6K ? 16 : 32, groups = cols / group;
+    const bool two = kind == VK4 || kind == VK5 || kind == VXS || kind == V6K,
+               biased = kind != V5Z && kind != VNL && kind != VXS && kind != V6K;
     v.codes = calloc((size_t)(rows * cols * bits / 8 + 4), 1);
     for (int64_t i = 0; i < rows * cols; i++) {
         const uint32_t q =
@@ -316,8 +322,9 @@ static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
     v.biases = malloc((size_t)(rows * groups) * 2);
     for (int64_t i = 0; i < rows * groups; i++) {
         if (two) { /* small integers: u8 scales and mins (K), or i8 scales less 32 (IQ4_XS) */
-            v.scales[i] = kind == VXS ? (uint8_t)(int8_t)(rand_uniform(&rng) * 31.0f)
-                                      : (uint8_t)(1 + (rand_uniform(&rng) * 0.5f + 0.5f) * 62.0f);
+            v.scales[i] = kind == VXS || kind == V6K
+                              ? (uint8_t)(int8_t)(rand_uniform(&rng) * 31.0f)
+                              : (uint8_t)(1 + (rand_uniform(&rng) * 0.5f + 0.5f) * 62.0f);
             v.biases[i] = (uint8_t)((rand_uniform(&rng) * 0.5f + 0.5f) * 63.0f);
             continue;
         }
@@ -332,10 +339,12 @@ static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
                     .data = v.codes,
                     .quant_bits = bits,
                     .group = group,
-                    .scale_type = two ? (kind == VXS ? DTYPE_I8 : DTYPE_U8) : st,
+                    .scale_type = two ? (kind == VXS || kind == V6K ? DTYPE_I8 : DTYPE_U8) : st,
                     .scales = v.scales,
                     .biases = biased ? v.biases : NULL,
-                    .zero = kind == V5Z ? 16 : 0,
+                    .zero = kind == V5Z   ? 16
+                            : kind == V6K ? 32
+                                          : 0,
                     .lut = kind == VNL || kind == VXS ? iq4_values : NULL};
     if (two) {
         const int64_t supers = rows * (cols / 256);

@@ -7,8 +7,9 @@ For each ggml block type in TYPES, writes tests/quants/<type>.gguf: a one-layer 
 model (hidden 256, MLP 512, 4 heads of 64, 2 KV heads, vocabulary 256, tied embeddings;
 every width a multiple of 256 so the 256-element super-blocks fit) whose matrices hold
 random block bytes of that type, with each block's fp16 scale fields set to finite
-values (positive scales in [1e-3, 1e-2), [1e-4, 1e-3) for the codebook types whose values
-reach 127; signed mins) so every block decodes to numbers of a sane size.
+values (positive scales in [1e-3, 1e-2) for Q5_0/Q5_1, [1e-4, 1e-3) for the types whose
+integer scales or codebook values reach 63 or 127; signed mins) so every block decodes to
+numbers of a sane size.
 Norms are F32 ones. Beside it, tests/quants/<type>.json holds, for every matrix under
 its Hugging Face name, what gguf-py's gguf.quants.dequantize() returns (float32, Hugging
 Face row order: q/k rows un-permuted as celer reads them) as the FNV-1a 64-bit hash of all
@@ -77,7 +78,8 @@ def random_blocks(rng, qtype, bsize, scale_at, min_at, rows, cols):
     elems, _ = gguf.GGML_QUANT_SIZES[qtype]
     n = rows * cols // elems
     raw = rng.integers(0, 256, size=(n, bsize), dtype=np.uint8)
-    hi = 1e-3 if qtype in (Q.IQ4_NL, Q.IQ4_XS) else 1e-2  # codebook values reach 127
+    # the K-quants' integer scales and the codebook values reach 63 or 127: smaller factors
+    hi = 1e-2 if qtype in (Q.Q5_0, Q.Q5_1) else 1e-3
     for off in scale_at:
         raw[:, off:off + 2] = rng.uniform(hi / 10, hi, n).astype(np.float16).view(np.uint8).reshape(n, 2)
     for off in min_at:

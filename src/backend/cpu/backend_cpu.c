@@ -41,6 +41,7 @@ typedef struct cpu_backend {
     int nth;
     backend_cpu_sizes sz;
     qrows xq;          /* quantized input rows of the current product */
+    float *s16;        /* xq.s16's buffer: half-block sums, for weights in groups of 16 */
     brows xb;          /* or its bf16 parts, for the bf16 product (kernels with gemm_bf16) */
     void *bscratch;    /* per thread: BF16_SCRATCH bytes for the bf16 product */
     float *wrow;       /* per thread: one dequantized row (unpacked matrices) */
@@ -106,6 +107,15 @@ static void quantize_task(void *p, int ith, int nth) {
         float *d = xq->d + r * nb, *s = xq->s + r * nb;
         const float *x = j->x + t * cols;
         j->cb->k->quantize_row(q, d, s, x, cols);
+        if (xq->s16) { /* the halves' sums (the residual row's stay 0, as its s) */
+            float *h = xq->s16 + r * (cols / 16);
+            for (int64_t c = 0; c < cols / 16; c++) {
+                float sum = 0.0f;
+                for (int k = 0; k < 16; k++) sum += x[16 * c + k];
+                h[c] = sum;
+            }
+            if (xq->pairs) memset(h + cols / 16, 0, sizeof(float) * (size_t)(cols / 16));
+        }
         if (!xq->pairs) continue;
         /* the second row quantizes what the first left over; its sums stay 0 so the bias
          * term is counted once */
@@ -188,6 +198,7 @@ static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, 
         cb->xq.pairs = cb->act_pairs;
         cb->xq.n = n << cb->xq.pairs;
         cb->xq.cols = w->cols;
+        cb->xq.s16 = j.pw->group == 16 ? cb->s16 : NULL;
         run(cb, quantize_task, &j, n * w->cols);
         atomic_store(&cb->counter.next, 0);
         threadpool_run(cb->pool, gemm_q_task, &j);
@@ -613,6 +624,7 @@ static void cpu_destroy(backend *be) {
     free(cb->xq.q);
     free(cb->xq.d);
     free(cb->xq.s);
+    free(cb->s16);
     free(cb->xb.t);
     free(cb->bscratch);
     free(cb->wrow);
@@ -674,6 +686,7 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
     cb->xq.q = malloc(2 * rows * cols);
     cb->xq.d = malloc(sizeof(float) * 2 * rows * blocks);
     cb->xq.s = malloc(sizeof(float) * 2 * rows * blocks);
+    cb->s16 = malloc(sizeof(float) * 2 * rows * (cols / 16 + 1));
     cb->wrow = malloc(sizeof(float) * cols * (size_t)cb->nth);
     const size_t brows_bytes =
         cb->k->gemm_bf16 ? 2 * sizeof(uint16_t) * ((rows + 15) / 16 * 16) * cols : 0;
@@ -698,13 +711,14 @@ backend *backend_cpu_create(cpu_isa isa, int n_threads, const backend_cpu_sizes 
         cb->rope_cs[i] = malloc(sizeof(float) * (size_t)sz->max_keys * (size_t)sz->hd);
         have_tables = have_tables && cb->rope_cs[i];
     }
-    if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->wrow || !cb->att ||
+    if (!cb->pool || !cb->xq.q || !cb->xq.d || !cb->xq.s || !cb->s16 || !cb->wrow || !cb->att ||
         !cb->tile_row || !have_tables || (brows_bytes && (!cb->xb.t || !cb->bscratch))) {
         cpu_destroy(&cb->base);
         return NULL;
     }
     cb->work =
         (int64_t)(2 * rows * cols + sizeof(float) * 4 * rows * blocks +
+                  sizeof(float) * 2 * rows * (cols / 16 + 1) +
                   sizeof(float) * cols * (size_t)cb->nth +
                   sizeof(float) * cb->att_floats * (size_t)cb->nth + sizeof(int32_t) * (rows + 1) +
                   sizeof(float) * (size_t)(tables * sz->max_keys * sz->hd) + brows_bytes +

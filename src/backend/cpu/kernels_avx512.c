@@ -24,20 +24,21 @@ INLINE __m512 load_half16(const uint16_t *p, int bf16) {
                 : _mm512_cvtph_ps(h);
 }
 
-/* Block b's scales and biases for the 16 rows of a tile (pack.h's layouts). */
-INLINE void block_scales(const packed_mat *w, const uint16_t *sb, int64_t b, __m512 *sc,
+/* The scales and biases of the group holding column c for the 16 rows of a tile (pack.h's
+ * layouts). */
+INLINE void group_scales(const packed_mat *w, const uint16_t *sb, int64_t c, __m512 *sc,
                          __m512 *bi) {
     const int parts = w->biased ? 2 : 1;
     if (!w->super) {
-        const uint16_t *g = sb + (b * QBLOCK / w->group) * parts * PACK_ROWS;
+        const uint16_t *g = sb + (c / w->group) * parts * PACK_ROWS;
         *sc = load_half16(g, w->bf16);
         *bi = w->biased ? load_half16(g + PACK_ROWS, w->bf16)
                         : _mm512_mul_ps(*sc, _mm512_set1_ps(-(float)w->zero));
         return;
     }
-    const uint16_t *sup = sb + (b * QBLOCK / w->super) * packed_super_words(w);
-    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
-                       (b * QBLOCK % w->super / w->group) * parts * PACK_ROWS;
+    const uint16_t *sup = sb + (c / w->super) * packed_super_words(w);
+    const uint8_t *g =
+        (const uint8_t *)(sup + parts * PACK_ROWS) + (c % w->super / w->group) * parts * PACK_ROWS;
     const __m128i gs = _mm_loadu_si128((const __m128i *)g);
     const __m512i gi = w->sc_signed ? _mm512_cvtepi8_epi32(gs) : _mm512_cvtepu8_epi32(gs);
     *sc = _mm512_mul_ps(load_half16(sup, 0), _mm512_cvtepi32_ps(gi));
@@ -51,10 +52,11 @@ INLINE void block_scales(const packed_mat *w, const uint16_t *sb, int64_t b, __m
 }
 
 /* One tile (16 rows) times T activation rows from n0, stored to y. HB: bit planes above the
- * nibble (5- and 6-bit codes), each added into its code bytes through a byte mask. */
+ * nibble (5- and 6-bit codes), each added into its code bytes through a byte mask. G16:
+ * groups of 16 columns, so each half block (steps 0-1 and 2-3) sums on its own. */
 INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
                    const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P, int HB,
-                   __mmask16 rows) {
+                   int G16, __mmask16 rows) {
     const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i lut = w->lut ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w->lut))
@@ -89,19 +91,32 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
                 }
                 _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                     const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
-                    __m512i *a = planes == 2 && pl == 0 ? &hi32[t] : &i32[t];
+                    __m512i *a = (planes == 2 && pl == 0) || (G16 && s >= 2) ? &hi32[t] : &i32[t];
                     *a = _mm512_dpbusd_epi32(*a, lo, bcast32(xk));
                     *a = _mm512_dpbusd_epi32(*a, hi, bcast32(xk + 4));
                 }
             }
-        __m512 sc, bi;
-        block_scales(w, sb, b, &sc, &bi);
+        __m512 sc, bi, sc2 = _mm512_setzero_ps(), bi2 = _mm512_setzero_ps();
+        group_scales(w, sb, b * QBLOCK, &sc, &bi);
+        if (G16) group_scales(w, sb, b * QBLOCK + 16, &sc2, &bi2);
         /* P: rows come in (value, residual) pairs; the residual's product follows the
          * value's in the token's one accumulator (its sums are 0), the order the AMX
          * kernel keeps, so a product is the same whichever kernel a row count picks */
         _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
             const int a = t - (t & P), residual = t & P;
+            if (G16) { /* two groups: each half's product and its own sum */
+                const __m512 d = _mm512_set1_ps(x->d[xi]);
+                acc[a] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i32[t]), d), sc, acc[a]);
+                acc[a] =
+                    _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi32[t]), d), sc2, acc[a]);
+                if (!residual) {
+                    const float *h = x->s16 + (n0 + t) * (x->cols / 16) + 2 * b;
+                    acc[a] = _mm512_fmadd_ps(bi, _mm512_set1_ps(h[0]), acc[a]);
+                    acc[a] = _mm512_fmadd_ps(bi2, _mm512_set1_ps(h[1]), acc[a]);
+                }
+                continue;
+            }
             const __m512i isum =
                 planes == 2 ? _mm512_add_epi32(i32[t], _mm512_slli_epi32(hi32[t], 4)) : i32[t];
             const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(x->d[xi]));
@@ -114,7 +129,7 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
 }
 
 INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int planes, int P, int HB) {
+                          const qrows *x, int planes, int P, int HB, int G16) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
@@ -123,38 +138,38 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
         const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
         int64_t n = 0;
         for (; n + 8 <= x->n; n += 8)
-            q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, P, HB, rows);
+            q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, P, HB, G16, rows);
         for (; n + 4 <= x->n; n += 4)
-            q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, P, HB, rows);
+            q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, P, HB, G16, rows);
         for (; n < x->n; n += 1 + P)
-            q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, planes, P, HB, rows);
+            q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, planes, P, HB, G16, rows);
     }
 }
 
+/* Each layout's product, its shape parameters constant (planes, pairs, bit planes, groups of
+ * 16), so every inner loop is unrolled for it. */
+#define PRODUCT(PL, HB, G16)                                                                       \
+    do {                                                                                           \
+        if (x->pairs)                                                                              \
+            gemm_q_planes(y, ldy, w, t0, t1, x, PL, 1, HB, G16);                                   \
+        else                                                                                       \
+            gemm_q_planes(y, ldy, w, t0, t1, x, PL, 0, HB, G16);                                   \
+    } while (0)
+
 void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    const int P = x->pairs != 0;
-    if (w->planes == 2) {
-        if (P)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1, 0);
-        else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0, 0);
-    } else if (w->hibits == 0) {
-        if (P)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1, 0);
-        else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0, 0);
-    } else if (w->hibits == 1) {
-        if (P)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1, 1);
-        else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0, 1);
-    } else {
-        if (P)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1, 2);
-        else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0, 2);
-    }
+    if (w->planes == 2)
+        PRODUCT(2, 0, 0);
+    else if (w->group == 16 && w->hibits == 2) /* Q6_K */
+        PRODUCT(1, 2, 1);
+    else if (w->group == 16)
+        PRODUCT(1, w->hibits, 1);
+    else if (w->hibits == 0)
+        PRODUCT(1, 0, 0);
+    else if (w->hibits == 1)
+        PRODUCT(1, 1, 0);
+    else
+        PRODUCT(1, 2, 0);
 }
 
 const cpu_kernels cpu_kernels_avx512 = {

@@ -41,14 +41,19 @@ static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64
             float acc[PACK_ROWS] = {0};
             for (int64_t b = 0; b < blocks; b++) {
                 const uint8_t *blk = tile + b * block_bytes;
-                float sc[PACK_ROWS], bi[PACK_ROWS];
-                packed_block_scales(w, sb, b, sc, bi);
-                for (int i = 0; i < PACK_ROWS; i++) {
-                    int32_t isum = 0;
-                    for (int c = 0; c < QBLOCK; c++)
-                        isum += (int32_t)packed_code(w, blk, i, c) * xq[b * QBLOCK + c];
-                    acc[i] += (float)isum * (sc[i] * xd[b]);
-                    acc[i] += bi[i] * xs[b];
+                /* groups of 16 take two scales a block, and the sums of its halves */
+                const int halves = w->group == 16 ? 2 : 1, width = QBLOCK / halves;
+                for (int h = 0; h < halves; h++) {
+                    float sc[PACK_ROWS], bi[PACK_ROWS];
+                    packed_group_scales(w, sb, b * QBLOCK + h * width, sc, bi);
+                    const float sum = halves == 2 ? x->s16[n * (x->cols / 16) + 2 * b + h] : xs[b];
+                    for (int i = 0; i < PACK_ROWS; i++) {
+                        int32_t isum = 0;
+                        for (int c = h * width; c < (h + 1) * width; c++)
+                            isum += (int32_t)packed_code(w, blk, i, c) * xq[b * QBLOCK + c];
+                        acc[i] += (float)isum * (sc[i] * xd[b]);
+                        acc[i] += bi[i] * sum;
+                    }
                 }
             }
             /* pairs: row n + 1 is row n's residual and adds into the same output row */

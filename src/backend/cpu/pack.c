@@ -34,8 +34,9 @@ static bool scale_format(const matview *w, bool *bf16) {
 bool pack_supported(const matview *w) {
     bool bf16;
     const int bits = w->quant_bits;
-    if ((bits != 4 && bits != 5 && bits != 6 && bits != 8) || w->group <= 0 || w->group % QBLOCK ||
-        w->cols % w->group || (w->lut && bits != 4))
+    if ((bits != 4 && bits != 5 && bits != 6 && bits != 8) || w->group <= 0 ||
+        (w->group % QBLOCK && w->group != 16) || w->cols % w->group || w->cols % QBLOCK ||
+        (w->lut && bits != 4))
         return false;
     if (w->super) /* K-quants: integer group scales under F16 factors */
         return bits != 8 && w->super % w->group == 0 && w->cols % w->super == 0 &&
@@ -82,11 +83,11 @@ static void pack_row_scales(const matview *w, const packed_mat *p, uint16_t *sb,
     }
 }
 
-void packed_block_scales(const packed_mat *p, const uint16_t *sb, int64_t b, float sc[PACK_ROWS],
+void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, float sc[PACK_ROWS],
                          float bi[PACK_ROWS]) {
     const int parts = p->biased ? 2 : 1;
     if (!p->super) {
-        const uint16_t *g = sb + (b * QBLOCK / p->group) * parts * PACK_ROWS;
+        const uint16_t *g = sb + (c / p->group) * parts * PACK_ROWS;
         for (int i = 0; i < PACK_ROWS; i++) {
             sc[i] = p->bf16 ? bf16_to_f32(g[i]) : f16_to_f32(g[i]);
             bi[i] = p->biased
@@ -95,9 +96,9 @@ void packed_block_scales(const packed_mat *p, const uint16_t *sb, int64_t b, flo
         }
         return;
     }
-    const uint16_t *sup = sb + (b * QBLOCK / p->super) * packed_super_words(p);
-    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
-                       (b * QBLOCK % p->super / p->group) * parts * PACK_ROWS;
+    const uint16_t *sup = sb + (c / p->super) * packed_super_words(p);
+    const uint8_t *g =
+        (const uint8_t *)(sup + parts * PACK_ROWS) + (c % p->super / p->group) * parts * PACK_ROWS;
     for (int i = 0; i < PACK_ROWS; i++) {
         sc[i] = f16_to_f32(sup[i]) * (p->sc_signed ? (float)(int8_t)g[i] : (float)g[i]);
         bi[i] = p->biased ? f16_to_f32(sup[PACK_ROWS + i]) * (float)g[PACK_ROWS + i]
@@ -176,12 +177,14 @@ void packed_row(float *out, const packed_mat *p, int64_t r) {
     const int i = (int)(r % PACK_ROWS);
     const uint8_t *tile = p->codes + t * packed_tile_bytes(p);
     const uint16_t *sb = p->sb + t * packed_tile_sb(p);
+    float sc[PACK_ROWS], bi[PACK_ROWS];
     for (int64_t b = 0; b < blocks; b++) {
-        float sc[PACK_ROWS], bi[PACK_ROWS];
-        packed_block_scales(p, sb, b, sc, bi);
         const uint8_t *blk = tile + b * packed_block_bytes(p);
-        for (int c = 0; c < QBLOCK; c++)
+        for (int c = 0; c < QBLOCK; c++) {
+            if (c % 16 == 0)
+                packed_group_scales(p, sb, b * QBLOCK + c, sc, bi); /* groups of 16 and up */
             out[b * QBLOCK + c] = sc[i] * (float)packed_code(p, blk, i, c) + bi[i];
+        }
     }
 }
 

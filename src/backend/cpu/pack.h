@@ -47,7 +47,7 @@ typedef struct packed_mat {
     int bits;                  /* 4, 5, 6 or 8 */
     int planes;                /* nibble planes: 2 for 8-bit, else 1 */
     int hibits;                /* bit planes above the nibble: 1 for 5-bit, 2 for 6-bit */
-    int64_t group;             /* columns per scale/bias; a multiple of QBLOCK */
+    int64_t group;             /* columns per scale/bias: 16 or a multiple of QBLOCK */
     bool bf16;                 /* sb holds bf16 (else f16) */
     bool biased;               /* sb holds biases; else bias = -zero * scale */
     int zero;
@@ -81,9 +81,9 @@ static inline int64_t packed_tile_sb(const packed_mat *p) {
     if (p->super) return (p->cols / p->super) * packed_super_words(p);
     return (p->cols / p->group) * (p->biased ? 2 : 1) * PACK_ROWS;
 }
-/* The scales and biases of block b's 16 rows in a tile's sb (scalar; the SIMD kernels read
- * the same layout with vectors). */
-void packed_block_scales(const packed_mat *p, const uint16_t *sb, int64_t b, float sc[PACK_ROWS],
+/* The scales and biases of the 16 rows of a tile's sb for the group holding column c
+ * (scalar; the SIMD kernels read the same layout with vectors). */
+void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, float sc[PACK_ROWS],
                          float bi[PACK_ROWS]);
 /* Row i's code of column c (< QBLOCK) of a tile's block blk, through the codebook if any. */
 static inline unsigned packed_code(const packed_mat *p, const uint8_t *blk, int i, int c) {
@@ -133,9 +133,11 @@ void pack_weights_free(cpu_weights *w);
 typedef struct qrows {
     int64_t n, cols;
     int pairs;
-    int8_t *q; /* [n, cols] */
-    float *d;  /* [n, cols / QBLOCK] scale: x ~ d * q */
-    float *s;  /* [n, cols / QBLOCK] sum of the block's float values */
+    int8_t *q;  /* [n, cols] */
+    float *d;   /* [n, cols / QBLOCK] scale: x ~ d * q */
+    float *s;   /* [n, cols / QBLOCK] sum of the block's float values */
+    float *s16; /* [n, cols / 16] sums of each half block (0 in residual rows), for weights in
+                 * groups of 16; NULL when no product needs them */
 } qrows;
 
 /* Activation rows for the AMX bf16 product, in the order its A tiles are read: each value
