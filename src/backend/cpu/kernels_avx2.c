@@ -272,10 +272,170 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
     }
 }
 
+/* ==== the other packed layouts (pack.h): bit planes, zero points, K-quant scales, codebooks ====
+ */
+
+/* 0xff in byte k of 32 where bit k of m is set. */
+INLINE __m256i bits_to_bytes(uint32_t m) {
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                         2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), sel);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* The scales and biases of one half tile's 8 rows for the group holding column c. */
+INLINE void half_scales(const packed_mat *w, const uint16_t *sb, int64_t c, int half, __m256 *sc,
+                        __m256 *bi) {
+    const int parts = w->biased ? 2 : 1;
+    if (!w->super) {
+        const uint16_t *g = sb + (c / w->group) * parts * PACK_ROWS + 8 * half;
+        *sc = load_half8(g, w->bf16);
+        *bi = w->biased ? load_half8(g + PACK_ROWS, w->bf16)
+                        : _mm256_mul_ps(*sc, _mm256_set1_ps(-(float)w->zero));
+        return;
+    }
+    const uint16_t *sup = sb + (c / w->super) * packed_super_words(w);
+    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
+                       (c % w->super / w->group) * parts * PACK_ROWS + 8 * half;
+    const __m128i gs = _mm_loadl_epi64((const __m128i *)g);
+    const __m256i gi = w->sc_signed ? _mm256_cvtepi8_epi32(gs) : _mm256_cvtepu8_epi32(gs);
+    *sc = _mm256_mul_ps(load_half8(sup + 8 * half, 0), _mm256_cvtepi32_ps(gi));
+    if (w->biased) {
+        const __m128i gm = _mm_loadl_epi64((const __m128i *)(g + PACK_ROWS));
+        *bi = _mm256_mul_ps(load_half8(sup + PACK_ROWS + 8 * half, 0),
+                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(gm)));
+    } else {
+        *bi = _mm256_mul_ps(*sc, _mm256_set1_ps(-(float)w->zero));
+    }
+}
+
+/* u8 codes times s8 activations, four products a lane into int32; with a codebook the
+ * codes are signed, so their sign moves onto the activations (products stay in int16). */
+INLINE __m256i dot4(__m256i c, __m256i xv, int lut) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (lut) { /* x * sign(c), then |c| */
+        xv = _mm256_sign_epi8(xv, c);
+        c = _mm256_sign_epi8(c, c);
+    }
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(c, xv), ones);
+}
+
+/* One half tile (8 rows) times T tokens from n0 for a layout other than plain 4/8-bit: HB
+ * bit planes, groups of 16 (G16), a codebook. Every step widens to int32, since 6-bit codes
+ * and codebook values would overflow the int16 sums of the plain product. */
+INLINE void q_half_v2(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
+                      const uint16_t *sb, int half, const qrows *x, int64_t n0, int T, int P,
+                      int HB, int G16, int nrow) {
+    const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i lut = w->lut
+                            ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)w->lut))
+                            : _mm256_setzero_si256();
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *blk = tile + b * block_bytes;
+        if (T <= 2)
+            for (int k = 0; k < 4 + HB; k++)
+                _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
+        __m256i i32[4][2];
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) i32[t][0] = i32[t][1] =
+            _mm256_setzero_si256();
+        for (int s = 0; s < 4; s++) {
+            const __m256i raw =
+                _mm256_loadu_si256((const __m256i *)(blk + s * PACK_STEP + half * 32));
+            __m256i lo = _mm256_and_si256(raw, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            for (int h = 0; h < HB; h++) { /* bit 4+h of each code, from its plane's masks */
+                const uint8_t *mk = blk + 4 * PACK_STEP + h * PACK_STEP + s * 16 + half * 4;
+                uint32_t ml, mh;
+                memcpy(&ml, mk, 4);
+                memcpy(&mh, mk + 8, 4);
+                const __m256i bit = _mm256_set1_epi8((char)(16 << h));
+                lo = _mm256_add_epi8(lo, _mm256_and_si256(bits_to_bytes(ml), bit));
+                hi = _mm256_add_epi8(hi, _mm256_and_si256(bits_to_bytes(mh), bit));
+            }
+            if (w->lut) { /* codebook values, signed */
+                lo = _mm256_shuffle_epi8(lut, lo);
+                hi = _mm256_shuffle_epi8(lut, hi);
+            }
+            const int k = G16 && s >= 2;
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+                const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
+                const int l = w->lut != NULL;
+                i32[t][k] = _mm256_add_epi32(i32[t][k], dot4(lo, bcast32(xk), l));
+                i32[t][k] = _mm256_add_epi32(i32[t][k], dot4(hi, bcast32(xk + 4), l));
+            }
+        }
+        __m256 sc[2], bi[2];
+        half_scales(w, sb, b * QBLOCK, half, &sc[0], &bi[0]);
+        if (G16) half_scales(w, sb, b * QBLOCK + 16, half, &sc[1], &bi[1]);
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+            const int64_t xi = (n0 + t) * blocks + b;
+            const __m256 d = _mm256_set1_ps(x->d[xi]);
+            const int residual = t & P;
+            for (int k = 0; k < 1 + G16; k++) {
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][k]), d), sc[k], acc[t]);
+                if (residual) continue;
+                const float sum = G16 ? x->s16[(n0 + t) * (x->cols / 16) + 2 * b + k] : x->s[xi];
+                acc[t] = _mm256_fmadd_ps(bi[k], _mm256_set1_ps(sum), acc[t]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t += 1 + P) {
+        float *dst = y + ((n0 + t) >> P) * ldy;
+        const __m256 v = P ? _mm256_add_ps(acc[t], acc[t + P]) : acc[t];
+        if (nrow == 8) {
+            _mm256_storeu_ps(dst, v);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, v);
+            for (int i = 0; i < nrow; i++) dst[i] = tmp[i];
+        }
+    }
+}
+
+INLINE void gemm_q_v2(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                      const qrows *x, int P, int HB, int G16) {
+    const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
+    for (int64_t t = t0; t < t1; t++)
+        for (int half = 0; half < 2; half++) {
+            const int64_t r0 = t * PACK_ROWS + half * 8;
+            if (r0 >= w->rows) break;
+            const int nrow = w->rows - r0 < 8 ? (int)(w->rows - r0) : 8;
+            const uint8_t *tile = w->codes + t * tile_bytes;
+            const uint16_t *sb = w->sb + t * tile_sb;
+            int64_t n = 0;
+            for (; n + 4 <= x->n; n += 4)
+                q_half_v2(y + r0, ldy, w, tile, sb, half, x, n, 4, P, HB, G16, nrow);
+            for (; n < x->n; n += 1 + P)
+                q_half_v2(y + r0, ldy, w, tile, sb, half, x, n, 1 + P, P, HB, G16, nrow);
+        }
+}
+
+#define PRODUCT_V2(HB, G16)                                                                        \
+    do {                                                                                           \
+        if (x->pairs)                                                                              \
+            gemm_q_v2(y, ldy, w, t0, t1, x, 1, HB, G16);                                           \
+        else                                                                                       \
+            gemm_q_v2(y, ldy, w, t0, t1, x, 0, HB, G16);                                           \
+    } while (0)
+
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
     if (!packed_plain(w)) { /* bit planes, two-level scales, zero points, codebooks */
-        cpu_kernels_generic.gemm_q(y, ldy, w, t0, t1, x);
+        if (w->planes == 2)
+            cpu_kernels_generic.gemm_q(y, ldy, w, t0, t1, x); /* 8-bit with a zero point */
+        else if (w->group == 16)
+            PRODUCT_V2(2, 1); /* Q6_K; Q3_K's 3-bit codes are not packed */
+        else if (w->hibits == 0)
+            PRODUCT_V2(0, 0);
+        else if (w->hibits == 1)
+            PRODUCT_V2(1, 0);
+        else
+            PRODUCT_V2(2, 0);
         return;
     }
     if (w->planes == 1) {

@@ -85,15 +85,23 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
                     lo = _mm512_mask_add_epi8(lo, ml, lo, bit);
                     hi = _mm512_mask_add_epi8(hi, mh, hi, bit);
                 }
-                if (w->lut) { /* codebook values, offset to unsigned bytes */
+                __mmask64 nlo = 0, nhi = 0;
+                if (w->lut) { /* codebook values: their magnitudes, their signs onto x */
                     lo = _mm512_shuffle_epi8(lut, lo);
                     hi = _mm512_shuffle_epi8(lut, hi);
+                    nlo = _mm512_movepi8_mask(lo), nhi = _mm512_movepi8_mask(hi);
+                    lo = _mm512_abs_epi8(lo), hi = _mm512_abs_epi8(hi);
                 }
                 _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
                     const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
                     __m512i *a = (planes == 2 && pl == 0) || (G16 && s >= 2) ? &hi32[t] : &i32[t];
-                    *a = _mm512_dpbusd_epi32(*a, lo, bcast32(xk));
-                    *a = _mm512_dpbusd_epi32(*a, hi, bcast32(xk + 4));
+                    __m512i xl = bcast32(xk), xh = bcast32(xk + 4);
+                    if (w->lut) {
+                        xl = _mm512_mask_sub_epi8(xl, nlo, _mm512_setzero_si512(), xl);
+                        xh = _mm512_mask_sub_epi8(xh, nhi, _mm512_setzero_si512(), xh);
+                    }
+                    *a = _mm512_dpbusd_epi32(*a, lo, xl);
+                    *a = _mm512_dpbusd_epi32(*a, hi, xh);
                 }
             }
         __m512 sc, bi, sc2 = _mm512_setzero_ps(), bi2 = _mm512_setzero_ps();

@@ -121,13 +121,13 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
                       .group = w->group,
                       .bf16 = bf16,
                       .biased = w->biases != NULL,
-                      .zero = w->lut ? 128 : w->zero,
+                      .zero = w->zero,
                       .super = w->super,
                       .sc_signed = w->scale_type == DTYPE_I8};
-    if (w->lut) { /* code values as unsigned bytes, their zero point 128 */
-        uint8_t *lut = arena_alloc(a, 16);
+    if (w->lut) { /* the codebook's values */
+        int8_t *lut = arena_alloc(a, 16);
         if (!lut) return NULL;
-        for (int q = 0; q < 16; q++) lut[q] = (uint8_t)(w->lut[q] + 128);
+        memcpy(lut, w->lut, 16);
         p->lut = lut;
     }
     const int64_t tile_bytes = packed_tile_bytes(p), tile_sb = packed_tile_sb(p);

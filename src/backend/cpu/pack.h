@@ -19,8 +19,8 @@
  *          (GGUF K-quants, super > 0) per super-block: [D 0..15 (f16), M 0..15 (f16)], then
  *          per group of it [sc 0..15 (u8 or i8), m 0..15 (u8)] two to a 16-bit word, scale =
  *          D * sc, bias = M * m (M and m only with biases).
- *   lut:   for a codebook (GGUF IQ4), the 16 code values plus 128 as bytes: the kernels map
- *          each 4-bit code through it and take 128 as the zero point.
+ *   lut:   for a codebook (GGUF IQ4), the 16 code values as int8: the kernels map each 4-bit
+ *          code through it and multiply the signed values (no zero point).
  *
  * Rows past the end of the matrix are padded with zero codes and zero scales. Activations
  * are quantized per row in blocks of 32 to int8 with a float scale and the block's float
@@ -51,9 +51,9 @@ typedef struct packed_mat {
     bool bf16;                 /* sb holds bf16 (else f16) */
     bool biased;               /* sb holds biases; else bias = -zero * scale */
     int zero;
-    int64_t super;      /* two-level scales: columns per super-block; else 0 */
-    bool sc_signed;     /* two-level group scales are i8 (else u8) */
-    const uint8_t *lut; /* [16] code values + 128, or NULL */
+    int64_t super;     /* two-level scales: columns per super-block; else 0 */
+    bool sc_signed;    /* two-level group scales are i8 (else u8) */
+    const int8_t *lut; /* [16] code values, or NULL */
     const uint8_t *codes;
     const uint16_t *sb;
 } packed_mat;
@@ -86,7 +86,7 @@ static inline int64_t packed_tile_sb(const packed_mat *p) {
 void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, float sc[PACK_ROWS],
                          float bi[PACK_ROWS]);
 /* Row i's code of column c (< QBLOCK) of a tile's block blk, through the codebook if any. */
-static inline unsigned packed_code(const packed_mat *p, const uint8_t *blk, int i, int c) {
+static inline int packed_code(const packed_mat *p, const uint8_t *blk, int i, int c) {
     const int s = c / 8, j = c % 4, half = c % 8 / 4;
     unsigned q = 0;
     for (int pl = 0; pl < p->planes; pl++) {
@@ -97,7 +97,7 @@ static inline unsigned packed_code(const packed_mat *p, const uint8_t *blk, int 
         const uint8_t *m = blk + p->planes * 4 * PACK_STEP + h * PACK_STEP + s * 16 + half * 8;
         q |= (unsigned)((m[(i * 4 + j) / 8] >> ((i * 4 + j) % 8)) & 1) << (4 + h);
     }
-    return p->lut ? p->lut[q] : q;
+    return p->lut ? p->lut[q] : (int)q;
 }
 
 /* Whether w can be packed: affine 4/8-bit, group a multiple of QBLOCK, and scales that are
