@@ -32,7 +32,8 @@ typedef struct cpu_kernels {
                    const qrows *x);
     /* The bf16 tile product, NULL where the ISA has none. split_bf16 writes row x[cols] into
      * a brows at dst = brows_row(..) (pack.h). gemm_bf16: y[t, r] = x[t, :] . W[r, :] for
-     * t < x->n and the rows of tiles [t0, t1) of a 4-bit W whose rows are a multiple of
+     * t < x->n and the rows of tiles [t0, t1) of a W of one nibble plane (4-, 5- or 6-bit
+     * codes, any scale layout of pack.h) whose rows are a multiple of
      * PACK_ROWS, with BF16_SCRATCH bytes of the calling thread (64-byte aligned). A row of y
      * sums in the same order whatever other rows come with it. */
     void (*split_bf16)(uint16_t *dst, const float *x, int64_t cols);

@@ -33,6 +33,7 @@
  * same order, so a row's result does not depend on how many rows came with it.
  */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/avx512_common.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -56,12 +57,6 @@ static void configure(void) {
     for (int t = 2; t < 4; t++) c.rows[t] = QBLOCK / 4, c.colsb[t] = 64;
     for (int t = 4; t < 8; t++) c.rows[t] = AMX_TOKENS, c.colsb[t] = 64;
     _tile_loadconfig(&c);
-}
-
-static inline __m512 load_half16(const uint16_t *p, int bf16) {
-    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                : _mm512_cvtph_ps(h);
 }
 
 /* B tiles of blocks [b0, b0 + nb) of one weight tile: whole unsigned codes, AMX layout. */
@@ -235,20 +230,47 @@ static void amx_split_bf16(uint16_t *dst, const float *x, int64_t cols) {
 static void dequant_b(btile (*bb)[2], const packed_mat *w, int64_t t, int64_t b0, int64_t nb) {
     const uint8_t *codes = w->codes + t * packed_tile_bytes(w);
     const uint16_t *sb = w->sb + t * packed_tile_sb(w);
-    const int64_t per_group = w->group / QBLOCK;
+    const int64_t block_bytes = packed_block_bytes(w);
     const __m512i m4 = _mm512_set1_epi32(15), top = _mm512_set1_epi32((int)0xffff0000u),
-                  half = _mm512_set1_epi32(0x8000);
+                  half = _mm512_set1_epi32(0x8000), one = _mm512_set1_epi32(1);
+    /* a codebook's 16 values as int32 lanes; bit planes: lane i reads bit (i % 8) * 4 + j of
+     * the half of a 64-bit mask that holds its row */
+    const __m512i lut = w->lut ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w->lut))
+                               : _mm512_setzero_si512();
+    const __m512i row_shift =
+        _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
     for (int64_t b = 0; b < nb; b++) {
-        const uint16_t *g = sb + (b0 + b) / per_group * 2 * PACK_ROWS;
-        const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
-        const uint8_t *blk = codes + (b0 + b) * 4 * PACK_STEP;
+        __m512 sc[2], bi[2];
+        group_scales(w, sb, (b0 + b) * QBLOCK, &sc[0], &bi[0]);
+        if (w->group == 16)
+            group_scales(w, sb, (b0 + b) * QBLOCK + 16, &sc[1], &bi[1]);
+        else
+            sc[1] = sc[0], bi[1] = bi[0];
+        const uint8_t *blk = codes + (b0 + b) * block_bytes;
         for (int s = 0; s < 4; s++) {
             const __m512i raw = _mm512_loadu_si512(blk + s * PACK_STEP);
+            __m512i masks[2]
+                         [2]; /* [bit plane][low, high nibble positions]: the two 32-bit halves */
+            for (int hb = 0; hb < w->hibits; hb++)
+                for (int k = 0; k < 2; k++) {
+                    uint32_t m[2];
+                    memcpy(m, blk + 4 * PACK_STEP + hb * PACK_STEP + s * 16 + k * 8, 8);
+                    masks[hb][k] = _mm512_inserti64x4(_mm512_set1_epi32((int)m[0]),
+                                                      _mm256_set1_epi32((int)m[1]), 1);
+                }
             __m512i h[8], l[8];
             _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) { /* column 8s + u */
                 const int shift = u < 4 ? 8 * u : 8 * (u - 4) + 4;
-                const __m512i q = _mm512_and_si512(_mm512_srli_epi32(raw, shift), m4);
-                const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sc, bi);
+                __m512i q = _mm512_and_si512(_mm512_srli_epi32(raw, shift), m4);
+                for (int hb = 0; hb < w->hibits; hb++) {
+                    const __m512i sh = _mm512_add_epi32(row_shift, _mm512_set1_epi32(u % 4));
+                    const __m512i bit =
+                        _mm512_and_si512(_mm512_srlv_epi32(masks[hb][u / 4], sh), one);
+                    q = _mm512_add_epi32(q, _mm512_slli_epi32(bit, 4 + hb));
+                }
+                if (w->lut) q = _mm512_permutexvar_epi32(q, lut);
+                const int g = s >= 2; /* the half block's group, for groups of 16 */
+                const __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sc[g], bi[g]);
                 h[u] = _mm512_and_si512(_mm512_castps_si512(v), top);
                 l[u] = _mm512_add_epi32(
                     _mm512_castps_si512(_mm512_sub_ps(v, _mm512_castsi512_ps(h[u]))), half);
