@@ -189,7 +189,8 @@ static void check_mlx(int bits) {
 }
 
 int main(void) {
-    const char *types[] = {"q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl", "iq4_xs"};
+    const char *types[] = {"q5_0", "q5_1", "q4_k",   "q5_k",  "q6_k",
+                           "q3_k", "q2_k", "iq4_nl", "iq4_xs"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_gguf(types[i]);
     const int widths[] = {2, 3, 5, 6};
     for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) check_mlx(widths[i]);

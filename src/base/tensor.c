@@ -16,7 +16,7 @@ static const struct {
     [DTYPE_BF16] = {"BF16", 2}, [DTYPE_U32] = {"U32", 4},   [DTYPE_I32] = {"I32", 4},
     [DTYPE_U8] = {"U8", 1},     [DTYPE_I8] = {"I8", 1},     [DTYPE_F64] = {"F64", 8},
     [DTYPE_I64] = {"I64", 8},   [DTYPE_U16] = {"U16", 2},   [DTYPE_I16] = {"I16", 2},
-    [DTYPE_BOOL] = {"BOOL", 1},
+    [DTYPE_BOOL] = {"BOOL", 1}, [DTYPE_U4LO] = {"U4LO", 1},  [DTYPE_U4HI] = {"U4HI", 1},
 };
 
 size_t dtype_size(dtype t) { return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].size : 0; }
@@ -24,7 +24,7 @@ size_t dtype_size(dtype t) { return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].
 const char *dtype_name(dtype t) { return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].name : "?"; }
 
 dtype dtype_from_name(const char *s) {
-    for (int t = 1; t < DTYPE_COUNT_; t++)
+    for (int t = 1; t < DTYPE_U4LO; t++) /* the nibble views are celer's own, never a file's */
         if (strcmp(dtype_info[t].name, s) == 0) return (dtype)t;
     return DTYPE_UNKNOWN;
 }
@@ -41,6 +41,8 @@ float dtype_load_f32(dtype t, const void *p, int64_t i) {
     case DTYPE_BF16: memcpy(&h, b + 2 * i, 2); return bf16_to_f32(h);
     case DTYPE_U8: return (float)b[i];
     case DTYPE_I8: return (float)(int8_t)b[i];
+    case DTYPE_U4LO: return (float)(b[i] & 15);
+    case DTYPE_U4HI: return (float)(b[i] >> 4);
     default: CELER_ASSERT(!"bad weight dtype"); return 0;
     }
 }
@@ -61,6 +63,7 @@ void matview_row(float *out, const matview *w, int64_t r) {
         return;
     }
     const int64_t groups = cols / w->group, supers = w->super ? cols / w->super : 0;
+    const dtype bias_type = w->scale_type == DTYPE_U4LO ? DTYPE_U4HI : w->scale_type;
     for (int64_t g = 0; g < groups; g++) {
         float s = dtype_load_f32(w->scale_type, w->scales, r * groups + g), b = 0;
         if (w->super) { /* the super-block's factor times the group's integer: exact in fp32 */
@@ -68,7 +71,7 @@ void matview_row(float *out, const matview *w, int64_t r) {
             s = dtype_load_f32(DTYPE_F16, w->super_scales, k) * s;
             if (w->biases)
                 b = dtype_load_f32(DTYPE_F16, w->super_biases, k) *
-                    dtype_load_f32(w->scale_type, w->biases, r * groups + g);
+                    dtype_load_f32(bias_type, w->biases, r * groups + g);
         } else if (w->biases) {
             b = dtype_load_f32(w->scale_type, w->biases, r * groups + g);
         }

@@ -26,6 +26,8 @@ typedef enum dtype {
     DTYPE_U16,
     DTYPE_I16,
     DTYPE_BOOL,
+    DTYPE_U4LO, /* the low nibble of each byte (GGUF Q2_K's scales) */
+    DTYPE_U4HI, /* the high nibble of each byte (its mins, the same bytes) */
     DTYPE_COUNT_
 } dtype;
 
@@ -48,7 +50,8 @@ dtype dtype_from_name(const char *s);
  * Two-level scales (GGUF's K-quants, super > 0): scales and biases are small integers
  * (U8 or I8) per group, each a multiple of its super-block's F16 factor, super_scales and
  * super_biases [rows, cols / super]: scale = super_scale * scales[..], bias = super_bias *
- * biases[..] (super_biases NULL with a zero point).
+ * biases[..] (super_biases NULL with a zero point). U4LO scales come with U4HI biases: the
+ * two nibbles of the same bytes (GGUF Q2_K).
  * A codebook (GGUF's IQ4_NL and IQ4_XS, lut non-NULL, no biases) maps each code to an
  * integer first: w = scale * lut[q]. */
 typedef struct matview {

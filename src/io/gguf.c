@@ -23,6 +23,7 @@ enum {
     GGML_Q5_0 = 6,
     GGML_Q5_1 = 7,
     GGML_Q8_0 = 8,
+    GGML_Q2_K = 10,
     GGML_Q3_K = 11,
     GGML_Q4_K = 12,
     GGML_Q5_K = 13,
@@ -134,6 +135,7 @@ static uint64_t ggml_row_bytes(uint32_t t, int64_t ne0) {
     case GGML_Q5_0: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 22;
     case GGML_Q5_1: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 24;
     case GGML_IQ4_NL: return ne0 % QK ? 0 : (uint64_t)ne0 / QK * 18;
+    case GGML_Q2_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 84;
     case GGML_Q3_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 110;
     case GGML_Q4_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 144;
     case GGML_Q5_K: return ne0 % QK_K ? 0 : (uint64_t)ne0 / QK_K * 176;
@@ -220,7 +222,7 @@ celer_status gguf_parse(gguf_file *g, const char *label, const uint8_t *buf, siz
         const uint64_t rb = ggml_row_bytes(t->ggml_type, t->ne[0]);
         if (rb == 0 && t->ne[0] != 0)
             return error_set(e, CELER_STATUS_UNSUPPORTED,
-                             "%s: tensor %s: type %s is not supported (expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with rows of whole 32-element blocks, or Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS with rows of whole 256-element super-blocks)",
+                             "%s: tensor %s: type %s is not supported (expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with rows of whole 32-element blocks, or Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS with rows of whole 256-element super-blocks)",
                              label, t->name, gguf_type_name(t->ggml_type));
         if (rows && rb > UINT64_MAX / rows)
             return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: byte size overflows", label, t->name);

@@ -18,7 +18,9 @@
  * (groups of 16, int8 scales, w = d*sc*(q - 32)) has a zero point of 32 instead of mins.
  * Q4_K keeps 4.625 bits a weight against the file's 4.5, Q5_K 5.625 against 5.5, Q6_K the
  * file's 6.5625. Q3_K (groups of 16, 6-bit scales stored as sc - 32, w = d*(sc-32)*(q - 4)
- * with q the 2 low bits and the high-mask bit) keeps 3.5625 for 3.4375.
+ * with q the 2 low bits and the high-mask bit) keeps 3.5625 for 3.4375. Q2_K (groups of 16,
+ * a 4-bit scale and min in one byte, w = d*sc*q - dmin*m) keeps its bytes as they are: the
+ * scales read their low nibbles (U4LO), the mins the high ones (U4HI), 2.625 bits a weight.
  *
  * IQ4_NL and IQ4_XS map 4-bit codes through a fixed table of 16 values ("<module>.lut", I8)
  * with a zero point of 0: w = d * table[q] (IQ4_NL, Q4_0's block layout) or w = d * (ls -
@@ -41,6 +43,7 @@ enum {
     GGML_Q5_0 = 6,
     GGML_Q5_1 = 7,
     GGML_Q8_0 = 8,
+    GGML_Q2_K = 10,
     GGML_Q3_K = 11,
     GGML_Q4_K = 12,
     GGML_Q5_K = 13,
@@ -392,6 +395,10 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
 
 /* Element e (0..255) of a K-quant super-block: its code, and the group it is in. */
 static uint8_t kquant_code(uint32_t gtype, const uint8_t *blk, int e) {
+    if (gtype == GGML_Q2_K) { /* scales[16], qs[64], d, dmin */
+        const int h = e / 128, w = e % 128;
+        return (uint8_t)((blk[16 + 32 * h + w % 32] >> (2 * (w / 32))) & 3);
+    }
     if (gtype == GGML_Q3_K) { /* hmask[32], qs[64], scales[12], d */
         const int h = e / 128, w = e % 128;
         const int lo = (blk[32 + 32 * h + w % 32] >> (2 * (w / 32))) & 3;
@@ -442,16 +449,19 @@ static int8_t iq4xs_scale(const uint8_t *blk, int j) {
 static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
     const uint32_t gtype = gt->ggml_type;
     /* no mins: a zero point (Q3_K 4, Q6_K 32) or a codebook (IQ4_XS) */
-    const bool q3 = gtype == GGML_Q3_K, q6 = gtype == GGML_Q6_K, xs = gtype == GGML_IQ4_XS, no_mins = q3 || q6 || xs;
-    const int bits = q3 ? 3 : gtype == GGML_Q5_K ? 5 : q6 ? 6 : 4, group = q3 || q6 ? 16 : 32, per = 256 / group;
-    const size_t bsize = q3 ? 110 : gtype == GGML_Q4_K ? 144 : gtype == GGML_Q5_K ? 176 : q6 ? 210 : 136;
+    const bool q2 = gtype == GGML_Q2_K, q3 = gtype == GGML_Q3_K, q6 = gtype == GGML_Q6_K, xs = gtype == GGML_IQ4_XS,
+               no_mins = q3 || q6 || xs;
+    const int bits = q2 ? 2 : q3 ? 3 : gtype == GGML_Q5_K ? 5 : q6 ? 6 : 4, group = q2 || q3 || q6 ? 16 : 32,
+              per = 256 / group;
+    const size_t bsize = q2 ? 84 : q3 ? 110 : gtype == GGML_Q4_K ? 144 : gtype == GGML_Q5_K ? 176 : q6 ? 210 : 136;
     const int64_t cols = gt->ne[0], rows = gt->ne[1], nsup = cols / 256, words = cols * bits / 32;
     uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
     uint8_t *scales = arena_alloc(tb->mem, (size_t)(rows * nsup * per));
-    uint8_t *mins = no_mins ? NULL : arena_alloc(tb->mem, (size_t)(rows * nsup * per));
+    /* Q2_K's scale and min share a byte: the mins are the same bytes' high nibbles */
+    uint8_t *mins = no_mins || q2 ? NULL : arena_alloc(tb->mem, (size_t)(rows * nsup * per));
     uint16_t *fd = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
     uint16_t *fm = no_mins ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
-    if (!codes || !scales || !fd || (!no_mins && (!mins || !fm))) return oom(tb);
+    if (!codes || !scales || !fd || (!no_mins && ((!q2 && !mins) || !fm))) return oom(tb);
     memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nsup * bsize;
@@ -469,6 +479,11 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
             if (q6) {
                 memcpy(sc, blk + 192, 16);
                 memcpy(&fd[k], blk + 208, 2);
+            } else if (q2) {
+                memcpy(sc, blk, 16);
+                memcpy(&fd[k], blk + 80, 2);
+                memcpy(&fm[k], blk + 82, 2);
+                fm[k] ^= 0x8000; /* -dmin */
             } else if (q3) {
                 for (int j = 0; j < per; j++) sc[j] = (uint8_t)q3k_scale(blk + 96, j);
                 memcpy(&fd[k], blk + 108, 2);
@@ -483,14 +498,15 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
             }
         }
     }
-    const dtype st = no_mins ? DTYPE_I8 : DTYPE_U8;
+    const dtype st = no_mins ? DTYPE_I8 : q2 ? DTYPE_U4LO : DTYPE_U8;
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
         !add(tb, module, "scales", st, 2, rows, nsup * per, scales, (size_t)(rows * nsup * per)) ||
         !add(tb, module, "super_scales", DTYPE_F16, 2, rows, nsup, fd, sizeof(uint16_t) * (size_t)(rows * nsup)))
         return oom(tb);
     if (no_mins)
         return add_zero(tb, module, q3 ? 4 : q6 ? 32 : 0) && (!xs || add_lut(tb, module)) ? CELER_OK : oom(tb);
-    if (!add(tb, module, "biases", st, 2, rows, nsup * per, mins, (size_t)(rows * nsup * per)) ||
+    if (!add(tb, module, "biases", q2 ? DTYPE_U4HI : st, 2, rows, nsup * per, q2 ? scales : mins,
+             (size_t)(rows * nsup * per)) ||
         !add(tb, module, "super_biases", DTYPE_F16, 2, rows, nsup, fm, sizeof(uint16_t) * (size_t)(rows * nsup)))
         return oom(tb);
     return CELER_OK;
@@ -534,7 +550,7 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
         default:
             if (gt->ndim != 2 || strcmp(suffix, "weight"))
                 return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: block-quantized vectors are not supported", ck->config_path, gt->name);
-            s = gt->ggml_type == GGML_Q3_K || gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K ||
+            s = gt->ggml_type == GGML_Q2_K || gt->ggml_type == GGML_Q3_K || gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K ||
                         gt->ggml_type == GGML_Q6_K || gt->ggml_type == GGML_IQ4_XS
                     ? add_kblocks(&tb, gt, module, n_head)
                     : add_blocks(&tb, gt, module, n_head);

@@ -665,8 +665,9 @@ void model_formats(const celer_model *m, char *out, size_t size) {
 
 int64_t matview_bytes(const matview *w) {
     if (!w->quant_bits) return w->rows * w->cols * (int64_t)dtype_size(w->type);
-    const int64_t parts = w->biases ? 2 : 1;
+    /* Q2_K's scales and mins share their bytes */
+    const int64_t parts = w->biases ? 2 : 1, group_parts = w->biases == w->scales ? 1 : parts;
     return w->rows * w->cols * w->quant_bits / 8 +
-           parts * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type) +
+           group_parts * w->rows * (w->cols / w->group) * (int64_t)dtype_size(w->scale_type) +
            (w->super ? parts * w->rows * (w->cols / w->super) * 2 : 0);
 }

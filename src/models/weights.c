@@ -74,7 +74,7 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                          "%s: tensor %s.scales: expected [%lld, %lld / group_size], found %s",
                          sfile, module, (long long)rows, (long long)cols, shp(b1, sc));
     if (bi->ndim != 2 || bi->shape[0] != sc->shape[0] || bi->shape[1] != sc->shape[1] ||
-        bi->type != sc->type)
+        (bi->type != sc->type && !(sc->type == DTYPE_U4LO && bi->type == DTYPE_U4HI)))
         return error_set(e, CELER_STATUS_BAD_FILE,
                          "%s: tensor %s.biases: expected %s %s like the scales, found %s %s", bfile,
                          module, dtype_name(sc->type), shp(b1, sc), dtype_name(bi->type),
@@ -88,7 +88,8 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
         sm = checkpoint_find(&m->ck, name, &ssfile);
         if (ss->type != DTYPE_F16 || ss->ndim != 2 || ss->shape[0] != rows || ss->shape[1] <= 0 ||
             cols % ss->shape[1] || (cols / ss->shape[1]) % (cols / sc->shape[1]) ||
-            (sc->type != DTYPE_U8 && sc->type != DTYPE_I8) || !sm != !!zt ||
+            (sc->type != DTYPE_U8 && sc->type != DTYPE_I8 && sc->type != DTYPE_U4LO) ||
+            !sm != !!zt ||
             (sm && (sm->type != DTYPE_F16 || sm->ndim != 2 || sm->shape[0] != rows ||
                     sm->shape[1] != ss->shape[1])))
             return error_set(
