@@ -262,9 +262,9 @@ int main(void) {
                  NEEDLES("model.layers.0.self_attn.q_proj.weight", "1-bit", "expected 2, 3, 4, 5, 6 or 8"));
 
     dir = copy_fixture("llama3-q4g64", "mode");
-    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", 4, "mode", "mxfp4");
+    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", 4, "mode", "mxfp8");
     edit_config(dir, "quantization", q);
-    expect_error("unsupported mode", dir, NEEDLES("config.json", "quantization.mode", "mxfp4"));
+    expect_error("unsupported mode", dir, NEEDLES("config.json", "quantization.mode", "mxfp8"));
 
     dir = copy_fixture("llama3-bf16", "json");
     snprintf(path, sizeof path, "%s/config.json", dir);

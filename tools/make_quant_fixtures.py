@@ -104,6 +104,8 @@ def expectation(v):
 
 # bits -> (group size, scale dtype name)
 MLX_CASES = {2: (32, "bfloat16"), 3: (64, "float16"), 5: (128, "bfloat16"), 6: (32, "float16")}
+# mode -> group size: fp4 codes under 8-bit scales, no biases
+MLX_FP4 = {"mxfp4": 32, "nvfp4": 16}
 
 
 def write_mlx(out, bits, seed):
@@ -134,6 +136,34 @@ def write_mlx(out, bits, seed):
     mx.save_safetensors(str(d / "model.safetensors"), tensors)
     cfg = dict(CFG, torch_dtype=dtname, head_dim=dm // CFG["num_attention_heads"],
                quantization={"group_size": group, "bits": bits, override: {"group_size": 64, "bits": 8}})
+    (d / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (d / "expect.json").write_text(json.dumps({k: expectation(v) for k, v in sorted(want.items())}) + "\n")
+
+
+def write_fp4(out, mode, seed):
+    """mlx-<mode>/: every matrix in that mode; expect.json from mx.dequantize in float32."""
+    import mlx.core as mx
+
+    group = MLX_FP4[mode]
+    rng = np.random.default_rng(seed)
+    d = out / f"mlx-{mode}"
+    d.mkdir(parents=True, exist_ok=True)
+    tensors, want = {}, {}
+    for hf, rows, cols in matrices(CFG):
+        module = hf[: -len(".weight")]
+        w = mx.array(rng.standard_normal((rows, cols)).astype(np.float32) * 0.02).astype(mx.bfloat16)
+        q, s = mx.quantize(w, group_size=group, bits=4, mode=mode)
+        tensors[hf] = q
+        tensors[module + ".scales"] = s
+        want[hf] = np.array(mx.dequantize(q, s, group_size=group, bits=4, mode=mode, dtype=mx.float32))
+    dm = CFG["hidden_size"]
+    for i in range(CFG["num_hidden_layers"]):
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            tensors[f"model.layers.{i}.{norm}.weight"] = mx.ones((dm,), dtype=mx.bfloat16)
+    tensors["model.norm.weight"] = mx.ones((dm,), dtype=mx.bfloat16)
+    mx.save_safetensors(str(d / "model.safetensors"), tensors)
+    cfg = dict(CFG, torch_dtype="bfloat16", head_dim=dm // CFG["num_attention_heads"],
+               quantization={"group_size": group, "bits": 4, "mode": mode})
     (d / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     (d / "expect.json").write_text(json.dumps({k: expectation(v) for k, v in sorted(want.items())}) + "\n")
 
@@ -179,6 +209,9 @@ def main():
     for bits in MLX_CASES:
         write_mlx(out, bits, 2000 + bits)
         print(f"mlx-{bits}bit: {(out / f'mlx-{bits}bit' / 'model.safetensors').stat().st_size} bytes")
+    for i, mode in enumerate(MLX_FP4):
+        write_fp4(out, mode, 3000 + i)
+        print(f"mlx-{mode}: {(out / f'mlx-{mode}' / 'model.safetensors').stat().st_size} bytes")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/half.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct {
@@ -17,6 +18,7 @@ static const struct {
     [DTYPE_U8] = {"U8", 1},     [DTYPE_I8] = {"I8", 1},     [DTYPE_F64] = {"F64", 8},
     [DTYPE_I64] = {"I64", 8},   [DTYPE_U16] = {"U16", 2},   [DTYPE_I16] = {"I16", 2},
     [DTYPE_BOOL] = {"BOOL", 1}, [DTYPE_U4LO] = {"U4LO", 1},  [DTYPE_U4HI] = {"U4HI", 1},
+    [DTYPE_E8M0] = {"E8M0", 1}, [DTYPE_F8E4M3] = {"F8E4M3", 1},
 };
 
 size_t dtype_size(dtype t) { return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].size : 0; }
@@ -43,6 +45,12 @@ float dtype_load_f32(dtype t, const void *p, int64_t i) {
     case DTYPE_I8: return (float)(int8_t)b[i];
     case DTYPE_U4LO: return (float)(b[i] & 15);
     case DTYPE_U4HI: return (float)(b[i] >> 4);
+    case DTYPE_E8M0: return b[i] == 255 ? NAN : ldexpf(1.0f, b[i] - 127);
+    case DTYPE_F8E4M3: {
+        const int e = (b[i] >> 3) & 15, m = b[i] & 7;
+        const float v = e == 15 && m == 7 ? NAN : e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m, -9);
+        return b[i] & 0x80 ? -v : v;
+    }
     default: CELER_ASSERT(!"bad weight dtype"); return 0;
     }
 }
@@ -78,7 +86,7 @@ void matview_row(float *out, const matview *w, int64_t r) {
         if (!w->biases) {
             for (int64_t c = g * w->group; c < (g + 1) * w->group; c++) {
                 const int q = (int)matview_code(w, r, c);
-                out[c] = s * (float)(w->lut ? w->lut[q] : q - w->zero);
+                out[c] = s * (w->lut ? ldexpf((float)w->lut[q], -w->lut_shift) : (float)(q - w->zero));
             }
             continue;
         }

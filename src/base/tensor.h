@@ -28,6 +28,8 @@ typedef enum dtype {
     DTYPE_BOOL,
     DTYPE_U4LO, /* the low nibble of each byte (GGUF Q2_K's scales) */
     DTYPE_U4HI, /* the high nibble of each byte (its mins, the same bytes) */
+    DTYPE_E8M0, /* a power of two, 2^(b - 127) (MLX mxfp4's scales) */
+    DTYPE_F8E4M3, /* fp8: sign, 4 exponent bits biased 7, 3 mantissa bits (nvfp4's scales) */
     DTYPE_COUNT_
 } dtype;
 
@@ -52,8 +54,8 @@ dtype dtype_from_name(const char *s);
  * super_biases [rows, cols / super]: scale = super_scale * scales[..], bias = super_bias *
  * biases[..] (super_biases NULL with a zero point). U4LO scales come with U4HI biases: the
  * two nibbles of the same bytes (GGUF Q2_K).
- * A codebook (GGUF's IQ4_NL and IQ4_XS, lut non-NULL, no biases) maps each code to an
- * integer first: w = scale * lut[q]. */
+ * A codebook (GGUF's IQ4_NL and IQ4_XS, MLX's fp4 modes; lut non-NULL, no biases) maps each
+ * code to an integer first: w = scale * lut[q] / 2^lut_shift (fp4's e2m1 values are halves). */
 typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
@@ -66,6 +68,7 @@ typedef struct matview {
     int64_t super;                           /* columns per super-block; 0: one-level scales */
     const void *super_scales, *super_biases; /* F16 [rows, cols / super] */
     const int8_t *lut;                       /* [1 << quant_bits] code values, or NULL */
+    int lut_shift;                           /* fractional bits of the code values */
     int32_t id; /* 1 + index in its model's matrix list (a backend's prepared copy); 0: none */
 } matview;
 

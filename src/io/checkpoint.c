@@ -57,8 +57,8 @@ static celer_status list_shards(const char *dir, char ***names, size_t *n, celer
     json_t *index = json_load_file(index_path, JSON_REJECT_DUPLICATES, &jerr);
     const json_t *map = index ? json_object_get(index, "weight_map") : NULL;
     if (!index) {
-        s = error_set(e, CELER_STATUS_BAD_FILE, "%s: line %d column %d: %s", index_path,
-                      jerr.line, jerr.column, jerr.text);
+        s = error_set(e, CELER_STATUS_BAD_FILE, "%s: line %d column %d: %s", index_path, jerr.line,
+                      jerr.column, jerr.text);
         goto out;
     }
     if (!json_is_object(map)) {
@@ -99,6 +99,26 @@ out:
     return s;
 }
 
+/* obj's "mode" (def when absent): "affine", "mxfp4" or "nvfp4". */
+static celer_status read_mode(const checkpoint *ck, const json_t *obj, const char *field, int def,
+                              int *out, celer_error *e) {
+    const json_t *v = json_object_get(obj, "mode");
+    const char *mode = json_string_value(v);
+    *out = def;
+    if (!v) return CELER_OK;
+    if (mode && !strcmp(mode, "affine"))
+        *out = QUANT_AFFINE;
+    else if (mode && !strcmp(mode, "mxfp4"))
+        *out = QUANT_MXFP4;
+    else if (mode && !strcmp(mode, "nvfp4"))
+        *out = QUANT_NVFP4;
+    else
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: %s: expected \"affine\", \"mxfp4\" or \"nvfp4\", found %s",
+                         ck->config_path, field, mode ? mode : "a non-string");
+    return CELER_OK;
+}
+
 static celer_status read_quant(checkpoint *ck, celer_error *e) {
     const json_t *q = json_object_get(ck->config, "quantization");
     if (!q || json_is_null(q)) {
@@ -119,11 +139,10 @@ static celer_status read_quant(checkpoint *ck, celer_error *e) {
     if (!json_is_object(q))
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: quantization: expected an object",
                          ck->config_path);
-    const char *mode = json_string_value(json_object_get(q, "mode"));
-    if (json_object_get(q, "mode") && (!mode || strcmp(mode, "affine") != 0))
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: quantization.mode: expected \"affine\", found %s", ck->config_path,
-                         mode ? mode : "a non-string");
+    int mode;
+    celer_status ms = read_mode(ck, q, "quantization.mode", QUANT_AFFINE, &mode, e);
+    if (ms != CELER_OK) return ms;
+    ck->quant_mode = mode;
     int64_t bits, group;
     celer_status s;
     if ((s = config_pos_int(ck, q, "bits", &bits, e)) != CELER_OK) return s;
@@ -224,6 +243,7 @@ celer_status checkpoint_quant_for(const checkpoint *ck, const char *module, quan
         q->rule = QUANT_RULE_DEFAULT;
         q->bits = ck->quant_bits;
         q->group = ck->quant_group;
+        q->mode = ck->quant_mode;
         return CELER_OK;
     }
     if (json_is_false(m)) {
@@ -234,14 +254,13 @@ celer_status checkpoint_quant_for(const checkpoint *ck, const char *module, quan
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: quantization.%s: expected an object or false", ck->config_path,
                          module);
-    const json_t *mode = json_object_get(m, "mode");
-    if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine") != 0))
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: quantization.%s.mode: expected \"affine\", found %s",
-                         ck->config_path, module,
-                         json_is_string(mode) ? json_string_value(mode) : "a non-string");
+    char field[300];
+    snprintf(field, sizeof field, "quantization.%s.mode", module);
+    int mode;
+    celer_status s = read_mode(ck, m, field, ck->quant_mode, &mode, e);
+    if (s != CELER_OK) return s;
+    q->mode = mode;
     int64_t bits, group;
-    celer_status s;
     if ((s = config_int(ck, m, "bits", ck->quant_bits, &bits, e)) != CELER_OK) return s;
     if ((s = config_int(ck, m, "group_size", ck->quant_group, &group, e)) != CELER_OK) return s;
     q->rule = QUANT_RULE_MODULE;
@@ -264,22 +283,23 @@ celer_status config_int(const checkpoint *ck, const json_t *obj, const char *key
         return CELER_OK;
     }
     if (!json_is_integer(v))
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: expected an integer",
-                         ck->config_path, key);
+        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: expected an integer", ck->config_path,
+                         key);
     *out = json_integer_value(v);
     return CELER_OK;
 }
 
-celer_status config_pos_int(const checkpoint *ck, const json_t *obj, const char *key,
-                            int64_t *out, celer_error *e) {
+celer_status config_pos_int(const checkpoint *ck, const json_t *obj, const char *key, int64_t *out,
+                            celer_error *e) {
     celer_status s = config_int(ck, obj, key, -1, out, e);
     if (s != CELER_OK) return s;
     if (!json_object_get(obj, key) || json_is_null(json_object_get(obj, key)))
         return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: required field is missing",
                          ck->config_path, key);
     if (*out <= 0)
-        return error_set(e, CELER_STATUS_BAD_CONFIG, "%s: %s: expected a positive integer, found %lld",
-                         ck->config_path, key, (long long)*out);
+        return error_set(e, CELER_STATUS_BAD_CONFIG,
+                         "%s: %s: expected a positive integer, found %lld", ck->config_path, key,
+                         (long long)*out);
     return CELER_OK;
 }
 
@@ -311,8 +331,8 @@ celer_status config_bool(const checkpoint *ck, const json_t *obj, const char *ke
     return CELER_OK;
 }
 
-celer_status config_str(const checkpoint *ck, const json_t *obj, const char *key,
-                        const char **out, celer_error *e) {
+celer_status config_str(const checkpoint *ck, const json_t *obj, const char *key, const char **out,
+                        celer_error *e) {
     const json_t *v = json_object_get(obj, key);
     *out = NULL;
     if (!v || json_is_null(v)) return CELER_OK;

@@ -26,6 +26,7 @@ typedef struct checkpoint {
     bool has_quant;
     int quant_bits;
     int64_t quant_group;
+    int quant_mode; /* quant_mode of the global block */
     const json_t *quant; /* borrowed from config; NULL when has_quant is false */
     /* A GGUF file opened as a checkpoint: its map, parsed header and repacked tensors. */
     struct gguf_file *gguf;
@@ -58,10 +59,15 @@ typedef enum quant_rule {
     QUANT_RULE_DENSE,   /* a per-module `false`: stored unquantized */
 } quant_rule;
 
+/* MLX's quantization modes: affine codes, or fp4 (e2m1) codes under e8m0 scales per 32
+ * (mxfp4) or e4m3 scales per 16 (nvfp4), without biases. */
+typedef enum quant_mode { QUANT_AFFINE, QUANT_MXFP4, QUANT_NVFP4 } quant_mode;
+
 typedef struct quant_spec {
     quant_rule rule;
     int bits;
     int64_t group;
+    quant_mode mode;
 } quant_spec;
 
 celer_status checkpoint_quant_for(const checkpoint *ck, const char *module, quant_spec *q,

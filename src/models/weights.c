@@ -59,10 +59,13 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                              dtype_name(zt->type), shp(b1, zt));
         memcpy(&zero, zt->data, sizeof zero);
         bi = sc;
+    } else if (q->mode != QUANT_AFFINE) { /* fp4: no biases */
+        bi = sc;
     } else {
         snprintf(name, sizeof name, "%s.biases", module);
         if ((s = find(m, name, &bi, &bfile, e)) != CELER_OK) return s;
     }
+    const bool fp4 = q->mode != QUANT_AFFINE, no_biases = zt != NULL || fp4;
     if (w->ndim != 2 || w->shape[0] != rows)
         return error_set(e, CELER_STATUS_BAD_CONFIG,
                          "%s: tensor %s.weight: expected [%lld, packed] uint32 codes for a "
@@ -89,7 +92,7 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
         if (ss->type != DTYPE_F16 || ss->ndim != 2 || ss->shape[0] != rows || ss->shape[1] <= 0 ||
             cols % ss->shape[1] || (cols / ss->shape[1]) % (cols / sc->shape[1]) ||
             (sc->type != DTYPE_U8 && sc->type != DTYPE_I8 && sc->type != DTYPE_U4LO) ||
-            !sm != !!zt ||
+            !sm != no_biases ||
             (sm && (sm->type != DTYPE_F16 || sm->ndim != 2 || sm->shape[0] != rows ||
                     sm->shape[1] != ss->shape[1])))
             return error_set(
@@ -99,17 +102,26 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                 "%s over %s",
                 ssfile, module, (long long)rows, dtype_name(ss->type), shp(b1, ss),
                 dtype_name(sc->type));
-    } else if (!is_float(sc->type))
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "%s: tensor %s.scales: expected F32, F16 or BF16, found %s", sfile, module,
+    } else if (fp4 ? sc->type != DTYPE_U8 : !is_float(sc->type))
+        return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s.scales: expected %s, found %s",
+                         sfile, module, fp4 ? "U8 (fp4 scales)" : "F32, F16 or BF16",
                          dtype_name(sc->type));
     const int64_t packed = w->shape[1], group = cols / sc->shape[1];
+    /* fp4: e2m1 codes (their values doubled, so integers) under e8m0 or e4m3 scales */
+    static const int8_t fp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    if (fp4 && (packed * 8 != cols || group != (q->mode == QUANT_MXFP4 ? 32 : 16)))
+        return error_set(
+            e, CELER_STATUS_BAD_FILE,
+            "%s: tensor %s: %s expects 4-bit codes in groups of %d, found %lld packed words "
+            "for %lld columns in groups of %lld",
+            file, module, q->mode == QUANT_MXFP4 ? "mxfp4" : "nvfp4",
+            q->mode == QUANT_MXFP4 ? 32 : 16, (long long)packed, (long long)cols, (long long)group);
     /* a codebook of code values (IQ4_NL, IQ4_XS: gguf_checkpoint.c), with a zero point of 0 */
-    const int8_t *lut = NULL;
+    const int8_t *lut = fp4 ? fp4_values : NULL;
     snprintf(name, sizeof name, "%s.lut", module);
     const st_tensor *lt = checkpoint_find(&m->ck, name, &ssfile);
     if (lt) {
-        if (lt->type != DTYPE_I8 || !zt || zero != 0 || packed * 32 % cols ||
+        if (lt->type != DTYPE_I8 || !no_biases || zero != 0 || packed * 32 % cols ||
             lt->nbytes != (size_t)1 << (packed * 32 / cols))
             return error_set(
                 e, CELER_STATUS_BAD_FILE,
@@ -141,14 +153,17 @@ static celer_status bind_affine(const celer_model *m, const char *module, const 
                      .data = w->data,
                      .quant_bits = bits,
                      .group = group,
-                     .scale_type = sc->type,
+                     .scale_type = !fp4                     ? sc->type
+                                   : q->mode == QUANT_MXFP4 ? DTYPE_E8M0
+                                                            : DTYPE_F8E4M3,
                      .scales = sc->data,
-                     .biases = zt ? NULL : bi->data,
+                     .biases = no_biases ? NULL : bi->data,
                      .zero = zero,
                      .super = ss ? cols / ss->shape[1] : 0,
                      .super_scales = ss ? ss->data : NULL,
                      .super_biases = sm ? sm->data : NULL,
-                     .lut = lut};
+                     .lut = lut,
+                     .lut_shift = fp4 ? 1 : 0};
     return CELER_OK;
 }
 

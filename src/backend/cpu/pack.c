@@ -36,7 +36,7 @@ bool pack_supported(const matview *w) {
     const int bits = w->quant_bits;
     if ((bits != 4 && bits != 5 && bits != 6 && bits != 8) || w->group <= 0 ||
         (w->group % QBLOCK && w->group != 16) || w->cols % w->group || w->cols % QBLOCK ||
-        (w->lut && bits != 4))
+        (w->lut && (bits != 4 || w->lut_shift)))
         return false;
     if (w->super) /* K-quants: integer group scales under F16 factors */
         return bits != 8 && w->super % w->group == 0 && w->cols % w->super == 0 &&
