@@ -232,6 +232,36 @@ static void test_gemm_q(const cpu_kernels *k, int bits, int64_t group, dtype st,
     free_affine(&a);
 }
 
+/* x[n, cols] as the bf16 product's activation rows (zero rows up to a multiple of 16). */
+static brows split_rows(const cpu_kernels *k, const float *x, int64_t n, int64_t cols) {
+    const int64_t padded = (n + 15) / 16 * 16;
+    brows xb = {.n = n, .cols = cols, .t = calloc((size_t)(2 * padded * cols), sizeof(uint16_t))};
+    for (int64_t t = 0; t < n; t++) k->split_bf16(brows_row(&xb, t), x + t * cols, cols);
+    return xb;
+}
+
+/* The largest |y - reference| / sum |w * x| over the rows of y = x W^T (NaN: infinity). */
+static double worst_vs_ref(const matview *w, const float *x, const float *y, int64_t n,
+                           int64_t rows, int64_t cols) {
+    float *yr = malloc(sizeof(float) * (size_t)(n * rows)),
+          *wrow = malloc(sizeof(float) * (size_t)cols);
+    ref_matmul(yr, w, x, n, 0, rows, wrow);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        matview_row(wrow, w, r);
+        for (int64_t t = 0; t < n; t++) {
+            double mag = 0;
+            for (int64_t c = 0; c < cols; c++) mag += fabs((double)wrow[c] * x[t * cols + c]);
+            const double e = isnan(y[t * rows + r])
+                                 ? INFINITY
+                                 : fabs((double)y[t * rows + r] - yr[t * rows + r]);
+            worst = fmax(worst, e / fmax(mag, 1e-30));
+        }
+    }
+    free(yr), free(wrow);
+    return worst;
+}
+
 /* The bf16 tile product (AMX): every row against the float reference within 2e-5 of
  * sum |w * x| (about 16 bits of each factor), tile ranges split at odd places, and each
  * output row the same bits whichever rows came with it. */
@@ -241,31 +271,15 @@ static void test_gemm_bf16(const cpu_kernels *k, int64_t group, dtype st, int64_
     arena mem = {0};
     const packed_mat *p = pack_matrix(&a.w, &mem);
     float *x = rand_vec(n * cols, 1.0f);
-    const int64_t padded = (n + 15) / 16 * 16;
-    brows xb = {.n = n, .cols = cols, .t = calloc((size_t)(2 * padded * cols), sizeof(uint16_t))};
-    for (int64_t t = 0; t < n; t++) k->split_bf16(brows_row(&xb, t), x + t * cols, cols);
+    brows xb = split_rows(k, x, n, cols);
     void *scratch = aligned_alloc(64, BF16_SCRATCH);
-    float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
-          *yr = malloc(sizeof(float) * (size_t)(n * rows));
-    float *wrow = malloc(sizeof(float) * (size_t)cols);
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows));
     for (int64_t i = 0; i < n * rows; i++) yk[i] = NAN;
     /* two calls, split after the second tile */
     const int64_t mid = p->tiles > 2 ? 2 : p->tiles;
     k->gemm_bf16(yk, rows, p, 0, mid, &xb, scratch);
     if (mid < p->tiles) k->gemm_bf16(yk, rows, p, mid, p->tiles, &xb, scratch);
-    ref_matmul(yr, &a.w, x, n, 0, rows, wrow);
-    double worst = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        matview_row(wrow, &a.w, r);
-        for (int64_t t = 0; t < n; t++) {
-            double mag = 0;
-            for (int64_t c = 0; c < cols; c++) mag += fabs((double)wrow[c] * x[t * cols + c]);
-            const double e = isnan(yk[t * rows + r])
-                                 ? INFINITY
-                                 : fabs((double)yk[t * rows + r] - yr[t * rows + r]);
-            worst = fmax(worst, e / fmax(mag, 1e-30));
-        }
-    }
+    const double worst = worst_vs_ref(&a.w, x, yk, n, rows, cols);
     char what[128];
     snprintf(what, sizeof what, "%s gemm_bf16 4-bit g%lld %s [%lld x %lld] n=%lld vs ref / sum|wx|",
              cpu_isa_name(k->isa), (long long)group, dtype_name(st), (long long)rows,
@@ -281,7 +295,7 @@ static void test_gemm_bf16(const cpu_kernels *k, int64_t group, dtype st, int64_
               cpu_isa_name(k->isa), (long long)n);
         free(yt);
     }
-    free(yk), free(yr), free(wrow), free(x), free(xb.t), free(scratch);
+    free(yk), free(x), free(xb.t), free(scratch);
     arena_free(&mem);
     free_affine(&a);
 }
@@ -421,31 +435,17 @@ static void test_bf16_variant(const cpu_kernels *k, int kind, int64_t rows, int6
     const packed_mat *p = pack_matrix(&v.w, &mem);
     if (!CHECK(p != NULL && p->planes == 1, "%s: pack_matrix", variant_names[kind])) return;
     float *x = rand_vec(n * cols, 1.0f);
-    const int64_t padded = (n + 15) / 16 * 16;
-    brows xb = {.n = n, .cols = cols, .t = calloc((size_t)(2 * padded * cols), sizeof(uint16_t))};
-    for (int64_t t = 0; t < n; t++) k->split_bf16(brows_row(&xb, t), x + t * cols, cols);
+    brows xb = split_rows(k, x, n, cols);
     void *scratch = aligned_alloc(64, BF16_SCRATCH);
-    float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
-          *yr = malloc(sizeof(float) * (size_t)(n * rows)),
-          *wrow = malloc(sizeof(float) * (size_t)cols);
+    float *yk = malloc(sizeof(float) * (size_t)(n * rows));
     k->gemm_bf16(yk, rows, p, 0, p->tiles, &xb, scratch);
-    ref_matmul(yr, &v.w, x, n, 0, rows, wrow);
-    double worst = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        matview_row(wrow, &v.w, r);
-        for (int64_t t = 0; t < n; t++) {
-            double mag = 0;
-            for (int64_t c = 0; c < cols; c++) mag += fabs((double)wrow[c] * x[t * cols + c]);
-            worst =
-                fmax(worst, fabs((double)yk[t * rows + r] - yr[t * rows + r]) / fmax(mag, 1e-30));
-        }
-    }
+    const double worst = worst_vs_ref(&v.w, x, yk, n, rows, cols);
     char what[160];
     snprintf(what, sizeof what, "%s gemm_bf16 %s [%lld x %lld] n=%lld vs ref / sum|wx|",
              cpu_isa_name(k->isa), variant_names[kind], (long long)rows, (long long)cols,
              (long long)n);
     report(what, worst, 2e-5);
-    free(yk), free(yr), free(wrow), free(x), free(xb.t), free(scratch);
+    free(yk), free(x), free(xb.t), free(scratch);
     arena_free(&mem);
     free(v.codes), free(v.scales), free(v.biases), free(v.supers), free(v.super_m);
 }

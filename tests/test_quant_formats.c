@@ -166,53 +166,33 @@ static void check_gguf(const char *type) {
     check_logits(type, path);
 }
 
-/* An mlx-lm checkpoint of codes that cross 32-bit words, one module at 8 bits g64. */
-static void check_mlx(int bits) {
-    char type[16], path[4096], jpath[4200];
-    snprintf(type, sizeof type, "mlx-%dbit", bits);
-    snprintf(path, sizeof path, "%s/../quants/%s", fixture_root(), type);
+/* tests/quants/<name>/, an mlx-lm checkpoint: its matrices, its format mix (want), its logits. */
+static void check_mlx_dir(const char *name, const char *want) {
+    char path[4096], jpath[4200];
+    snprintf(path, sizeof path, "%s/../quants/%s", fixture_root(), name);
     snprintf(jpath, sizeof jpath, "%s/expect.json", path);
-    check_matrices(type, path, jpath);
+    check_matrices(name, path, jpath);
     celer_model *model = NULL;
     char err[512], formats[256];
     if (CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) {
         celer_model_formats(model, formats, sizeof formats);
-        char want[64];
-        snprintf(want, sizeof want, "%d-bit g%d x7, 8-bit g64 x1 (matrices)", bits,
-                 bits == 3   ? 64
-                 : bits == 5 ? 128
-                             : 32);
-        CHECK(!strcmp(formats, want), "%s: formats '%s', expected '%s'", type, formats, want);
+        CHECK(!strcmp(formats, want), "%s: formats '%s', expected '%s'", name, formats, want);
         celer_model_close(model);
     }
-    check_logits(type, path);
-}
-
-/* An mlx-lm checkpoint in an fp4 mode: e2m1 codes under e8m0 (mxfp4) or e4m3 (nvfp4) scales. */
-static void check_fp4(const char *mode, int group) {
-    char type[16], path[4096], jpath[4200];
-    snprintf(type, sizeof type, "mlx-%s", mode);
-    snprintf(path, sizeof path, "%s/../quants/%s", fixture_root(), type);
-    snprintf(jpath, sizeof jpath, "%s/expect.json", path);
-    check_matrices(type, path, jpath);
-    celer_model *model = NULL;
-    char err[512], formats[256], want[64];
-    if (CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err)) {
-        celer_model_formats(model, formats, sizeof formats);
-        snprintf(want, sizeof want, "4-bit g%d z0 x8 (matrices)", group);
-        CHECK(!strcmp(formats, want), "%s: formats '%s', expected '%s'", type, formats, want);
-        celer_model_close(model);
-    }
-    check_logits(type, path);
+    check_logits(name, path);
 }
 
 int main(void) {
     const char *types[] = {"q5_0", "q5_1", "q4_k",   "q5_k",  "q6_k",
                            "q3_k", "q2_k", "iq4_nl", "iq4_xs"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) check_gguf(types[i]);
-    const int widths[] = {2, 3, 5, 6};
-    for (size_t i = 0; i < sizeof widths / sizeof *widths; i++) check_mlx(widths[i]);
-    check_fp4("mxfp4", 32);
-    check_fp4("nvfp4", 16);
+    /* codes that cross 32-bit words, one module at 8 bits g64; then the fp4 modes (e2m1 codes
+     * under e8m0 or e4m3 scales) */
+    check_mlx_dir("mlx-2bit", "2-bit g32 x7, 8-bit g64 x1 (matrices)");
+    check_mlx_dir("mlx-3bit", "3-bit g64 x7, 8-bit g64 x1 (matrices)");
+    check_mlx_dir("mlx-5bit", "5-bit g128 x7, 8-bit g64 x1 (matrices)");
+    check_mlx_dir("mlx-6bit", "6-bit g32 x7, 8-bit g64 x1 (matrices)");
+    check_mlx_dir("mlx-mxfp4", "4-bit g32 z0 x8 (matrices)");
+    check_mlx_dir("mlx-nvfp4", "4-bit g16 z0 x8 (matrices)");
     return harness_done("test_quant_formats");
 }

@@ -14,24 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ggml tensor types celer reads. */
-enum {
-    GGML_F32 = 0,
-    GGML_F16 = 1,
-    GGML_Q4_0 = 2,
-    GGML_Q4_1 = 3,
-    GGML_Q5_0 = 6,
-    GGML_Q5_1 = 7,
-    GGML_Q8_0 = 8,
-    GGML_Q2_K = 10,
-    GGML_Q3_K = 11,
-    GGML_Q4_K = 12,
-    GGML_Q5_K = 13,
-    GGML_Q6_K = 14,
-    GGML_IQ4_NL = 20,
-    GGML_IQ4_XS = 23,
-    GGML_BF16 = 30
-};
 
 #define QK   32  /* elements per Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 block */
 #define QK_K 256 /* elements per K-quant super-block */

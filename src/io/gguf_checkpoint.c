@@ -35,23 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    GGML_F32 = 0,
-    GGML_F16 = 1,
-    GGML_Q4_0 = 2,
-    GGML_Q4_1 = 3,
-    GGML_Q5_0 = 6,
-    GGML_Q5_1 = 7,
-    GGML_Q8_0 = 8,
-    GGML_Q2_K = 10,
-    GGML_Q3_K = 11,
-    GGML_Q4_K = 12,
-    GGML_Q5_K = 13,
-    GGML_Q6_K = 14,
-    GGML_IQ4_NL = 20,
-    GGML_IQ4_XS = 23,
-    GGML_BF16 = 30
-};
 
 /* IQ4_NL's and IQ4_XS's code values (ggml's kvalues_iq4nl). */
 static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};

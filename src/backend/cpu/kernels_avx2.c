@@ -119,6 +119,17 @@ void avx2_quantize_row(int8_t *q, float *d, float *s, const float *x, int64_t co
 
 /* ==== packed quantized product ==== */
 
+/* The first n (up to 8) lanes of v to dst. */
+INLINE void store_rows(float *dst, __m256 v, int n) {
+    if (n >= 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    for (int i = 0; i < n; i++) dst[i] = tmp[i];
+}
+
 /* Eight rows (one half of a tile) times T tokens starting at token n0. */
 INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
                    const uint16_t *sb, int half, const qrows *x, int64_t n0, int T, int planes,
@@ -165,13 +176,7 @@ INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
     _Pragma("GCC unroll 8") for (int t = 0; t < T; t += 1 + P) {
         float *dst = y + ((n0 + t) >> P) * ldy;
         const __m256 v = P ? _mm256_add_ps(acc[t], acc[t + P]) : acc[t];
-        if (nrow == 8) {
-            _mm256_storeu_ps(dst, v);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, v);
-            for (int i = 0; i < nrow; i++) dst[i] = tmp[i];
-        }
+        store_rows(dst, v, nrow);
     }
 }
 
@@ -233,13 +238,7 @@ INLINE void q_tile16(float *y, int64_t ldy, const packed_mat *w, const uint8_t *
         float *dst = y + ((n0 + t) >> P) * ldy;
         for (int h = 0; h < 2; h++) {
             const __m256 v = P ? _mm256_add_ps(acc[t][h], acc[t + P][h]) : acc[t][h];
-            if (nrow >= 8 * (h + 1)) {
-                _mm256_storeu_ps(dst + 8 * h, v);
-            } else {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, v);
-                for (int i = 8 * h; i < nrow; i++) dst[i] = tmp[i - 8 * h];
-            }
+            store_rows(dst + 8 * h, v, nrow - 8 * h);
         }
     }
 }
@@ -387,13 +386,7 @@ INLINE void q_half_v2(float *y, int64_t ldy, const packed_mat *w, const uint8_t 
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t += 1 + P) {
         float *dst = y + ((n0 + t) >> P) * ldy;
         const __m256 v = P ? _mm256_add_ps(acc[t], acc[t + P]) : acc[t];
-        if (nrow == 8) {
-            _mm256_storeu_ps(dst, v);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, v);
-            for (int i = 0; i < nrow; i++) dst[i] = tmp[i];
-        }
+        store_rows(dst, v, nrow);
     }
 }
 
