@@ -284,8 +284,9 @@ static celer_status gguf_choose(const snapshot *s, const char *repo, const char 
         if (!hit) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
         for (int i = 0; i < s->n_gguf; i++)
             if (!strcasecmp(s->gguf[i].tag, quant)) hit[n_hit++] = i;
-        for (int i = 0; i < s->n_gguf && n_hit == 0; i++)
-            if (contains_ci(s->gguf[i].rel, quant)) hit[n_hit++] = i;
+        if (n_hit == 0)
+            for (int i = 0; i < s->n_gguf; i++)
+                if (contains_ci(s->gguf[i].rel, quant)) hit[n_hit++] = i;
         if (n_hit == 1) pick = hit[0];
         tag_list(s, n_hit > 1 ? hit : NULL, n_hit, list, sizeof list);
         free(hit);
