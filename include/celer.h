@@ -51,7 +51,7 @@ typedef enum celer_status {
     CELER_STATUS_CONTEXT_FULL,     /* a sequence or the KV cache pool has no room left */
     CELER_STATUS_OUT_OF_MEMORY,
     CELER_STATUS_BUSY,        /* the request queue is full; try again later */
-    CELER_STATUS_NOT_FOUND,   /* no request with that id */
+    CELER_STATUS_NOT_FOUND,   /* no request with that id; no model of that name */
     CELER_STATUS_DEVICE,      /* the device failed a step; the context works on (the
                                  next call runs again) */
     CELER_STATUS_DEVICE_LOST, /* the device is unusable: every later call on the
@@ -76,6 +76,35 @@ typedef struct celer_model_params {
 celer_status celer_model_open(const char *path, const celer_model_params *params, celer_model **out,
                               char *err, size_t err_size);
 void celer_model_close(celer_model *model);
+
+/* ==== Models by name: the Hugging Face cache ==== */
+
+/* name -> the path to give celer_model_open, in path[path_size]. A path that exists on
+ * disk is kept as it is (it wins over a name). "ORG/NAME" and "ORG/NAME:QUANT" are looked
+ * up in the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
+ * ~/.cache/huggingface/hub) at the commit refs/main names: a repository with GGUF files
+ * gives the file whose quant tag is QUANT (case-insensitive; without one Q4_K_M, else the
+ * only GGUF; mmproj files never count), one with config.json gives its snapshot directory.
+ * Anything else that is no name is kept as it is, for the open to report. A name not in the
+ * cache is CELER_STATUS_NOT_FOUND with one line naming the repository and the cache
+ * directory. Reads the cache only; never downloads. */
+celer_status celer_model_resolve(const char *name, char *path, size_t path_size, char *err,
+                                 size_t err_size);
+
+/* One model of the Hugging Face cache, as `celer ls` lists it. */
+typedef struct celer_cached_model {
+    char repo[256];    /* "ORG/NAME" */
+    char revision[64]; /* the commit refs/main names ("" when the repo has no snapshot) */
+    int64_t bytes;     /* the files of that snapshot, summed */
+    char format[1024]; /* "gguf: Q4_K_M (x-Q4_K_M.gguf), ...", "mlx 4-bit",
+                          "safetensors bfloat16", or what is missing */
+} celer_cached_model;
+
+/* Every model repository of the cache, sorted by name, into *models (malloc'd, the caller
+ * frees it with free) and *n. A cache directory that does not exist holds no models (OK, n
+ * = 0); one that cannot be read is CELER_STATUS_IO with one line naming it. */
+celer_status celer_hf_cache_list(celer_cached_model **models, int64_t *n, char *err,
+                                 size_t err_size);
 
 int64_t celer_model_n_vocab(const celer_model *model);
 int64_t celer_model_n_embd(const celer_model *model);

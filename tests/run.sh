@@ -17,6 +17,8 @@ for t in test_contract test_engine test_parity test_vlm test_faults; do
 done
 # The reader of the CUDA trace build's timelines (tools/cuda_trace.py) on a made-up trace.
 run_one "cuda_trace reader" python3 tools/cuda_trace.py --selftest "$build/cuda_trace_selftest.trace"
+# Models by name: the fake Hugging Face Hub, a cache filled from it, celer resolving names.
+run_one test_hub bash tests/hub/run.sh "$build"
 # The end-to-end server suite (starts its own servers on loopback).
 run_one test_server bash tests/server/run.sh "$build"
 echo "$pass passed, $fail failed, $skip skipped"

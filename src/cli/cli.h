@@ -33,6 +33,11 @@ typedef struct cli_model_opts {
  * true if it did. */
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
+/* A -m value: a path that exists, or a model name ORG/NAME[:QUANT] found in the Hugging
+ * Face cache (celer_model_resolve), as a path (malloc'd, never freed: it lives as long as
+ * the command); dies with one line when the name is not there. */
+const char *cli_model_path(const char *arg);
+
 /* The default model's path (${CELER_CACHE_DIR:-~/.cache/celer}/SmolLM2-135M-Instruct.Q4_1.gguf,
  * where tools/fetch_model.sh puts it) in a static buffer; dies with a hint when absent. */
 const char *cli_default_model(void);
@@ -108,5 +113,6 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
 
 #endif

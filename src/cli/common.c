@@ -68,7 +68,7 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) cli_die("%s: expected a value", a);
     const char *val = argv[++*i];
     if (model) {
-        o->model = val;
+        o->model = cli_model_path(val);
     } else if (device) {
         o->device = val;
     } else if (cache) {
@@ -85,6 +85,16 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
         if (o->n_ctx < 1) cli_die("%s: expected a positive context size", a);
     }
     return true;
+}
+
+const char *cli_model_path(const char *arg) {
+    char path[4096], err[512];
+    if (celer_model_resolve(arg, path, sizeof path, err, sizeof err) != CELER_OK)
+        cli_die("%s", err);
+    const size_t n = strlen(path) + 1;
+    char *copy = malloc(n);
+    if (!copy) cli_die("out of memory");
+    return memcpy(copy, path, n);
 }
 
 const char *cli_default_model(void) {

@@ -7,26 +7,40 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fputs("usage: celer COMMAND [options]\n"
-          "  logits   -m MODEL --ids 1,2,3 [--all] -o FILE.npy   float32 logits\n"
-          "  generate -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-          "           [--repeat-penalty R] [--seed S] [--system TEXT] [--chat-template-kwargs JSON]\n"
-          "           [--no-chat-template] [--ignore-eos]\n"
-          "  run [MODEL] [-p TEXT]                                  chat (REPL), or one answer with -p\n"
-          "  inspect [-m MODEL] [-c CTX]                            architecture, size, memory; devices\n"
-          "  perplexity -m MODEL -f FILE [-c CTX]                   perplexity of a text\n"
-          "  convert -m MODEL.gguf -o DIR                           GGUF to an MLX-layout checkpoint\n"
-          "  tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]   ids of a text\n"
-          "  detokenize -m PATH --ids 1,2,3 [--skip-special]   text of ids\n"
-          "  template -m MODEL --messages FILE.json [--add-generation-prompt] [--chat-template-kwargs JSON]\n"
-          "                                                         prompt from the chat template\n"
-          "  bench -m MODEL [-p 512,2048] [-n 128] [-d 0,2048] [-r 5] [-t N] [-c CTX] [--full-logits] [-o md|json]\n"
-          "        [--memory]                                       prefill/decode speed, as llama-bench\n"
-          "  serve [-m MODEL] [--host H] [--port P] [-np N] [-c KV_POSITIONS] [--api-key K] [--metrics] ...\n"
-          "                                                         OpenAI-compatible HTTP server\n"
-          "common options: -t THREADS, -c CTX, --cache-type f16|f32, --device cpu|cuda[:N] (or $CELER_DEVICE)\n"
-          "MODEL is a checkpoint directory (config.json + *.safetensors) or a .gguf file\n",
-          f);
+    fputs(
+        "usage: celer COMMAND [options]\n"
+        "  logits   -m MODEL --ids 1,2,3 [--all] -o FILE.npy   float32 logits\n"
+        "  generate -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P] "
+        "[--min-p P]\n"
+        "           [--repeat-penalty R] [--seed S] [--system TEXT] [--chat-template-kwargs JSON]\n"
+        "           [--no-chat-template] [--ignore-eos]\n"
+        "  run [MODEL] [-p TEXT]                                  chat (REPL), or one answer with "
+        "-p\n"
+        "  inspect [-m MODEL] [-c CTX]                            architecture, size, memory; "
+        "devices\n"
+        "  perplexity -m MODEL -f FILE [-c CTX]                   perplexity of a text\n"
+        "  convert -m MODEL.gguf -o DIR                           GGUF to an MLX-layout "
+        "checkpoint\n"
+        "  tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]   ids of a text\n"
+        "  detokenize -m PATH --ids 1,2,3 [--skip-special]   text of ids\n"
+        "  template -m MODEL --messages FILE.json [--add-generation-prompt] "
+        "[--chat-template-kwargs JSON]\n"
+        "                                                         prompt from the chat template\n"
+        "  bench -m MODEL [-p 512,2048] [-n 128] [-d 0,2048] [-r 5] [-t N] [-c CTX] "
+        "[--full-logits] [-o md|json]\n"
+        "        [--memory]                                       prefill/decode speed, as "
+        "llama-bench\n"
+        "  serve [-m MODEL] [--host H] [--port P] [-np N] [-c KV_POSITIONS] [--api-key K] "
+        "[--metrics] ...\n"
+        "                                                         OpenAI-compatible HTTP server\n"
+        "  ls                                                     models in the Hugging Face "
+        "cache\n"
+        "common options: -t THREADS, -c CTX, --cache-type f16|f32, --device cpu|cuda[:N] (or "
+        "$CELER_DEVICE)\n"
+        "MODEL is a checkpoint directory (config.json + *.safetensors), a .gguf file, or a name\n"
+        "ORG/NAME[:QUANT] of the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, "
+        "~/.cache/huggingface/hub)\n",
+        f);
 }
 
 int main(int argc, char **argv) {
@@ -45,6 +59,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "template")) return cmd_template(argc - 2, argv + 2);
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "ls")) return cmd_ls(argc - 2, argv + 2);
     fprintf(stderr, "celer: unknown command %s\n", argv[1]);
     usage(stderr);
     return 1;

@@ -56,7 +56,7 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "-n") && i + 1 < argc)
             n_predict = cli_parse_int("-n", argv[++i]);
         else if (a[0] != '-' && !o.model)
-            o.model = a;
+            o.model = cli_model_path(a);
         else
             cli_die("run: unknown or incomplete option %s\n%s", a, usage_text);
     }

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char template_usage[] =
-    "usage: celer template -m MODEL --messages FILE.json [--add-generation-prompt] [--chat-template-kwargs JSON]";
+static const char template_usage[] = "usage: celer template -m MODEL --messages FILE.json "
+                                     "[--add-generation-prompt] [--chat-template-kwargs JSON]";
 
 /* The whole of path, NUL-terminated (malloc'd); dies on error. */
 static char *slurp(const char *path) {
@@ -48,11 +48,13 @@ static char *body_vars(const char *json, const char *path, const char *flag_kwar
     json_t *vars = flag_kwargs ? json_loads(flag_kwargs, 0, NULL) : json_object();
     if (!vars) cli_die("out of memory");
     if (json_is_object(body)) {
-        const json_t *kw = json_object_get(body, "chat_template_kwargs"), *tools = json_object_get(body, "tools");
+        const json_t *kw = json_object_get(body, "chat_template_kwargs"),
+                     *tools = json_object_get(body, "tools");
         if (kw && !json_is_null(kw) && !json_is_object(kw))
             cli_die("%s: chat_template_kwargs: expected an object", path);
         if (json_is_object(kw)) json_object_update(vars, (json_t *)kw);
-        if (tools && !json_is_null(tools) && !json_is_array(tools)) cli_die("%s: tools: expected an array", path);
+        if (tools && !json_is_null(tools) && !json_is_array(tools))
+            cli_die("%s: tools: expected an array", path);
         if (json_is_array(tools)) json_object_set(vars, "tools", (json_t *)tools);
     }
     char *text = json_object_size(vars) ? json_dumps(vars, JSON_COMPACT) : NULL;
@@ -66,18 +68,27 @@ int cmd_template(int argc, char **argv) {
     int agp = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(a, "--messages") && i + 1 < argc) messages = argv[++i];
-        else if (!strcmp(a, "--add-generation-prompt")) agp = 1;
-        else if (!strcmp(a, "--chat-template-kwargs") && i + 1 < argc) kwargs = cli_template_kwargs(argv[++i]);
-        else cli_die("template: unknown or incomplete option %s\n%s", a, template_usage);
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
+            model = cli_model_path(argv[++i]);
+        else if (!strcmp(a, "--messages") && i + 1 < argc)
+            messages = argv[++i];
+        else if (!strcmp(a, "--add-generation-prompt"))
+            agp = 1;
+        else if (!strcmp(a, "--chat-template-kwargs") && i + 1 < argc)
+            kwargs = cli_template_kwargs(argv[++i]);
+        else
+            cli_die("template: unknown or incomplete option %s\n%s", a, template_usage);
     }
-    if (!model) cli_die("template: -m MODEL is required (a directory holding tokenizer_config.json)\n%s", template_usage);
+    if (!model)
+        cli_die("template: -m MODEL is required (a directory holding tokenizer_config.json)\n%s",
+                template_usage);
     if (!messages) cli_die("template: --messages FILE.json is required\n%s", template_usage);
     char err[512], *src, *bos, *eos, *out;
-    if (celer_chat_template_load(model, &src, &bos, &eos, err, sizeof err) != CELER_OK) cli_die("%s", err);
+    if (celer_chat_template_load(model, &src, &bos, &eos, err, sizeof err) != CELER_OK)
+        cli_die("%s", err);
     char *json = slurp(messages), *vars = body_vars(json, messages, kwargs);
-    if (celer_chat_template_render_vars(src, json, vars, agp, bos, eos, &out, err, sizeof err) != CELER_OK) {
+    if (celer_chat_template_render_vars(src, json, vars, agp, bos, eos, &out, err, sizeof err) !=
+        CELER_OK) {
         if (!strncmp(err, "messages:", 9)) cli_die("%s: %s", messages, err + 10);
         cli_die("%s: %s", model, err);
     }

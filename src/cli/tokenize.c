@@ -12,7 +12,8 @@
 
 static const char tokenize_usage[] =
     "usage: celer tokenize -m PATH (--text S | --file F) [--no-add-special] [--json]";
-static const char detokenize_usage[] = "usage: celer detokenize -m PATH --ids 1,2,3 [--skip-special]";
+static const char detokenize_usage[] =
+    "usage: celer detokenize -m PATH --ids 1,2,3 [--skip-special]";
 
 /* The whole of path (malloc'd); dies on error. */
 static char *read_all(const char *path, size_t *len) {
@@ -49,19 +50,28 @@ int cmd_tokenize(int argc, char **argv) {
     bool add_special = true, json = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(a, "--text") && i + 1 < argc) text = argv[++i];
-        else if (!strcmp(a, "--file") && i + 1 < argc) file = argv[++i];
-        else if (!strcmp(a, "--no-add-special")) add_special = false;
-        else if (!strcmp(a, "--json")) json = true;
-        else cli_die("tokenize: unknown or incomplete option %s\n%s", a, tokenize_usage);
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
+            model = cli_model_path(argv[++i]);
+        else if (!strcmp(a, "--text") && i + 1 < argc)
+            text = argv[++i];
+        else if (!strcmp(a, "--file") && i + 1 < argc)
+            file = argv[++i];
+        else if (!strcmp(a, "--no-add-special"))
+            add_special = false;
+        else if (!strcmp(a, "--json"))
+            json = true;
+        else
+            cli_die("tokenize: unknown or incomplete option %s\n%s", a, tokenize_usage);
     }
-    if (!text == !file) cli_die("tokenize: exactly one of --text and --file is required\n%s", tokenize_usage);
+    if (!text == !file)
+        cli_die("tokenize: exactly one of --text and --file is required\n%s", tokenize_usage);
     celer_tokenizer *tok = open_tokenizer(model);
     size_t len;
     char *buf = NULL;
-    if (file) buf = read_all(file, &len), text = buf;
-    else len = strlen(text);
+    if (file)
+        buf = read_all(file, &len), text = buf;
+    else
+        len = strlen(text);
     int32_t *ids;
     int64_t n;
     char err[512];
@@ -80,10 +90,14 @@ int cmd_detokenize(int argc, char **argv) {
     bool skip = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(a, "--ids") && i + 1 < argc) ids_arg = argv[++i];
-        else if (!strcmp(a, "--skip-special")) skip = true;
-        else cli_die("detokenize: unknown or incomplete option %s\n%s", a, detokenize_usage);
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
+            model = cli_model_path(argv[++i]);
+        else if (!strcmp(a, "--ids") && i + 1 < argc)
+            ids_arg = argv[++i];
+        else if (!strcmp(a, "--skip-special"))
+            skip = true;
+        else
+            cli_die("detokenize: unknown or incomplete option %s\n%s", a, detokenize_usage);
     }
     if (!ids_arg) cli_die("detokenize: --ids is required\n%s", detokenize_usage);
     int64_t n;
@@ -91,7 +105,8 @@ int cmd_detokenize(int argc, char **argv) {
     celer_tokenizer *tok = open_tokenizer(model);
     char *text, err[512];
     size_t len;
-    if (celer_detokenize(tok, ids, n, skip, &text, &len, err, sizeof err) != CELER_OK) cli_die("--ids: %s", err);
+    if (celer_detokenize(tok, ids, n, skip, &text, &len, err, sizeof err) != CELER_OK)
+        cli_die("--ids: %s", err);
     fwrite(text, 1, len, stdout);
     putchar('\n');
     free(text), free(ids);
