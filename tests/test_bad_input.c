@@ -9,6 +9,7 @@
 #include "harness.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,12 +89,15 @@ static void edit_config(const char *dir, const char *key, json_t *value) {
     json_decref(c);
 }
 
-/* Runs `celer logits` on dir; checks the exit status and the one stderr line. */
-static void expect_error(const char *what, const char *dir, const char *const *needles) {
-    char cmd[2048], errpath[600];
+/* Runs `celer ARGS` (args holds %s for the model); checks the exit status and the one
+ * stderr line. */
+static void expect_error_of(const char *what, const char *args, const char *model,
+                            const char *const *needles) {
+    char cmd[2048], errpath[600], a[1200];
     snprintf(errpath, sizeof errpath, "%s/stderr.txt", work);
-    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids 1,2,3 -o '%s/out.npy' 2>'%s' >/dev/null",
-             getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer", dir, work, errpath);
+    snprintf(a, sizeof a, args, model);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s' >/dev/null",
+             getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer", a, errpath);
     int rc = system(cmd);
     size_t len = 0;
     char *err = read_all(errpath, &len);
@@ -107,6 +111,13 @@ static void expect_error(const char *what, const char *dir, const char *const *n
               err ? err : "");
     printf("  %-26s %s", what, err ? err : "\n");
     free(err);
+}
+
+/* Runs `celer logits` on dir. */
+static void expect_error(const char *what, const char *dir, const char *const *needles) {
+    char args[600];
+    snprintf(args, sizeof args, "logits -m '%%s' --ids 1,2,3 -o '%s/out.npy'", work);
+    expect_error_of(what, args, dir, needles);
 }
 
 #define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -196,6 +207,116 @@ static void gguf_arch(char *buf, size_t *len) {
 static void gguf_header_count(char *buf, size_t *len) {
     (void)len;
     memset(buf + 8, 0x7f, 8); /* tensor count */
+}
+
+/* ==== SentencePiece tokenizer metadata ==== */
+
+/* A GGUF (version 3) without tensors, holding only the metadata that the kv_ helpers add. */
+typedef struct gguf_buf {
+    char *p;
+    size_t n, cap;
+    uint64_t n_kv;
+} gguf_buf;
+
+static void put(gguf_buf *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, d, n), b->n += n;
+}
+
+static void put_u32(gguf_buf *b, uint32_t v) {
+    put(b, &v, 4);
+}
+static void put_u64(gguf_buf *b, uint64_t v) {
+    put(b, &v, 8);
+}
+static void put_str(gguf_buf *b, const char *s) {
+    put_u64(b, strlen(s)), put(b, s, strlen(s));
+}
+static void kv_head(gguf_buf *b, const char *key, uint32_t type) {
+    put_str(b, key), put_u32(b, type), b->n_kv++;
+}
+static void kv_str(gguf_buf *b, const char *key, const char *v) {
+    kv_head(b, key, 8), put_str(b, v);
+}
+static void kv_strs(gguf_buf *b, const char *key, const char *const *v, uint64_t n) {
+    kv_head(b, key, 9), put_u32(b, 8), put_u64(b, n);
+    for (uint64_t i = 0; i < n; i++) put_str(b, v[i]);
+}
+/* An array of n 4-byte values of GGUF type type (6 float32, 5 int32), from v. */
+static void kv_arr4(gguf_buf *b, const char *key, uint32_t type, const void *v, uint64_t n) {
+    kv_head(b, key, 9), put_u32(b, type), put_u64(b, n), put(b, v, 4 * n);
+}
+
+static const char *const TOKENS[] = {"<unk>",
+                                     "<s>",
+                                     "</s>",
+                                     "\xe2\x96\x81",
+                                     "a",
+                                     "b",
+                                     "ab",
+                                     "\xe2\x96\x81"
+                                     "ab"};
+#define N_TOKENS 8
+
+/* Writes work/<tag>.gguf: a llama-architecture file with a SentencePiece vocabulary, each
+ * piece present unless its flag drops it or a bad_* flag breaks it. */
+enum {
+    DROP_TOKENS = 1,
+    DROP_SCORES = 2,
+    SCORES_SHORT = 4,
+    SCORES_INT = 8,
+    SCORES_NAN = 16,
+    TYPES_SHORT = 32
+};
+static const char *spm_file(const char *tag, int flags) {
+    static char path[600];
+    gguf_buf kv = {0}, out = {0};
+    float scores[N_TOKENS] = {0, 0, 0, -1, -2, -3, -4, -5};
+    int32_t types[N_TOKENS] = {2, 3, 3, 1, 1, 1, 1, 1};
+    if (flags & SCORES_NAN) scores[5] = NAN;
+    kv_str(&kv, "general.architecture", "llama");
+    kv_str(&kv, "tokenizer.ggml.model", "llama");
+    if (!(flags & DROP_TOKENS)) kv_strs(&kv, "tokenizer.ggml.tokens", TOKENS, N_TOKENS);
+    if (!(flags & DROP_SCORES))
+        kv_arr4(&kv, "tokenizer.ggml.scores", flags & SCORES_INT ? 5 : 6, scores,
+                flags & SCORES_SHORT ? N_TOKENS - 1 : N_TOKENS);
+    kv_arr4(&kv, "tokenizer.ggml.token_type", 5, types, flags & TYPES_SHORT ? 3 : N_TOKENS);
+    put(&out, "GGUF", 4), put_u32(&out, 3), put_u64(&out, 0), put_u64(&out, kv.n_kv);
+    put(&out, kv.p, kv.n);
+    snprintf(path, sizeof path, "%s/%s.gguf", work, tag);
+    write_all(path, out.p, out.n);
+    free(kv.p), free(out.p);
+    return path;
+}
+
+static void spm_cases(void) {
+    const char *args = "tokenize -m '%s' --text 'ab ab'";
+    /* The well-formed file tokenizes: the cases below fail for their one fault. */
+    char cmd[1400], out[256] = {0};
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' --text 'ab ab' 2>&1",
+             getenv("CELER_BIN") ? getenv("CELER_BIN") : "build/celer", spm_file("spm_ok", 0));
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    int rc = p ? pclose(p) : -1;
+    out[n] = 0;
+    /* "ab ab" -> Metaspace "▁ab▁ab" -> two "▁ab"; no BOS, as the file names none. */
+    CHECK(rc == 0 && !strcmp(out, "7 7\n"), "spm tokenizer: %s", out);
+    printf("  %-26s %s", "spm well-formed", out);
+    expect_error_of("spm tokens missing", args, spm_file("spm_notok", DROP_TOKENS),
+                    NEEDLES("spm_notok.gguf", "tokenizer.ggml.tokens"));
+    expect_error_of("spm scores missing", args, spm_file("spm_noscore", DROP_SCORES),
+                    NEEDLES("spm_noscore.gguf", "tokenizer.ggml.scores", "missing"));
+    expect_error_of("spm scores short", args, spm_file("spm_short", SCORES_SHORT),
+                    NEEDLES("spm_short.gguf", "tokenizer.ggml.scores", "expected 8 float32", "7"));
+    expect_error_of("spm scores int32", args, spm_file("spm_int", SCORES_INT),
+                    NEEDLES("spm_int.gguf", "tokenizer.ggml.scores", "another type"));
+    expect_error_of("spm score NaN", args, spm_file("spm_nan", SCORES_NAN),
+                    NEEDLES("spm_nan.gguf", "tokenizer.ggml.scores[5]", "NaN"));
+    expect_error_of("spm token_type short", args, spm_file("spm_types", TYPES_SHORT),
+                    NEEDLES("spm_types.gguf", "tokenizer.ggml.token_type", "expected 8", "3"));
 }
 
 int main(void) {
@@ -398,6 +519,8 @@ int main(void) {
     expect_error("gguf tensor count",
                  gguf_variant("llama-tied-gguf-q4_1", "count", gguf_header_count),
                  NEEDLES("count.gguf", "cannot fit"));
+
+    spm_cases();
 
     snprintf(path, sizeof path, "rm -rf '%s'", work);
     if (system(path) != 0) CHECK(false, "cleanup");
