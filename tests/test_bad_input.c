@@ -257,8 +257,7 @@ static const char *const TOKENS[] = {"<unk>",
                                      "a",
                                      "b",
                                      "ab",
-                                     "\xe2\x96\x81"
-                                     "ab"};
+                                     "\xe2\x96\x81\x61\x62" /* "▁ab" */};
 #define N_TOKENS 8
 
 /* Writes work/<tag>.gguf: a llama-architecture file with a SentencePiece vocabulary, each
