@@ -34,8 +34,8 @@ typedef struct cli_model_opts {
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
 /* A -m value: a path that exists, or a model name ORG/NAME[:QUANT] found in the Hugging
- * Face cache (celer_model_resolve), as a path (malloc'd, never freed: it lives as long as
- * the command); dies with one line when the name is not there. */
+ * Face cache (celer_model_resolve), as a path in static storage (a command opens one
+ * model: the last call's path); dies with one line when the name is not there. */
 const char *cli_model_path(const char *arg);
 
 /* The default model's path (${CELER_CACHE_DIR:-~/.cache/celer}/SmolLM2-135M-Instruct.Q4_1.gguf,

@@ -88,13 +88,11 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
 }
 
 const char *cli_model_path(const char *arg) {
-    char path[4096], err[512];
+    static char path[4096]; /* one model a process: the last -m wins */
+    char err[512];
     if (celer_model_resolve(arg, path, sizeof path, err, sizeof err) != CELER_OK)
         cli_die("%s", err);
-    const size_t n = strlen(path) + 1;
-    char *copy = malloc(n);
-    if (!copy) cli_die("out of memory");
-    return memcpy(copy, path, n);
+    return path;
 }
 
 const char *cli_default_model(void) {

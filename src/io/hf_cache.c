@@ -248,7 +248,7 @@ static celer_status snapshot_open(snapshot *s, const char *repo_dir, const char 
         s->gguf = NULL;
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", s->dir);
     }
-    qsort(s->gguf, (size_t)s->n_gguf, sizeof *s->gguf, gguf_cmp);
+    if (s->n_gguf > 1) qsort(s->gguf, (size_t)s->n_gguf, sizeof *s->gguf, gguf_cmp);
     return CELER_OK;
 }
 
@@ -442,7 +442,7 @@ celer_status celer_hf_cache_list(celer_cached_model **models, int64_t *n, char *
         free(*models);
         *models = NULL, *n = 0;
     } else {
-        qsort(*models, (size_t)*n, sizeof **models, model_cmp);
+        if (*n > 1) qsort(*models, (size_t)*n, sizeof **models, model_cmp);
     }
     error_copy(&e, err, err_size);
     return st;

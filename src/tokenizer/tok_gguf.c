@@ -267,10 +267,10 @@ static celer_status spm_merges(json_t *out, const spm_vocab *v, const float *sco
             }
             l_cp++;
         }
-        qsort(m + first, n - first, sizeof *m, local_cmp);
+        if (n - first > 1) qsort(m + first, n - first, sizeof *m, local_cmp);
         for (size_t j = first; j < n; j++) m[j].seq = (int64_t)j;
     }
-    qsort(m, n, sizeof *m, merge_cmp);
+    if (n > 1) qsort(m, n, sizeof *m, merge_cmp);
     for (size_t j = 0; j < n; j++) {
         json_t *pair =
             json_pack("[s#, s#]", v->s[m[j].l], v->len[m[j].l], v->s[m[j].r], v->len[m[j].r]);
