@@ -13,17 +13,21 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[DTYPE_COUNT_] = {
-    [DTYPE_UNKNOWN] = {"?", 0}, [DTYPE_F32] = {"F32", 4},   [DTYPE_F16] = {"F16", 2},
-    [DTYPE_BF16] = {"BF16", 2}, [DTYPE_U32] = {"U32", 4},   [DTYPE_I32] = {"I32", 4},
-    [DTYPE_U8] = {"U8", 1},     [DTYPE_I8] = {"I8", 1},     [DTYPE_F64] = {"F64", 8},
-    [DTYPE_I64] = {"I64", 8},   [DTYPE_U16] = {"U16", 2},   [DTYPE_I16] = {"I16", 2},
-    [DTYPE_BOOL] = {"BOOL", 1}, [DTYPE_U4LO] = {"U4LO", 1},  [DTYPE_U4HI] = {"U4HI", 1},
+    [DTYPE_UNKNOWN] = {"?", 0}, [DTYPE_F32] = {"F32", 4},       [DTYPE_F16] = {"F16", 2},
+    [DTYPE_BF16] = {"BF16", 2}, [DTYPE_U32] = {"U32", 4},       [DTYPE_I32] = {"I32", 4},
+    [DTYPE_U8] = {"U8", 1},     [DTYPE_I8] = {"I8", 1},         [DTYPE_F64] = {"F64", 8},
+    [DTYPE_I64] = {"I64", 8},   [DTYPE_U16] = {"U16", 2},       [DTYPE_I16] = {"I16", 2},
+    [DTYPE_BOOL] = {"BOOL", 1}, [DTYPE_U4LO] = {"U4LO", 1},     [DTYPE_U4HI] = {"U4HI", 1},
     [DTYPE_E8M0] = {"E8M0", 1}, [DTYPE_F8E4M3] = {"F8E4M3", 1},
 };
 
-size_t dtype_size(dtype t) { return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].size : 0; }
+size_t dtype_size(dtype t) {
+    return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].size : 0;
+}
 
-const char *dtype_name(dtype t) { return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].name : "?"; }
+const char *dtype_name(dtype t) {
+    return (t > 0 && t < DTYPE_COUNT_) ? dtype_info[t].name : "?";
+}
 
 dtype dtype_from_name(const char *s) {
     for (int t = 1; t < DTYPE_U4LO; t++) /* the nibble views are celer's own, never a file's */
@@ -38,20 +42,35 @@ float dtype_load_f32(dtype t, const void *p, int64_t i) {
     float f;
     uint16_t h;
     switch (t) {
-    case DTYPE_F32: memcpy(&f, b + 4 * i, 4); return f;
-    case DTYPE_F16: memcpy(&h, b + 2 * i, 2); return f16_to_f32(h);
-    case DTYPE_BF16: memcpy(&h, b + 2 * i, 2); return bf16_to_f32(h);
-    case DTYPE_U8: return (float)b[i];
-    case DTYPE_I8: return (float)(int8_t)b[i];
-    case DTYPE_U4LO: return (float)(b[i] & 15);
-    case DTYPE_U4HI: return (float)(b[i] >> 4);
-    case DTYPE_E8M0: return b[i] == 255 ? NAN : ldexpf(1.0f, b[i] - 127);
+    case DTYPE_F32:
+        memcpy(&f, b + 4 * i, 4);
+        return f;
+    case DTYPE_F16:
+        memcpy(&h, b + 2 * i, 2);
+        return f16_to_f32(h);
+    case DTYPE_BF16:
+        memcpy(&h, b + 2 * i, 2);
+        return bf16_to_f32(h);
+    case DTYPE_U8:
+        return (float)b[i];
+    case DTYPE_I8:
+        return (float)(int8_t)b[i];
+    case DTYPE_U4LO:
+        return (float)(b[i] & 15);
+    case DTYPE_U4HI:
+        return (float)(b[i] >> 4);
+    case DTYPE_E8M0:
+        return b[i] == 255 ? NAN : ldexpf(1.0f, b[i] - 127);
     case DTYPE_F8E4M3: {
         const int e = (b[i] >> 3) & 15, m = b[i] & 7;
-        const float v = e == 15 && m == 7 ? NAN : e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : ldexpf((float)m, -9);
+        const float v = e == 15 && m == 7 ? NAN
+                        : e               ? ldexpf(1.0f + (float)m / 8.0f, e - 7)
+                                          : ldexpf((float)m, -9);
         return b[i] & 0x80 ? -v : v;
     }
-    default: CELER_ASSERT(!"bad weight dtype"); return 0;
+    default:
+        CELER_ASSERT(!"bad weight dtype");
+        return 0;
     }
 }
 
@@ -86,7 +105,8 @@ void matview_row(float *out, const matview *w, int64_t r) {
         if (!w->biases) {
             for (int64_t c = g * w->group; c < (g + 1) * w->group; c++) {
                 const int q = (int)matview_code(w, r, c);
-                out[c] = s * (w->lut ? ldexpf((float)w->lut[q], -w->lut_shift) : (float)(q - w->zero));
+                out[c] =
+                    s * (w->lut ? ldexpf((float)w->lut[q], -w->lut_shift) : (float)(q - w->zero));
             }
             continue;
         }

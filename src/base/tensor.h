@@ -26,9 +26,9 @@ typedef enum dtype {
     DTYPE_U16,
     DTYPE_I16,
     DTYPE_BOOL,
-    DTYPE_U4LO, /* the low nibble of each byte (GGUF Q2_K's scales) */
-    DTYPE_U4HI, /* the high nibble of each byte (its mins, the same bytes) */
-    DTYPE_E8M0, /* a power of two, 2^(b - 127) (MLX mxfp4's scales) */
+    DTYPE_U4LO,   /* the low nibble of each byte (GGUF Q2_K's scales) */
+    DTYPE_U4HI,   /* the high nibble of each byte (its mins, the same bytes) */
+    DTYPE_E8M0,   /* a power of two, 2^(b - 127) (MLX mxfp4's scales) */
     DTYPE_F8E4M3, /* fp8: sign, 4 exponent bits biased 7, 3 mantissa bits (nvfp4's scales) */
     DTYPE_COUNT_
 } dtype;
@@ -60,8 +60,8 @@ typedef struct matview {
     int64_t rows, cols;
     dtype type; /* dense element type, or DTYPE_U32 for affine codes */
     const void *data;
-    int quant_bits;  /* 0 = dense */
-    int64_t group;   /* affine group size along cols */
+    int quant_bits; /* 0 = dense */
+    int64_t group;  /* affine group size along cols */
     dtype scale_type;
     const void *scales, *biases; /* biases NULL: w = scale * (q - zero) */
     int zero;
@@ -83,7 +83,7 @@ void matview_row(float *out, const matview *w, int64_t r);
  * [n_slots, hk * hd] floats; position p of the sequence lives in slot
  * blocks[p / block_size] * block_size + p % block_size. */
 typedef struct kv_span {
-    const void *k, *v;     /* fp16 (f16 set) or fp32 values, [slots, hk*hd] */
+    const void *k, *v; /* fp16 (f16 set) or fp32 values, [slots, hk*hd] */
     const int32_t *blocks;
     int64_t block_size;
     bool f16;

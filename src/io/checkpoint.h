@@ -26,7 +26,7 @@ typedef struct checkpoint {
     bool has_quant;
     int quant_bits;
     int64_t quant_group;
-    int quant_mode; /* quant_mode of the global block */
+    int quant_mode;      /* quant_mode of the global block */
     const json_t *quant; /* borrowed from config; NULL when has_quant is false */
     /* A GGUF file opened as a checkpoint: its map, parsed header and repacked tensors. */
     struct gguf_file *gguf;
@@ -53,7 +53,7 @@ const st_tensor *checkpoint_find(const checkpoint *ck, const char *name, const c
 
 /* What config.json says about module path (e.g. "model.layers.0.mlp.down_proj"). */
 typedef enum quant_rule {
-    QUANT_RULE_SILENT, /* no quantization block: go by the tensors */
+    QUANT_RULE_SILENT,  /* no quantization block: go by the tensors */
     QUANT_RULE_DEFAULT, /* the global block applies (no per-module entry) */
     QUANT_RULE_MODULE,  /* a per-module {bits, group_size} entry */
     QUANT_RULE_DENSE,   /* a per-module `false`: stored unquantized */
@@ -79,8 +79,8 @@ celer_status checkpoint_quant_for(const checkpoint *ck, const char *module, quan
 celer_status config_int(const checkpoint *ck, const json_t *obj, const char *key, int64_t def,
                         int64_t *out, celer_error *e);
 /* Required integer field > 0. */
-celer_status config_pos_int(const checkpoint *ck, const json_t *obj, const char *key,
-                            int64_t *out, celer_error *e);
+celer_status config_pos_int(const checkpoint *ck, const json_t *obj, const char *key, int64_t *out,
+                            celer_error *e);
 /* Number field (integer or real); def when absent or null. */
 celer_status config_num(const checkpoint *ck, const json_t *obj, const char *key, double def,
                         double *out, celer_error *e);
@@ -88,7 +88,7 @@ celer_status config_num(const checkpoint *ck, const json_t *obj, const char *key
 celer_status config_bool(const checkpoint *ck, const json_t *obj, const char *key, bool def,
                          bool *out, celer_error *e);
 /* String field or NULL when absent or null (borrowed). Fails on a non-string. */
-celer_status config_str(const checkpoint *ck, const json_t *obj, const char *key,
-                        const char **out, celer_error *e);
+celer_status config_str(const checkpoint *ck, const json_t *obj, const char *key, const char **out,
+                        celer_error *e);
 
 #endif

@@ -28,7 +28,8 @@ static bool module_quant(const checkpoint *ck, const st_tensor *t, int *bits, in
     const size_t base = strlen(t->name) - strlen(".weight");
     snprintf(name, sizeof name, "%.*s.scales", (int)base, t->name);
     const st_tensor *sc = checkpoint_find(ck, name, NULL);
-    if (t->type != DTYPE_U32 || !sc || sc->ndim != 2 || t->ndim != 2 || sc->shape[1] == 0) return false;
+    if (t->type != DTYPE_U32 || !sc || sc->ndim != 2 || t->ndim != 2 || sc->shape[1] == 0)
+        return false;
     const int64_t cols = sc->shape[1] * 32;
     *group = 32;
     *bits = (int)(t->shape[1] * 32 / cols);
@@ -41,7 +42,9 @@ static celer_status quant_block(const checkpoint *ck, json_t *cfg, celer_error *
     for (size_t i = 0; i < st->n_tensors; i++) {
         int bits;
         int64_t group;
-        if (ends_with(st->tensors[i].name, ".weight") && module_quant(ck, &st->tensors[i], &bits, &group)) count[bits]++;
+        if (ends_with(st->tensors[i].name, ".weight") &&
+            module_quant(ck, &st->tensors[i], &bits, &group))
+            count[bits]++;
     }
     if (!count[4] && !count[8]) return CELER_OK;
     const int main_bits = count[4] >= count[8] ? 4 : 8;
@@ -54,8 +57,11 @@ static celer_status quant_block(const checkpoint *ck, json_t *cfg, celer_error *
         if (!ends_with(t->name, ".weight") || !module_quant(ck, t, &bits, &group)) continue;
         if (bits == main_bits && group == 32) continue;
         char module[300];
-        snprintf(module, sizeof module, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
-        json_object_set_new(q, module, json_pack("{s:I, s:i, s:s}", "group_size", (json_int_t)group, "bits", bits, "mode", "affine"));
+        snprintf(module, sizeof module, "%.*s", (int)(strlen(t->name) - strlen(".weight")),
+                 t->name);
+        json_object_set_new(q, module,
+                            json_pack("{s:I, s:i, s:s}", "group_size", (json_int_t)group, "bits",
+                                      bits, "mode", "affine"));
     }
     json_object_set(cfg, "quantization", q);
     json_object_set_new(cfg, "quantization_config", q);
@@ -70,8 +76,10 @@ static celer_status write_safetensors(const checkpoint *ck, const char *path, ce
         const st_tensor *t = &st->tensors[i];
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_name(t->type), "shape", shape,
-                                                   "data_offsets", (json_int_t)off, (json_int_t)(off + t->nbytes)));
+        json_object_set_new(h, t->name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_name(t->type), "shape",
+                                      shape, "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + t->nbytes)));
         off += t->nbytes;
     }
     char *text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
@@ -101,27 +109,34 @@ static celer_status check_mlx_layout(const checkpoint *ck, celer_error *e) {
     const safetensors *st = &ck->shards[0];
     for (size_t i = 0; i < st->n_tensors; i++) {
         const st_tensor *t = &st->tensors[i];
-        const char *why = ends_with(t->name, ".zero")           ? "a zero point instead of biases (GGUF Q5_0)"
-                          : ends_with(t->name, ".super_scales") ? "two levels of scales (a GGUF K-quant)"
-                          : ends_with(t->name, ".lut")          ? "a codebook of code values (GGUF IQ4)"
-                                                                : NULL;
+        const char *why = ends_with(t->name, ".zero") ? "a zero point instead of biases (GGUF Q5_0)"
+                          : ends_with(t->name, ".super_scales")
+                              ? "two levels of scales (a GGUF K-quant)"
+                          : ends_with(t->name, ".lut") ? "a codebook of code values (GGUF IQ4)"
+                                                       : NULL;
         int bits;
         int64_t group;
-        if (!why && ends_with(t->name, ".weight") && module_quant(ck, t, &bits, &group) && bits != 4 && bits != 8)
+        if (!why && ends_with(t->name, ".weight") && module_quant(ck, t, &bits, &group) &&
+            bits != 4 && bits != 8)
             why = "codes of a width other than 4 or 8 bits";
         if (why)
-            return error_set(e, CELER_STATUS_UNSUPPORTED,
-                             "%s: tensor %s: %s; celer convert writes MLX's 4- and 8-bit affine layout only",
-                             ck->config_path, t->name, why);
+            return error_set(
+                e, CELER_STATUS_UNSUPPORTED,
+                "%s: tensor %s: %s; celer convert writes MLX's 4- and 8-bit affine layout only",
+                ck->config_path, t->name, why);
     }
     return CELER_OK;
 }
 
 celer_status checkpoint_write_mlx(const checkpoint *ck, const char *dir, celer_error *e) {
-    if (!ck->gguf) return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: only GGUF files convert (this is already a checkpoint directory)", ck->dir);
+    if (!ck->gguf)
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: only GGUF files convert (this is already a checkpoint directory)",
+                         ck->dir);
     celer_status c = check_mlx_layout(ck, e);
     if (c != CELER_OK) return c;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return error_set(e, CELER_STATUS_IO, "%s: cannot create: %s", dir, strerror(errno));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return error_set(e, CELER_STATUS_IO, "%s: cannot create: %s", dir, strerror(errno));
     char path[4096];
     json_t *cfg = json_deep_copy(ck->config);
     if (!cfg) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");

@@ -35,9 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* IQ4_NL's and IQ4_XS's code values (ggml's kvalues_iq4nl). */
-static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
 
 /* ==== Metadata -> config.json fields ==== */
 
@@ -46,17 +46,24 @@ static bool kv_number(const gguf_file *g, const char *key, double *out) {
     if (!kv) return false;
     switch (kv->val.type) {
     case GGUF_TYPE_FLOAT32:
-    case GGUF_TYPE_FLOAT64: *out = kv->val.num.f; return true;
+    case GGUF_TYPE_FLOAT64:
+        *out = kv->val.num.f;
+        return true;
     case GGUF_TYPE_INT8:
     case GGUF_TYPE_INT16:
     case GGUF_TYPE_INT32:
-    case GGUF_TYPE_INT64: *out = (double)kv->val.num.i; return true;
+    case GGUF_TYPE_INT64:
+        *out = (double)kv->val.num.i;
+        return true;
     case GGUF_TYPE_UINT8:
     case GGUF_TYPE_UINT16:
     case GGUF_TYPE_UINT32:
     case GGUF_TYPE_UINT64:
-    case GGUF_TYPE_BOOL: *out = (double)kv->val.num.u; return true;
-    default: return false;
+    case GGUF_TYPE_BOOL:
+        *out = (double)kv->val.num.u;
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -66,7 +73,8 @@ static void map_field(const gguf_file *g, json_t *cfg, const char *arch, const c
     char key[128];
     double v;
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (kv_number(g, key, &v)) json_object_set_new(cfg, field, real ? json_real(v) : json_integer((json_int_t)v));
+    if (kv_number(g, key, &v))
+        json_object_set_new(cfg, field, real ? json_real(v) : json_integer((json_int_t)v));
 }
 
 /* Gemma: softcaps, the local RoPE base, and the query scale llama.cpp applies (GGUF has
@@ -80,17 +88,22 @@ static void gemma_config(const gguf_file *g, json_t *cfg, const char *arch) {
     const json_int_t d = json_integer_value(json_object_get(cfg, "hidden_size"));
     const json_int_t h = json_integer_value(json_object_get(cfg, "num_attention_heads"));
     const json_t *kl = json_object_get(cfg, "head_dim");
-    const bool big = (!strcmp(arch, "gemma2") && layers == 46) || (!strcmp(arch, "gemma3") && layers == 62);
-    if (big && h > 0) json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(d / h));
-    else if (kl) json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(json_integer_value(kl)));
-    else if (h > 0) json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(d / h));
+    const bool big =
+        (!strcmp(arch, "gemma2") && layers == 46) || (!strcmp(arch, "gemma3") && layers == 62);
+    if (big && h > 0)
+        json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(d / h));
+    else if (kl)
+        json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(json_integer_value(kl)));
+    else if (h > 0)
+        json_object_set_new(cfg, "query_pre_attn_scalar", json_integer(d / h));
 }
 
 /* factors[n] of an F32 tensor as a JSON list, or NULL (e set) when it is not one. */
 static json_t *factor_list(const checkpoint *ck, const gguf_tensor *t, int64_t n, celer_error *e) {
     if (t->ggml_type != GGML_F32 || t->ndim != 1 || t->ne[0] != n) {
-        error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: expected F32 [%lld] (rotary dimensions / 2)",
-                  ck->config_path, t->name, (long long)n);
+        error_set(e, CELER_STATUS_BAD_FILE,
+                  "%s: tensor %s: expected F32 [%lld] (rotary dimensions / 2)", ck->config_path,
+                  t->name, (long long)n);
         return NULL;
     }
     json_t *a = json_array();
@@ -112,33 +125,42 @@ static celer_status phi3_config(checkpoint *ck, const gguf_file *g, json_t *cfg,
     if (!kv_number(g, "phi3.rope.dimension_count", &rot)) rot = (double)hd;
     if (hd > 0) json_object_set_new(cfg, "partial_rotary_factor", json_real(rot / (double)hd));
     const json_t *sw = json_object_get(cfg, "sliding_window");
-    if (sw && json_integer_value(sw) <= 0) json_object_del(cfg, "sliding_window"); /* 0: no window */
-    const gguf_tensor *ls = gguf_find_tensor(g, "rope_factors_short.weight"), *ll = gguf_find_tensor(g, "rope_factors_long.weight");
+    if (sw && json_integer_value(sw) <= 0)
+        json_object_del(cfg, "sliding_window"); /* 0: no window */
+    const gguf_tensor *ls = gguf_find_tensor(g, "rope_factors_short.weight"),
+                      *ll = gguf_find_tensor(g, "rope_factors_long.weight");
     if (!ls && !ll) return CELER_OK;
     if (!ls || !ll)
-        return error_set(e, CELER_STATUS_BAD_FILE, "%s: rope_factors_short.weight and rope_factors_long.weight: expected both",
-                         ck->config_path);
-    json_t *rs = json_object(), *sf = factor_list(ck, ls, (int64_t)rot / 2, e), *lf = sf ? factor_list(ck, ll, (int64_t)rot / 2, e) : NULL;
+        return error_set(
+            e, CELER_STATUS_BAD_FILE,
+            "%s: rope_factors_short.weight and rope_factors_long.weight: expected both",
+            ck->config_path);
+    json_t *rs = json_object(), *sf = factor_list(ck, ls, (int64_t)rot / 2, e),
+           *lf = sf ? factor_list(ck, ll, (int64_t)rot / 2, e) : NULL;
     if (!rs || !sf || !lf) {
         json_decref(rs), json_decref(sf), json_decref(lf);
-        return e->msg[0] ? CELER_STATUS_BAD_FILE : error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        return e->msg[0] ? CELER_STATUS_BAD_FILE
+                         : error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     json_object_set_new(rs, "type", json_string("longrope"));
     json_object_set_new(rs, "short_factor", sf);
     json_object_set_new(rs, "long_factor", lf);
     if (kv_number(g, "phi3.rope.scaling.original_context_length", &v))
         json_object_set_new(cfg, "original_max_position_embeddings", json_integer((json_int_t)v));
-    if (kv_number(g, "phi3.rope.scaling.attn_factor", &v)) json_object_set_new(rs, "attention_factor", json_real(v));
+    if (kv_number(g, "phi3.rope.scaling.attn_factor", &v))
+        json_object_set_new(rs, "attention_factor", json_real(v));
     json_object_set_new(cfg, "rope_scaling", rs);
     return CELER_OK;
 }
 
-static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char *arch, celer_error *e) {
+static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char *arch,
+                                 celer_error *e) {
     json_t *cfg = json_object();
     if (!cfg) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     ck->config = cfg;
     /* a gemma3 file holds the text model alone */
-    json_object_set_new(cfg, "model_type", json_string(strcmp(arch, "gemma3") ? arch : "gemma3_text"));
+    json_object_set_new(cfg, "model_type",
+                        json_string(strcmp(arch, "gemma3") ? arch : "gemma3_text"));
     map_field(g, cfg, arch, "embedding_length", "hidden_size", false);
     map_field(g, cfg, arch, "feed_forward_length", "intermediate_size", false);
     map_field(g, cfg, arch, "attention.head_count", "num_attention_heads", false);
@@ -150,13 +172,16 @@ static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char 
     map_field(g, cfg, arch, "attention.key_length", "head_dim", false);
     map_field(g, cfg, arch, "vocab_size", "vocab_size", false);
     double v;
-    if (kv_number(g, "tokenizer.ggml.eos_token_id", &v)) json_object_set_new(cfg, "eos_token_id", json_integer((json_int_t)v));
-    if (kv_number(g, "tokenizer.ggml.bos_token_id", &v)) json_object_set_new(cfg, "bos_token_id", json_integer((json_int_t)v));
+    if (kv_number(g, "tokenizer.ggml.eos_token_id", &v))
+        json_object_set_new(cfg, "eos_token_id", json_integer((json_int_t)v));
+    if (kv_number(g, "tokenizer.ggml.bos_token_id", &v))
+        json_object_set_new(cfg, "bos_token_id", json_integer((json_int_t)v));
     if (!json_object_get(cfg, "vocab_size")) {
         const gguf_tensor *t = gguf_find_tensor(g, "token_embd.weight");
         if (t && t->ndim == 2) json_object_set_new(cfg, "vocab_size", json_integer(t->ne[1]));
     }
-    json_object_set_new(cfg, "tie_word_embeddings", json_boolean(!gguf_find_tensor(g, "output.weight")));
+    json_object_set_new(cfg, "tie_word_embeddings",
+                        json_boolean(!gguf_find_tensor(g, "output.weight")));
     map_field(g, cfg, arch, "attention.sliding_window", "sliding_window", false);
     if (!strncmp(arch, "gemma", 5)) gemma_config(g, cfg, arch);
     if (!strcmp(arch, "phi3")) {
@@ -174,22 +199,27 @@ static celer_status synth_config(checkpoint *ck, const gguf_file *g, const char 
         if (p && p->val.type == GGUF_TYPE_ARRAY && p->val.arr_type == GGUF_TYPE_BOOL) {
             json_t *types = json_array();
             for (uint64_t i = 0; i < p->val.arr_len; i++)
-                json_array_append_new(types, json_string(p->val.arr_data[i] ? "sliding_attention" : "full_attention"));
+                json_array_append_new(types, json_string(p->val.arr_data[i] ? "sliding_attention"
+                                                                            : "full_attention"));
             json_object_set_new(cfg, "layer_types", types);
         } else {
-            map_field(g, cfg, arch, "attention.sliding_window_pattern", "sliding_window_pattern", false);
+            map_field(g, cfg, arch, "attention.sliding_window_pattern", "sliding_window_pattern",
+                      false);
         }
     }
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     const gguf_kv *st = gguf_find_kv(g, key);
-    if (st && st->val.type == GGUF_TYPE_STRING && !(st->val.str_len == 4 && !memcmp(st->val.str, "none", 4))) {
+    if (st && st->val.type == GGUF_TYPE_STRING &&
+        !(st->val.str_len == 4 && !memcmp(st->val.str, "none", 4))) {
         json_t *rs = json_object();
         json_object_set_new(rs, "type", json_stringn(st->val.str, st->val.str_len));
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
         if (kv_number(g, key, &v)) json_object_set_new(rs, "factor", json_real(v));
         snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
-        if (kv_number(g, key, &v)) json_object_set_new(rs, "original_max_position_embeddings", json_integer((json_int_t)v));
+        if (kv_number(g, key, &v))
+            json_object_set_new(rs, "original_max_position_embeddings",
+                                json_integer((json_int_t)v));
         json_object_set_new(cfg, "rope_scaling", rs);
     }
     return CELER_OK;
@@ -217,25 +247,31 @@ static const name_map phi3_map[] = {
     {NULL, NULL, 0},
 };
 
-static bool map_name(const char *arch, const char *gname, char *module, size_t size, char *suffix, int *qk) {
+static bool map_name(const char *arch, const char *gname, char *module, size_t size, char *suffix,
+                     int *qk) {
     static const name_map layer_map[] = {
-        {"attn_norm", "input_layernorm", 0},   {"ffn_norm", "post_attention_layernorm", 0},
-        {"attn_q", "self_attn.q_proj", 1},     {"attn_k", "self_attn.k_proj", 2},
-        {"attn_v", "self_attn.v_proj", 0},     {"attn_output", "self_attn.o_proj", 0},
-        {"ffn_gate", "mlp.gate_proj", 0},      {"ffn_up", "mlp.up_proj", 0},
-        {"ffn_down", "mlp.down_proj", 0},      {"attn_q_norm", "self_attn.q_norm", 0},
+        {"attn_norm", "input_layernorm", 0},    {"ffn_norm", "post_attention_layernorm", 0},
+        {"attn_q", "self_attn.q_proj", 1},      {"attn_k", "self_attn.k_proj", 2},
+        {"attn_v", "self_attn.v_proj", 0},      {"attn_output", "self_attn.o_proj", 0},
+        {"ffn_gate", "mlp.gate_proj", 0},       {"ffn_up", "mlp.up_proj", 0},
+        {"ffn_down", "mlp.down_proj", 0},       {"attn_q_norm", "self_attn.q_norm", 0},
         {"attn_k_norm", "self_attn.k_norm", 0}, {NULL, NULL, 0},
     };
-    const name_map *maps[2] = {!strncmp(arch, "gemma", 5) ? gemma_map : !strcmp(arch, "phi3") ? phi3_map : NULL,
+    const name_map *maps[2] = {!strncmp(arch, "gemma", 5) ? gemma_map
+                               : !strcmp(arch, "phi3")    ? phi3_map
+                                                          : NULL,
                                layer_map};
     const char *dot = strrchr(gname, '.');
     if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return false;
     snprintf(suffix, 8, "%s", dot + 1);
     const size_t base = (size_t)(dot - gname);
     *qk = 0;
-    if (!strncmp(gname, "token_embd", base) && base == 10) return snprintf(module, size, "model.embed_tokens"), true;
-    if (!strncmp(gname, "output_norm", base) && base == 11) return snprintf(module, size, "model.norm"), true;
-    if (!strncmp(gname, "output", base) && base == 6) return snprintf(module, size, "lm_head"), true;
+    if (!strncmp(gname, "token_embd", base) && base == 10)
+        return snprintf(module, size, "model.embed_tokens"), true;
+    if (!strncmp(gname, "output_norm", base) && base == 11)
+        return snprintf(module, size, "model.norm"), true;
+    if (!strncmp(gname, "output", base) && base == 6)
+        return snprintf(module, size, "lm_head"), true;
     int layer, n = 0;
     if (sscanf(gname, "blk.%d.%n", &layer, &n) != 1 || n == 0 || layer < 0) return false;
     for (int k = 0; k < 2; k++)
@@ -264,8 +300,8 @@ typedef struct table {
     celer_error *e;
 } table;
 
-static st_tensor *add(table *tb, const char *module, const char *suffix, dtype type, int ndim, int64_t r, int64_t c,
-                      const void *data, size_t nbytes) {
+static st_tensor *add(table *tb, const char *module, const char *suffix, dtype type, int ndim,
+                      int64_t r, int64_t c, const void *data, size_t nbytes) {
     st_tensor *t = &tb->st->tensors[tb->st->n_tensors];
     char name[256];
     snprintf(name, sizeof name, "%s.%s", module, suffix);
@@ -280,7 +316,9 @@ static st_tensor *add(table *tb, const char *module, const char *suffix, dtype t
     return t;
 }
 
-static celer_status oom(table *tb) { return error_set(tb->e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", tb->path); }
+static celer_status oom(table *tb) {
+    return error_set(tb->e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", tb->path);
+}
 
 /* The one-value tensor "<module>.zero" of a type with a zero point instead of biases. */
 static bool add_zero(table *tb, const char *module, int32_t value) {
@@ -296,8 +334,11 @@ static bool add_lut(table *tb, const char *module) {
 }
 
 /* A dense tensor: a view into the map, or a row-reordered copy for permuted q/k. */
-static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *module, const char *suffix, int64_t n_head) {
-    const dtype type = gt->ggml_type == GGML_F32 ? DTYPE_F32 : gt->ggml_type == GGML_F16 ? DTYPE_F16 : DTYPE_BF16;
+static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *module,
+                              const char *suffix, int64_t n_head) {
+    const dtype type = gt->ggml_type == GGML_F32   ? DTYPE_F32
+                       : gt->ggml_type == GGML_F16 ? DTYPE_F16
+                                                   : DTYPE_BF16;
     const int64_t cols = gt->ne[0], rows = gt->ndim == 2 ? gt->ne[1] : 1;
     const uint8_t *data = gt->data;
     if (n_head) {
@@ -307,34 +348,41 @@ static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *modu
         /* A 1-D bias permutes element-wise: treat it as rows of one element. */
         const int64_t n = gt->ndim == 1 ? cols : rows;
         const size_t unit = gt->ndim == 1 ? dtype_size(type) : rb;
-        for (int64_t r = 0; r < n; r++) memcpy(copy + (size_t)r * unit, gt->data + (size_t)unpermute_row(r, n, n_head) * unit, unit);
+        for (int64_t r = 0; r < n; r++)
+            memcpy(copy + (size_t)r * unit, gt->data + (size_t)unpermute_row(r, n, n_head) * unit,
+                   unit);
         data = copy;
     }
-    return add(tb, module, suffix, type, gt->ndim, rows, cols, data, gt->nbytes) ? CELER_OK : oom(tb);
+    return add(tb, module, suffix, type, gt->ndim, rows, cols, data, gt->nbytes) ? CELER_OK
+                                                                                 : oom(tb);
 }
 
 /* The codes (0 .. 2^bits - 1) of one 32-element block, its scale and its bias; bias is
  * untouched for the types with a zero point. */
-static void decode_block(uint32_t gtype, const uint8_t *blk, uint8_t q[32], uint16_t *d, uint16_t *m) {
+static void decode_block(uint32_t gtype, const uint8_t *blk, uint8_t q[32], uint16_t *d,
+                         uint16_t *m) {
     memcpy(d, blk, 2);
     if (gtype == GGML_Q8_0) {
         for (int k = 0; k < 32; k++) q[k] = (uint8_t)((int)(int8_t)blk[2 + k] + 128);
         *m = f32_to_f16(-128.0f * f16_to_f32(*d));
         return;
     }
-    const bool with_m = gtype == GGML_Q4_1 || gtype == GGML_Q5_1, five = gtype == GGML_Q5_0 || gtype == GGML_Q5_1;
+    const bool with_m = gtype == GGML_Q4_1 || gtype == GGML_Q5_1,
+               five = gtype == GGML_Q5_0 || gtype == GGML_Q5_1;
     if (with_m) memcpy(m, blk + 2, 2);
     uint32_t qh = 0;
     if (five) memcpy(&qh, blk + (with_m ? 4 : 2), 4);
     const uint8_t *qs = blk + (with_m ? 4 : 2) + (five ? 4 : 0);
     for (int k = 0; k < 32; k++)
-        q[k] = (uint8_t)((k < 16 ? qs[k] & 15 : qs[k - 16] >> 4) | (five ? ((qh >> k) & 1u) << 4 : 0));
+        q[k] =
+            (uint8_t)((k < 16 ? qs[k] & 15 : qs[k - 16] >> 4) | (five ? ((qh >> k) & 1u) << 4 : 0));
     if (gtype == GGML_Q4_0) *m = f32_to_f16(-8.0f * f16_to_f32(*d));
 }
 
 /* A Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrix -> MLX codes [rows, cols*bits/32] + fp16 scales
  * and biases (Q5_0: a zero point instead of biases). */
-static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
+static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *module,
+                               int64_t n_head) {
     const uint32_t gtype = gt->ggml_type;
     const int bits = gtype == GGML_Q8_0 ? 8 : gtype == GGML_Q5_0 || gtype == GGML_Q5_1 ? 5 : 4;
     const bool zero_point = gtype == GGML_Q5_0 || gtype == GGML_IQ4_NL;
@@ -347,7 +395,8 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
     const int64_t words = cols * bits / 32;
     uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
     uint16_t *scales = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
-    uint16_t *biases = zero_point ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
+    uint16_t *biases =
+        zero_point ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
     if (!codes || !scales || (!zero_point && !biases)) return oom(tb);
     memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
     for (int64_t r = 0; r < rows; r++) {
@@ -366,10 +415,13 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
             if (biases) biases[r * nb + b] = m;
         }
     }
-    if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
-        !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales, sizeof(uint16_t) * (size_t)(rows * nb)))
+    if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
+             sizeof(uint32_t) * (size_t)(rows * words)) ||
+        !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales,
+             sizeof(uint16_t) * (size_t)(rows * nb)))
         return oom(tb);
-    if (biases && !add(tb, module, "biases", DTYPE_F16, 2, rows, nb, biases, sizeof(uint16_t) * (size_t)(rows * nb)))
+    if (biases && !add(tb, module, "biases", DTYPE_F16, 2, rows, nb, biases,
+                       sizeof(uint16_t) * (size_t)(rows * nb)))
         return oom(tb);
     if (zero_point && !add_zero(tb, module, gtype == GGML_IQ4_NL ? 0 : 16)) return oom(tb);
     if (gtype == GGML_IQ4_NL && !add_lut(tb, module)) return oom(tb);
@@ -429,14 +481,24 @@ static int8_t iq4xs_scale(const uint8_t *blk, int j) {
 }
 
 /* A K-quant or IQ4_XS matrix -> MLX codes, U8/I8 group scales (and mins), F16 factors. */
-static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *module, int64_t n_head) {
+static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *module,
+                                int64_t n_head) {
     const uint32_t gtype = gt->ggml_type;
     /* no mins: a zero point (Q3_K 4, Q6_K 32) or a codebook (IQ4_XS) */
-    const bool q2 = gtype == GGML_Q2_K, q3 = gtype == GGML_Q3_K, q6 = gtype == GGML_Q6_K, xs = gtype == GGML_IQ4_XS,
-               no_mins = q3 || q6 || xs;
-    const int bits = q2 ? 2 : q3 ? 3 : gtype == GGML_Q5_K ? 5 : q6 ? 6 : 4, group = q2 || q3 || q6 ? 16 : 32,
-              per = 256 / group;
-    const size_t bsize = q2 ? 84 : q3 ? 110 : gtype == GGML_Q4_K ? 144 : gtype == GGML_Q5_K ? 176 : q6 ? 210 : 136;
+    const bool q2 = gtype == GGML_Q2_K, q3 = gtype == GGML_Q3_K, q6 = gtype == GGML_Q6_K,
+               xs = gtype == GGML_IQ4_XS, no_mins = q3 || q6 || xs;
+    const int bits = q2                   ? 2
+                     : q3                 ? 3
+                     : gtype == GGML_Q5_K ? 5
+                     : q6                 ? 6
+                                          : 4,
+              group = q2 || q3 || q6 ? 16 : 32, per = 256 / group;
+    const size_t bsize = q2                   ? 84
+                         : q3                 ? 110
+                         : gtype == GGML_Q4_K ? 144
+                         : gtype == GGML_Q5_K ? 176
+                         : q6                 ? 210
+                                              : 136;
     const int64_t cols = gt->ne[0], rows = gt->ne[1], nsup = cols / 256, words = cols * bits / 32;
     uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
     uint8_t *scales = arena_alloc(tb->mem, (size_t)(rows * nsup * per));
@@ -447,7 +509,8 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
     if (!codes || !scales || !fd || (!no_mins && ((!q2 && !mins) || !fm))) return oom(tb);
     memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
     for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nsup * bsize;
+        const uint8_t *src =
+            gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nsup * bsize;
         uint32_t *row = codes + r * words;
         for (int64_t b = 0; b < nsup; b++) {
             const uint8_t *blk = src + (size_t)b * bsize;
@@ -477,30 +540,42 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
                 memcpy(&fd[k], blk, 2);
                 memcpy(&fm[k], blk + 2, 2);
                 fm[k] ^= 0x8000; /* -dmin: the mins are subtracted */
-                for (int j = 0; j < per; j++) kquant_scale_min(blk + 4, j, &sc[j], &mins[k * per + j]);
+                for (int j = 0; j < per; j++)
+                    kquant_scale_min(blk + 4, j, &sc[j], &mins[k * per + j]);
             }
         }
     }
     const dtype st = no_mins ? DTYPE_I8 : q2 ? DTYPE_U4LO : DTYPE_U8;
-    if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes, sizeof(uint32_t) * (size_t)(rows * words)) ||
+    if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
+             sizeof(uint32_t) * (size_t)(rows * words)) ||
         !add(tb, module, "scales", st, 2, rows, nsup * per, scales, (size_t)(rows * nsup * per)) ||
-        !add(tb, module, "super_scales", DTYPE_F16, 2, rows, nsup, fd, sizeof(uint16_t) * (size_t)(rows * nsup)))
+        !add(tb, module, "super_scales", DTYPE_F16, 2, rows, nsup, fd,
+             sizeof(uint16_t) * (size_t)(rows * nsup)))
         return oom(tb);
     if (no_mins)
-        return add_zero(tb, module, q3 ? 4 : q6 ? 32 : 0) && (!xs || add_lut(tb, module)) ? CELER_OK : oom(tb);
+        return add_zero(tb, module,
+                        q3   ? 4
+                        : q6 ? 32
+                             : 0) &&
+                       (!xs || add_lut(tb, module))
+                   ? CELER_OK
+                   : oom(tb);
     if (!add(tb, module, "biases", q2 ? DTYPE_U4HI : st, 2, rows, nsup * per, q2 ? scales : mins,
              (size_t)(rows * nsup * per)) ||
-        !add(tb, module, "super_biases", DTYPE_F16, 2, rows, nsup, fm, sizeof(uint16_t) * (size_t)(rows * nsup)))
+        !add(tb, module, "super_biases", DTYPE_F16, 2, rows, nsup, fm,
+             sizeof(uint16_t) * (size_t)(rows * nsup)))
         return oom(tb);
     return CELER_OK;
 }
 
-static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char *arch, celer_error *e) {
+static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char *arch,
+                                  celer_error *e) {
     safetensors *st = calloc(1, sizeof *st);
     if (!st) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     ck->shards = st;
     ck->n_shards = 1;
-    if (!(st->path = strdup(ck->config_path)) || !(st->tensors = calloc(6 * g->n_tensors + 1, sizeof *st->tensors)))
+    if (!(st->path = strdup(ck->config_path)) ||
+        !(st->tensors = calloc(6 * g->n_tensors + 1, sizeof *st->tensors)))
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     table tb = {st, &ck->mem, ck->config_path, e};
     double heads = 0, kv_heads = 0;
@@ -517,23 +592,38 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
         char module[200], suffix[8];
         int qk;
         if (!strcmp(gt->name, "rope_freqs.weight"))
-            return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor rope_freqs.weight: RoPE frequency factors are not supported yet", ck->config_path);
-        if (!map_name(arch, gt->name, module, sizeof module, suffix, &qk)) continue; /* not a weight celer reads */
-        const int64_t n_head = permuted ? (qk == 1 ? (int64_t)heads : qk == 2 ? (int64_t)kv_heads : 0) : 0;
+            return error_set(
+                e, CELER_STATUS_UNSUPPORTED,
+                "%s: tensor rope_freqs.weight: RoPE frequency factors are not supported yet",
+                ck->config_path);
+        if (!map_name(arch, gt->name, module, sizeof module, suffix, &qk))
+            continue; /* not a weight celer reads */
+        const int64_t n_head = permuted ? (qk == 1   ? (int64_t)heads
+                                           : qk == 2 ? (int64_t)kv_heads
+                                                     : 0)
+                                        : 0;
         if (gt->ndim > 2)
-            return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: %d dimensions (expected 1 or 2)", ck->config_path, gt->name, gt->ndim);
+            return error_set(e, CELER_STATUS_BAD_FILE,
+                             "%s: tensor %s: %d dimensions (expected 1 or 2)", ck->config_path,
+                             gt->name, gt->ndim);
         const int64_t rows = gt->ndim == 2 ? gt->ne[1] : gt->ne[0];
         if (n_head && (rows % n_head || (rows / n_head) % 2))
-            return error_set(e, CELER_STATUS_BAD_FILE, "%s: tensor %s: %lld rows do not split into %lld heads of even size",
+            return error_set(e, CELER_STATUS_BAD_FILE,
+                             "%s: tensor %s: %lld rows do not split into %lld heads of even size",
                              ck->config_path, gt->name, (long long)rows, (long long)n_head);
         switch (gt->ggml_type) {
         case GGML_F32:
         case GGML_F16:
-        case GGML_BF16: s = add_dense(&tb, gt, module, suffix, n_head); break;
+        case GGML_BF16:
+            s = add_dense(&tb, gt, module, suffix, n_head);
+            break;
         default:
             if (gt->ndim != 2 || strcmp(suffix, "weight"))
-                return error_set(e, CELER_STATUS_UNSUPPORTED, "%s: tensor %s: block-quantized vectors are not supported", ck->config_path, gt->name);
-            s = gt->ggml_type == GGML_Q2_K || gt->ggml_type == GGML_Q3_K || gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K ||
+                return error_set(e, CELER_STATUS_UNSUPPORTED,
+                                 "%s: tensor %s: block-quantized vectors are not supported",
+                                 ck->config_path, gt->name);
+            s = gt->ggml_type == GGML_Q2_K || gt->ggml_type == GGML_Q3_K ||
+                        gt->ggml_type == GGML_Q4_K || gt->ggml_type == GGML_Q5_K ||
                         gt->ggml_type == GGML_Q6_K || gt->ggml_type == GGML_IQ4_XS
                     ? add_kblocks(&tb, gt, module, n_head)
                     : add_blocks(&tb, gt, module, n_head);
@@ -545,22 +635,28 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
 
 celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error *e) {
     celer_status s;
-    if (!(ck->dir = strdup(path)) || !(ck->config_path = strdup(path)) || !(ck->gguf = calloc(1, sizeof *ck->gguf))) {
+    if (!(ck->dir = strdup(path)) || !(ck->config_path = strdup(path)) ||
+        !(ck->gguf = calloc(1, sizeof *ck->gguf))) {
         s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
         goto fail;
     }
     if ((s = mapped_file_open(path, &ck->gguf_map, e)) != CELER_OK) goto fail;
-    if ((s = gguf_parse(ck->gguf, path, ck->gguf_map.data, ck->gguf_map.size, e)) != CELER_OK) goto fail;
+    if ((s = gguf_parse(ck->gguf, path, ck->gguf_map.data, ck->gguf_map.size, e)) != CELER_OK)
+        goto fail;
     const gguf_kv *a = gguf_find_kv(ck->gguf, "general.architecture");
     char arch[32] = "";
-    if (a && a->val.type == GGUF_TYPE_STRING && a->val.str_len < sizeof arch) memcpy(arch, a->val.str, a->val.str_len);
-    static const char *const archs[] = {"llama", "qwen2", "qwen3", "cohere2", "gemma2", "gemma3", "phi3"};
+    if (a && a->val.type == GGUF_TYPE_STRING && a->val.str_len < sizeof arch)
+        memcpy(arch, a->val.str, a->val.str_len);
+    static const char *const archs[] = {"llama",  "qwen2",  "qwen3", "cohere2",
+                                        "gemma2", "gemma3", "phi3"};
     bool known = false;
-    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) known = known || !strcmp(arch, archs[i]);
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+        known = known || !strcmp(arch, archs[i]);
     if (!known) {
         s = error_set(e, CELER_STATUS_UNSUPPORTED,
-                      "%s: general.architecture: expected llama, qwen2, qwen3, cohere2, gemma2, gemma3 or phi3, found %s", path,
-                      a ? (arch[0] ? arch : "a non-string or over-long value") : "nothing");
+                      "%s: general.architecture: expected llama, qwen2, qwen3, cohere2, gemma2, "
+                      "gemma3 or phi3, found %s",
+                      path, a ? (arch[0] ? arch : "a non-string or over-long value") : "nothing");
         goto fail;
     }
     if ((s = synth_config(ck, ck->gguf, arch, e)) != CELER_OK) goto fail;

@@ -180,8 +180,7 @@ static void cpu_matmul(backend *be, float *y, const matview *w, const float *x, 
     cpu_backend *cb = (cpu_backend *)be;
     CELER_ASSERT(n <= cb->sz.max_rows && w->cols <= cb->sz.max_cols);
     matmul_job j = {cb, y, w, packed_of(be, w), x, NULL, n, 1.0f};
-    if (j.pw && cb->xb.t && j.pw->planes == 1 && n >= BF16_MIN_ROWS &&
-        w->rows % PACK_ROWS == 0) {
+    if (j.pw && cb->xb.t && j.pw->planes == 1 && n >= BF16_MIN_ROWS && w->rows % PACK_ROWS == 0) {
         const int64_t padded = (n + 15) / 16 * 16;
         cb->xb.n = n;
         cb->xb.cols = w->cols;

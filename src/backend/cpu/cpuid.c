@@ -21,7 +21,9 @@
 
 static const char *const isa_names[CPU_ISA_COUNT_] = {"ref", "generic", "avx2", "avx512", "amx"};
 
-const char *cpu_isa_name(cpu_isa isa) { return isa < CPU_ISA_COUNT_ ? isa_names[isa] : "?"; }
+const char *cpu_isa_name(cpu_isa isa) {
+    return isa < CPU_ISA_COUNT_ ? isa_names[isa] : "?";
+}
 
 bool cpu_isa_from_name(const char *name, cpu_isa *out) {
     if (!strcmp(name, "auto")) {
@@ -111,7 +113,8 @@ int cpu_physical_cores(void) {
             if (!f) continue;
             if (fscanf(f, "%ld", &core) != 1) core = -1;
             fclose(f);
-            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+            snprintf(path, sizeof path,
+                     "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
             if ((f = fopen(path, "r"))) {
                 if (fscanf(f, "%ld", &pkg) != 1) pkg = 0;
                 fclose(f);
