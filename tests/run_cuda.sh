@@ -21,7 +21,7 @@ module="$build/celer-cuda.so"
 . "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 # the module itself first: loaded on first use, cuBLAS opened by the first CUDA context
 run_one "test_module ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/test_module"
-for t in test_device_ops test_parity test_vlm test_contract test_real_kl; do
+for t in test_device_ops test_parity test_vlm test_contract test_quant_formats test_real_kl; do
     run_one "$t ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/$t"
 done
 run_one "test_engine ($device)" env CELER_DEVICE="$device" CELER_CUDA_MODULE="$module" "$build/tests/test_engine"

@@ -9,7 +9,8 @@
  * (matview_row), and the two compared bit for bit. The matrix also keeps the file's bytes
  * within 5% (nothing widened to floats), `celer convert` refuses the file in one line, and
  * the model's logits on the reference kernels and on the
- * fast ones the CPU picks agree.
+ * fast ones the CPU picks agree, and so do the device's (CELER_TEST_DEVICE, make test-cuda)
+ * at a decode's few rows and a prefill's many.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "harness.h"
@@ -82,25 +83,26 @@ static void check_matrix(const celer_model *m, const char *type, const char *nam
     free(row);
 }
 
-/* Logits of a few ids on the given kernels. */
-static float *logits(const char *path, const char *kernels, int64_t n, int64_t *v) {
+/* Logits of n ids on the given kernels of the device (NULL: the CPU). */
+static float *logits(const char *path, const char *device, const char *kernels, int64_t n, int64_t *v) {
     celer_model *model = NULL;
     char err[512];
     if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
         return NULL;
-    celer_context_params p = harness_context_params(64, 1, NULL);
+    celer_context_params p = harness_context_params(n > 64 ? 256 : 64, 1, device);
     p.kernels = kernels;
     celer_context *ctx = NULL;
     float *out = NULL;
     if (CHECK(celer_context_create(model, &p, &ctx, err, sizeof err) == CELER_OK, "%s", err)) {
         *v = celer_model_n_vocab(model);
-        int32_t ids[8];
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
         for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(3 + 29 * i) % (int32_t)*v;
         out = malloc(sizeof(float) * (size_t)(n * *v));
         celer_batch b = celer_batch_tokens(ids, n);
         if (!CHECK(celer_forward(ctx, &b, out) == CELER_OK, "%s forward: %s", kernels,
                    celer_context_last_error(ctx)))
             free(out), out = NULL;
+        free(ids);
         celer_context_destroy(ctx);
     }
     celer_model_close(model);
@@ -126,17 +128,29 @@ static void check_matrices(const char *type, const char *path, const char *jpath
     json_decref(want);
 }
 
-/* The logits of the fast kernels the CPU picks against the reference kernels'. */
-static void check_logits(const char *type, const char *path) {
-    int64_t v = 0, n = 6;
-    float *ref = logits(path, "ref", n, &v), *fast = logits(path, "auto", n, &v);
+/* The logits of n ids on the device (NULL: the fast kernels the CPU picks) against the
+ * reference kernels'. */
+static void check_logits_on(const char *type, const char *path, const char *device, int64_t n) {
+    int64_t v = 0;
+    float *ref = logits(path, NULL, "ref", n, &v), *fast = logits(path, device, "auto", n, &v);
     if (ref && fast) {
         const double d = max_abs_diff(ref, fast, n * v), mx = max_abs(ref, n * v);
-        printf("  %s: logits, fast kernels against the reference: %.3g (max |logit| %.3g)\n", type,
-               d, mx);
-        CHECK(d <= 2e-3 * mx, "%s: fast logits differ from the reference by %g", type, d);
+        printf("  %s: logits of %lld rows, %s against the reference: %.3g (max |logit| %.3g)\n", type,
+               (long long)n, device ? device : "fast kernels", d, mx);
+        CHECK(d <= 2e-3 * mx, "%s: %s logits differ from the reference by %g", type,
+              device ? device : "fast", d);
     }
     free(ref), free(fast);
+}
+
+/* The CPU's fast kernels; then the device under test (CELER_TEST_DEVICE), at a decode
+ * product's few rows and at a prefill's many. */
+static void check_logits(const char *type, const char *path) {
+    check_logits_on(type, path, NULL, 6);
+    if (harness_device()) {
+        check_logits_on(type, path, harness_device(), 6);
+        check_logits_on(type, path, harness_device(), 150);
+    }
 }
 
 static void check_gguf(const char *type) {
