@@ -109,7 +109,8 @@ typedef void (*celer_pull_progress)(void *user, const char *file, int64_t done, 
  * Errors are one line in err (the token is never in it): NOT_FOUND (no such repository,
  * revision or file), NETWORK (unreachable, stalled, refused access: gated or private),
  * BAD_FILE (a checksum that does not match, an answer that is not what the Hub sends), IO
- * (the disk: full, or not writable). progress may be NULL. */
+ * (the disk: full, or not writable), BUSY (another download holds the file's lock).
+ * progress may be NULL. */
 celer_status celer_model_pull(const char *name, celer_pull_progress progress, void *user,
                               char *path, size_t path_size, char *err, size_t err_size);
 

@@ -168,7 +168,11 @@ static celer_status hub_open(hub *h, celer_error *e) {
     celer_status rc = endpoint_get(h, e);
     if (rc != CELER_OK) return rc;
     const char *t = getenv("HF_HUB_DOWNLOAD_TIMEOUT");
-    double stall = t && *t ? strtod(t, NULL) : (double)HF_STALL_DEFAULT;
+    char *end = NULL;
+    double stall = t && *t ? strtod(t, &end) : (double)HF_STALL_DEFAULT;
+    if (end && (*end || !(stall > 0)))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "HF_HUB_DOWNLOAD_TIMEOUT=%.32s: expected a number of seconds", t);
     h->stall_s = stall < 1 ? 1 : stall > 3600 ? 3600 : (long)(stall + 0.999);
     hf_cache_root(h->root, sizeof h->root);
     if (!hf_repo_dir(h->root, h->repo, h->dir, sizeof h->dir))
@@ -710,6 +714,8 @@ static celer_status blob_fetch(hub *h, const plan *p, celer_error *e) {
     sink s = {.fd = -1, .size = p->size, .file = p->f->path, .h = h};
     celer_status rc = lock_take(h, p->etag, &lock, e);
     if (rc != CELER_OK) return rc;
+    if (stat(blob, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == p->size)
+        goto out; /* another download finished it while we waited for the lock */
     if (!mkdir_p(blobs) || (s.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0 ||
         fstat(s.fd, &st) != 0) {
         rc = error_set(e, CELER_STATUS_IO, "%s: cannot write %s (%s)", h->repo, part,

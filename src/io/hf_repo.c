@@ -75,45 +75,39 @@ static celer_status sibling_parse(const json_t *s, size_t i, const char *repo, h
                                   celer_error *e) {
     char shown[96];
     const json_t *name = json_object_get(s, "rfilename");
-    if (!json_is_object(s) || !json_is_string(name)) {
+    if (!json_is_object(s) || !json_is_string(name))
         return error_set(e, CELER_STATUS_BAD_FILE,
                          "%s: the Hub's file list is not the JSON expected (siblings[%zu] has no "
                          "rfilename)",
                          repo, i);
-    }
     const char *path = json_string_value(name);
     hf_printable(path, json_string_length(name), shown, sizeof shown);
-    if (strlen(path) != json_string_length(name) || !hf_path_ok(path)) {
+    if (strlen(path) != json_string_length(name) || !hf_path_ok(path))
         return error_set(
             e, CELER_STATUS_BAD_FILE,
             "%s: the Hub's file list names \"%s\", not a relative path celer writes (an "
             "absolute path, \"..\", a backslash or a control character)",
             repo, shown);
-    }
     const json_t *lfs = json_object_get(s, "lfs");
     int64_t lfs_size = -1;
-    if (!size_ok(json_object_get(s, "size"), &f->size)) {
+    if (!size_ok(json_object_get(s, "size"), &f->size))
         return error_set(e, CELER_STATUS_BAD_FILE,
                          "%s: the Hub's file list gives %s a size out of range", repo, shown);
-    }
     if (lfs && !json_is_null(lfs)) {
         const char *sha = json_string_value(json_object_get(lfs, "sha256"));
         if (!json_is_object(lfs) || !sha || !is_hex(sha, 64) ||
             !size_ok(json_object_get(lfs, "size"), &lfs_size) ||
-            (lfs_size >= 0 && f->size >= 0 && lfs_size != f->size)) {
+            (lfs_size >= 0 && f->size >= 0 && lfs_size != f->size))
             return error_set(e, CELER_STATUS_BAD_FILE,
                              "%s: the Hub's file list gives %s an LFS entry that is not the JSON "
                              "expected (a sha256 of 64 hex digits and its size)",
                              repo, shown);
-        }
         for (int k = 0; k < 64; k++) f->sha256[k] = (char)tolower((unsigned char)sha[k]);
         f->sha256[64] = 0;
         if (f->size < 0) f->size = lfs_size;
     }
     f->path = strdup(path);
-    if (!f->path) {
-        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    }
+    if (!f->path) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     return CELER_OK;
 }
 
