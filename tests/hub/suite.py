@@ -536,6 +536,9 @@ def pull_error_tests(hub, tmp):
     check_pull_fails("a listing path with ..", "org/evil", env, ["org/evil", "../../evil-Q4_K_M.gguf", "relative path"])
     check_pull_fails("a listing that is no JSON", "org/badjson", env, ["org/badjson", "not the JSON expected"])
     check_pull_fails("no model name", "not-a-name", env, ["not a model name"])
+    rc, out, err = celer(["pull", "--help"], env)
+    check(rc == 0 and out.startswith("usage: celer pull ORG/NAME[:QUANT][@REV]") and "HF_TOKEN" in out and err == "",
+          "pull --help: usage on stdout, exit 0", out + err)
     check(not os.path.exists(os.path.join(c, "models--org--evil")) and
           not os.path.exists(os.path.join(c, "models--org--ghost", "snapshots")),
           "refused pulls write no snapshot")
