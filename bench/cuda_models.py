@@ -71,13 +71,15 @@ LLAMA31_8B = {
 }
 
 # llama.cpp's general.file_type of a file whose matrices are all of one type.
-FILE_TYPE = {"q4_0": 2, "q4_1": 3, "q8_0": 7}
+FILE_TYPE = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7}
 # K-quant super-blocks: (elements, bytes).
 K_BLOCKS = {"q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
 
 
 def block_bytes(t, rows, cols):
     """Bytes of a [rows, cols] matrix of ggml type t."""
+    if t == "f16":
+        return rows * cols * 2
     if t in K_BLOCKS:
         n, b = K_BLOCKS[t]
         return rows * cols // n * b
@@ -104,7 +106,9 @@ def specs(cfg):
                 (p + "self_attn.o_proj.weight", d, nq), (p + "post_attention_layernorm.weight", d, 0),
                 (p + "mlp.gate_proj.weight", f, d), (p + "mlp.up_proj.weight", f, d),
                 (p + "mlp.down_proj.weight", d, f)]
-    out += [("model.norm.weight", d, 0), ("lm_head.weight", v, d)]
+    out += [("model.norm.weight", d, 0)]
+    if not cfg.get("tie_word_embeddings"):
+        out.append(("lm_head.weight", v, d))
     return out
 
 

@@ -2,6 +2,7 @@
 """Random GGUF models in llama-quantize's K-quant mixes, for speed measurements:
 
     python3 bench/kquant_models.py --out FILE.gguf [--mix q4_k_m] [--layers 32] [--hidden D ...]
+    python3 bench/kquant_models.py --out FILE.gguf --mix f16 [--tied] ...   (llama-quantize's input)
 
 Llama-3.1-8B's shape by default (bench/cuda_models.py's config and its placeholder
 vocabulary), each matrix of the type llama.cpp's Q4_K_M (or Q5_K_M) gives it: Q6_K for the
@@ -11,7 +12,9 @@ random (codes and 6-bit group scales uniform) with each super-block's fp16 facto
 weights stay within about +-0.06, as a trained 8B's do; the values mean nothing, the bytes
 per weight and the work per token are the real file's. Only numpy and gguf-py (PYTHONPATH,
 as for cuda_models.py), so it runs on the GPU machine; written to FILE.part, renamed when
-complete.
+complete. `--mix f16` writes every matrix as F16 normal(0, 0.02) values instead, the input
+llama-quantize makes its own mixes from (bench/gguf_cpu.py); `--tied` leaves out the LM head
+(tied to the embedding, as Llama 3.2 1B's).
 """
 import argparse
 import os
@@ -25,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_models import K_BLOCKS, LLAMA31_8B, block_bytes, gguf_writer, log, specs  # noqa: E402
 
 # llama.cpp's general.file_type of the mixes, and the type of their ordinary matrices.
-MIXES = {"q4_k_m": (15, "q4_k"), "q5_k_m": (17, "q5_k")}
+MIXES = {"q4_k_m": (15, "q4_k"), "q5_k_m": (17, "q5_k"), "f16": (1, "f16")}
 # Offsets of the fp16 factors in each super-block: d (and dmin), as ggml lays them out.
 FACTORS = {"q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208, None)}
 # Scale of d and dmin: about 0.06 / (63 * 15) and 0.03 / 63 for 4-bit; Q6_K: 0.06 / (127 * 31).
@@ -40,6 +43,8 @@ def more_bits(i, n):
 
 def tensor_types(cfg, base):
     """Tensor name -> ggml type, as llama-quantize's mix assigns them."""
+    if base == "f16":
+        return {}
     n = cfg["num_hidden_layers"]
     types = {"lm_head.weight": "q6_k"}
     for i in range(n):
@@ -72,10 +77,12 @@ def main():
     ap.add_argument("--heads", type=int)
     ap.add_argument("--kv-heads", type=int)
     ap.add_argument("--vocab", type=int)
+    ap.add_argument("--tied", action="store_true", help="no LM head: tied to the embedding")
     ap.add_argument("--seed", type=int, default=8)
     a = ap.parse_args()
     cfg = dict(LLAMA31_8B, num_hidden_layers=a.layers)
     cfg.pop("rope_scaling")
+    cfg["tie_word_embeddings"] = a.tied
     for key, val in (("hidden_size", a.hidden), ("intermediate_size", a.ffn), ("num_attention_heads", a.heads),
                      ("num_key_value_heads", a.kv_heads)):
         if val:
@@ -93,7 +100,9 @@ def main():
     w = gguf_writer(Path(part), cfg, base, sp, mix=types, file_type=file_type)
     rng = np.random.default_rng(a.seed)
     for k, (name, rows, cols) in enumerate(sp):
-        if cols:
+        if cols and base == "f16":
+            w.write_tensor_data((0.02 * rng.standard_normal((rows, cols), dtype=np.float32)).astype(np.float16))
+        elif cols:
             w.write_tensor_data(blocks(types.get(name, base), rows, cols, rng))
         else:
             w.write_tensor_data((1.0 + 0.02 * rng.standard_normal(rows)).astype(np.float32))

@@ -43,20 +43,22 @@ extern "C" {
 /* One quantized matrix W[rows, cols] in the layout above (passed to kernels by value). */
 typedef struct cuda_qmat {
     int64_t rows, cols;
-    int bits;                         /* 2 .. 8 */
-    int64_t group;                    /* 16, or a multiple of 32 */
-    int64_t super;                    /* columns per super-block; 0: one-level scales */
-    int scale_type, bias_type;        /* dtype of the group scales and biases */
-    int zero;                         /* w = s * (q - zero) without biases */
-    int lut_shift;                    /* fractional bits of the codebook's values */
-    int has_lut;                      /* lut holds the code values */
-    int8_t lut[16];                   /* the codebook (codes of at most 4 bits) */
-    const uint32_t *codes;            /* [rows, cols * bits / 32] */
-    const uint8_t *scales, *biases;   /* [rows, cols / group]; biases NULL: a zero point */
-    const __half *super_scales;       /* [rows, cols / super], or NULL */
-    const __half *super_biases;       /* [rows, cols / super], or NULL */
-    void *mem;                        /* the one allocation everything above lives in */
-    size_t bytes;                     /* device bytes held */
+    int bits;                       /* 2 .. 8 */
+    int64_t group;                  /* 16, or a multiple of 32 */
+    int64_t super;                  /* columns per super-block; 0: one-level scales */
+    int group_shift, super_shift;   /* log2 of group and super: indices by shifts */
+    int64_t groups_row, supers_row; /* groups and super-blocks a row */
+    int scale_type, bias_type;      /* dtype of the group scales and biases */
+    int zero;                       /* w = s * (q - zero) without biases */
+    int lut_shift;                  /* fractional bits of the codebook's values */
+    int has_lut;                    /* lut holds the code values */
+    int8_t lut[16];                 /* the codebook (codes of at most 4 bits) */
+    const uint32_t *codes;          /* [rows, cols * bits / 32] */
+    const uint8_t *scales, *biases; /* [rows, cols / group]; biases NULL: a zero point */
+    const __half *super_scales;     /* [rows, cols / super], or NULL */
+    const __half *super_biases;     /* [rows, cols / super], or NULL */
+    void *mem;                      /* the one allocation everything above lives in */
+    size_t bytes;                   /* device bytes held */
 } cuda_qmat;
 
 /* Whether cuda_qmat_upload takes w (an affine matview); if not, why in err. */
@@ -75,12 +77,14 @@ cudaError_t cuda_qmat_gemv(float *y, const float *x, int64_t n, const cuda_qmat 
 
 /* y[i, cols] = row ids[i] of W as fp32, exactly as matview_row gives it, for i < n (rows
  * whose id is negative are left as they are). Enqueued on s. */
-cudaError_t cuda_qmat_rows(float *y, const cuda_qmat *w, const int32_t *ids, int64_t n, cudaStream_t s);
+cudaError_t cuda_qmat_rows(float *y, const cuda_qmat *w, const int32_t *ids, int64_t n,
+                           cudaStream_t s);
 
 /* y[r, cols] = row row0 + r of W rounded to fp16 (from the fp32 value cuda_qmat_rows
  * gives), r < rows, row-major: W in the form a dense fp16 product reads. Enqueued on s;
  * cudaErrorInvalidValue (nothing queued) for rows outside W. */
-cudaError_t cuda_qmat_dequant(__half *y, const cuda_qmat *w, int64_t row0, int64_t rows, cudaStream_t s);
+cudaError_t cuda_qmat_dequant(__half *y, const cuda_qmat *w, int64_t row0, int64_t rows,
+                              cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@ extern "C" {
 cudaError_t cuda_trace_bind_affine(cuda_trace_buf *b);
 cudaError_t cuda_trace_bind_attention(cuda_trace_buf *b);
 cudaError_t cuda_trace_bind_kernels(cuda_trace_buf *b);
+cudaError_t cuda_trace_bind_qmat(cuda_trace_buf *b);
 }
 
 #define TRACE_CAPACITY (1u << 20) /* records: a decode step of an 8B model takes about 150k */
@@ -45,7 +46,8 @@ void cuda_trace_open(void) {
     if (!trace.path || !*trace.path) return;
     const char *step = getenv("CELER_CUDA_TRACE_STEP");
     trace.target = step && *step ? atol(step) : 64;
-    if (!CUDA_CHECK(cudaMalloc(&trace.buf, sizeof(cuda_trace_buf) + sizeof(cuda_trace_rec) * TRACE_CAPACITY))) {
+    if (!CUDA_CHECK(cudaMalloc(&trace.buf,
+                               sizeof(cuda_trace_buf) + sizeof(cuda_trace_rec) * TRACE_CAPACITY))) {
         trace.buf = NULL;
         return;
     }
@@ -53,10 +55,12 @@ void cuda_trace_open(void) {
     CUDA_CHECK(cuda_trace_bind_affine(trace.buf));
     CUDA_CHECK(cuda_trace_bind_attention(trace.buf));
     CUDA_CHECK(cuda_trace_bind_kernels(trace.buf));
+    CUDA_CHECK(cuda_trace_bind_qmat(trace.buf));
 }
 
 void cuda_trace_begin(cudaStream_t s) {
-    if (trace.buf && trace.steps + 1 == trace.target) CUDA_CHECK(cudaMemsetAsync(&trace.buf->next, 0, sizeof(unsigned), s));
+    if (trace.buf && trace.steps + 1 == trace.target)
+        CUDA_CHECK(cudaMemsetAsync(&trace.buf->next, 0, sizeof(unsigned), s));
 }
 
 static void trace_write(const cuda_trace_buf *head, const cuda_trace_rec *recs) {
@@ -76,9 +80,12 @@ static void trace_write(const cuda_trace_buf *head, const cuda_trace_rec *recs) 
     }
     fwrite(recs, sizeof *recs, n, f);
     const bool ok = !ferror(f);
-    if (fclose(f) != 0 || !ok) fprintf(stderr, "celer: trace: writing %s failed\n", trace.path);
-    else fprintf(stderr, "celer: trace of step %ld: %u block records in %s%s\n", trace.target, n, trace.path,
-                 head->next > head->capacity ? " (the buffer was full: later blocks missing)" : "");
+    if (fclose(f) != 0 || !ok)
+        fprintf(stderr, "celer: trace: writing %s failed\n", trace.path);
+    else
+        fprintf(stderr, "celer: trace of step %ld: %u block records in %s%s\n", trace.target, n,
+                trace.path,
+                head->next > head->capacity ? " (the buffer was full: later blocks missing)" : "");
 }
 
 void cuda_trace_end(cudaStream_t s) {

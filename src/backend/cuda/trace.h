@@ -38,6 +38,8 @@
     X(TR_ATT_MERGE, "attention_merge")                                                             \
     X(TR_EMBED, "embed")                                                                           \
     X(TR_ROWS, "affine_rows")                                                                      \
+    X(TR_QGEMV, "qmat_gemv")                                                                       \
+    X(TR_QROWS, "qmat_rows")                                                                       \
     X(TR_ARGMAX, "argmax")
 
 #define CUDA_TRACE_ENUM(tag, name) tag,
