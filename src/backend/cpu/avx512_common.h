@@ -6,7 +6,7 @@
 #ifndef CELER_BACKEND_CPU_AVX512_COMMON_H
 #define CELER_BACKEND_CPU_AVX512_COMMON_H
 
-#include "backend/cpu/pack.h"
+#include "backend/cpu/kernels.h"
 
 #include <immintrin.h>
 
@@ -19,15 +19,11 @@ INLINE __m512 load_half16(const uint16_t *p, int bf16) {
                 : _mm512_cvtph_ps(h);
 }
 
-/* 16 one-level scales of type t (pack.h) widened to fp32, times unit (exact: a power of two).
- * e8m0 byte b is 2^(b - 127): b << 23 as float bits, and 2^-127 (a subnormal) for b = 0.
- * e4m3 bits shifted into f16's places are the same value over 2^8 (subnormals included),
- * which unit takes back. */
-INLINE __m512 load_scales16(const uint16_t *p, dtype t, float unit) {
-    if (t == DTYPE_F16 || t == DTYPE_BF16) {
-        const __m512 v = load_half16(p, t == DTYPE_BF16);
-        return unit == 1.0f ? v : _mm512_mul_ps(v, _mm512_set1_ps(unit));
-    }
+/* 16 e8m0 or e4m3 scales at p widened to fp32, times unit (exact: a power of two). e8m0
+ * byte b is 2^(b - 127): b << 23 as float bits, and 2^-127 (a subnormal) for b = 0. e4m3 bits
+ * shifted into f16's places are the same value over 2^8 (subnormals included), which unit
+ * takes back. */
+INLINE __m512 load_scales16(const uint8_t *p, dtype t, float unit) {
     const __m128i b = _mm_loadu_si128((const __m128i *)p);
     if (t == DTYPE_E8M0) {
         const __m512i e = _mm512_slli_epi32(_mm512_cvtepu8_epi32(b), 23);
@@ -42,14 +38,23 @@ INLINE __m512 load_scales16(const uint16_t *p, dtype t, float unit) {
 }
 
 /* The scales and biases of the group holding column c for the 16 rows of a tile (pack.h's
- * layouts), the codebook's fractional bits applied. */
-INLINE void group_scales(const packed_mat *w, const uint16_t *sb, int64_t c, __m512 *sc,
-                         __m512 *bi) {
-    const float unit = w->lut_shift ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
-    if (!w->super) {
+ * layouts), scales of kind SK (kernels.h), the codebook's fractional bits applied (LUT: w has
+ * a codebook). Products pass SK and LUT as constants, so only their kind's loads remain. */
+INLINE void group_scales(const packed_mat *w, const uint16_t *sb, int64_t c, __m512 *sc, __m512 *bi,
+                         int SK, int LUT) {
+    const float unit = LUT ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
+    if (SK == QS_BYTE) { /* the fp4 modes: no biases */
+        *sc = load_scales16((const uint8_t *)(sb + (c / w->group) * (PACK_ROWS / 2)), w->sc_type,
+                            unit);
+        *bi = _mm512_setzero_ps();
+        return;
+    }
+    if (SK == QS_HALF) {
         const uint16_t *g = sb + (c / w->group) * packed_group_words(w);
-        *sc = load_scales16(g, w->sc_type, unit);
-        *bi = w->biased ? load_half16(g + PACK_ROWS, w->sc_type == DTYPE_BF16)
+        const int bf16 = w->sc_type == DTYPE_BF16;
+        *sc = load_half16(g, bf16);
+        if (LUT) *sc = _mm512_mul_ps(*sc, _mm512_set1_ps(unit));
+        *bi = w->biased ? load_half16(g + PACK_ROWS, bf16)
                         : _mm512_mul_ps(*sc, _mm512_set1_ps(-(float)w->zero));
         return;
     }
@@ -63,7 +68,7 @@ INLINE void group_scales(const packed_mat *w, const uint16_t *sb, int64_t c, __m
                        : u4 ? _mm512_and_si512(_mm512_cvtepu8_epi32(gs), _mm512_set1_epi32(15))
                             : _mm512_cvtepu8_epi32(gs);
     *sc = _mm512_mul_ps(load_half16(sup, 0), _mm512_cvtepi32_ps(gi));
-    if (unit != 1.0f) *sc = _mm512_mul_ps(*sc, _mm512_set1_ps(unit));
+    if (LUT) *sc = _mm512_mul_ps(*sc, _mm512_set1_ps(unit));
     if (w->biased) {
         const __m512i gm =
             u4 ? _mm512_srli_epi32(_mm512_cvtepu8_epi32(gs), 4)

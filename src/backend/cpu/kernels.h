@@ -23,6 +23,59 @@
 #define BF16_BLOCKS  16
 #define BF16_SCRATCH (BF16_TILES * BF16_BLOCKS * 2048 + BF16_TILES * 1024)
 
+/* The shape of a packed layout (pack.h) as the SIMD products take it: code planes, bits of a
+ * code plane's fields, bit planes, groups of 16, a codebook, whether a block's products fit
+ * int16 sums (every value a code plane gives at most 15 in magnitude), and the kind of
+ * scales. */
+enum { QS_HALF, QS_BYTE, QS_TWO }; /* one-level f16/bf16, one-level e8m0/e4m3, two-level */
+typedef struct qshape {
+    int planes, lowbits, hibits, g16, lut, s16, scales;
+} qshape;
+
+static inline int qshape_scales(const packed_mat *w) {
+    return w->super ? QS_TWO : packed_byte_scales(w) ? QS_BYTE : QS_HALF;
+}
+
+/* F(shape) with w's shape as a constant, so a product inlined into F is instantiated, its
+ * loops unrolled and its scale loads chosen, per layout. */
+#define QSHAPE_DISPATCH(w, F)                                                                      \
+    do {                                                                                           \
+        const int g16_ = (w)->group == 16, sk_ = qshape_scales(w);                                 \
+        if ((w)->planes == 2) /* 8-bit */                                                          \
+            F(((qshape){2, 4, 0, 0, 0, 1, QS_HALF}));                                              \
+        else if ((w)->lowbits == 2 && (w)->hibits) /* 3-bit */                                     \
+            QSHAPE_SK(1, 2, 0, 1, F);                                                              \
+        else if ((w)->lowbits == 2) /* 2-bit */                                                    \
+            QSHAPE_SK(0, 2, 0, 1, F);                                                              \
+        else if ((w)->hibits == 0 && (w)->lut && sk_ == QS_BYTE && (w)->vmax <= 15) /* fp4 */      \
+            QSHAPE_G16(0, 4, 1, 1, QS_BYTE, F);                                                    \
+        else if ((w)->hibits == 0 && (w)->lut && sk_ == QS_BYTE)                                   \
+            QSHAPE_G16(0, 4, 1, 0, QS_BYTE, F);                                                    \
+        else if ((w)->hibits == 0 && (w)->lut) /* IQ4 */                                           \
+            QSHAPE_SK(0, 4, 1, 0, F);                                                              \
+        else if ((w)->hibits == 0) /* 4-bit */                                                     \
+            QSHAPE_SK(0, 4, 0, 1, F);                                                              \
+        else if ((w)->hibits == 1) /* 5-bit */                                                     \
+            QSHAPE_SK(1, 4, 0, 0, F);                                                              \
+        else /* 6-bit */                                                                           \
+            QSHAPE_SK(2, 4, 0, 0, F);                                                              \
+    } while (0)
+/* one-level 16-bit or two-level scales (byte scales come with the fp4 codebook only) */
+#define QSHAPE_SK(HB, L, LUT, S16, F)                                                              \
+    do {                                                                                           \
+        if (sk_ == QS_TWO)                                                                         \
+            QSHAPE_G16(HB, L, LUT, S16, QS_TWO, F);                                                \
+        else                                                                                       \
+            QSHAPE_G16(HB, L, LUT, S16, QS_HALF, F);                                               \
+    } while (0)
+#define QSHAPE_G16(HB, L, LUT, S16, SK, F)                                                         \
+    do {                                                                                           \
+        if (g16_)                                                                                  \
+            F(((qshape){1, L, HB, 1, LUT, S16, SK}));                                              \
+        else                                                                                       \
+            F(((qshape){1, L, HB, 0, LUT, S16, SK}));                                              \
+    } while (0)
+
 typedef struct cpu_kernels {
     cpu_isa isa;
     /* q[cols], d[cols/QBLOCK], s[cols/QBLOCK] of the row x[cols]; cols % QBLOCK == 0 */

@@ -234,6 +234,7 @@ static void dequant_b(btile (*bb)[2], const packed_mat *w, int64_t t, int64_t b0
     const uint16_t *sb = w->sb + t * packed_tile_sb(w);
     const int64_t block_bytes = packed_block_bytes(w), plane_bytes = packed_plane_bytes(w);
     const int L = w->lowbits, per = 8 / L; /* field bits, runs of a vector */
+    const int sk = qshape_scales(w), lut_on = w->lut != NULL;
     const __m512i field = _mm512_set1_epi32((1 << L) - 1),
                   top = _mm512_set1_epi32((int)0xffff0000u), half = _mm512_set1_epi32(0x8000),
                   one = _mm512_set1_epi32(1);
@@ -245,9 +246,9 @@ static void dequant_b(btile (*bb)[2], const packed_mat *w, int64_t t, int64_t b0
         _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
     for (int64_t b = 0; b < nb; b++) {
         __m512 sc[2], bi[2];
-        group_scales(w, sb, (b0 + b) * QBLOCK, &sc[0], &bi[0]);
+        group_scales(w, sb, (b0 + b) * QBLOCK, &sc[0], &bi[0], sk, lut_on);
         if (w->group == 16)
-            group_scales(w, sb, (b0 + b) * QBLOCK + 16, &sc[1], &bi[1]);
+            group_scales(w, sb, (b0 + b) * QBLOCK + 16, &sc[1], &bi[1], sk, lut_on);
         else
             sc[1] = sc[0], bi[1] = bi[0];
         const uint8_t *blk = codes + (b0 + b) * block_bytes;

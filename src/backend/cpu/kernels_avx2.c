@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* ==== helpers ==== */
 
@@ -140,13 +141,9 @@ INLINE __m256i bits_to_bytes(uint32_t m) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
-/* 8 one-level scales of type t at p widened to fp32, times unit (a power of two): e8m0 and
- * e4m3 bytes as avx512_common.h's load_scales16 widens them. */
-INLINE __m256 load_scales8(const void *p, dtype t, float unit) {
-    if (t == DTYPE_F16 || t == DTYPE_BF16) {
-        const __m256 v = load_half8(p, t == DTYPE_BF16);
-        return unit == 1.0f ? v : _mm256_mul_ps(v, _mm256_set1_ps(unit));
-    }
+/* 8 e8m0 or e4m3 scales at p widened to fp32, times unit (a power of two), as
+ * avx512_common.h's load_scales16 widens them. */
+INLINE __m256 load_scales8(const uint8_t *p, dtype t, float unit) {
     const __m128i b = _mm_loadl_epi64((const __m128i *)p);
     if (t == DTYPE_E8M0) {
         const __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(b), 23);
@@ -159,15 +156,23 @@ INLINE __m256 load_scales8(const void *p, dtype t, float unit) {
     return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(unit * 256.0f));
 }
 
-/* The scales and biases of one half tile's 8 rows for the group holding column c. */
+/* The scales and biases of one half tile's 8 rows for the group holding column c, scales of
+ * kind SK (kernels.h), the codebook's fractional bits applied. */
 INLINE void half_scales(const packed_mat *w, const uint16_t *sb, int64_t c, int half, __m256 *sc,
-                        __m256 *bi) {
-    const float unit = w->lut_shift ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
-    if (!w->super) {
-        const uint16_t *g = sb + (c / w->group) * packed_group_words(w);
-        *sc = packed_byte_scales(w) ? load_scales8((const uint8_t *)g + 8 * half, w->sc_type, unit)
-                                    : load_scales8(g + 8 * half, w->sc_type, unit);
-        *bi = w->biased ? load_half8(g + PACK_ROWS + 8 * half, w->sc_type == DTYPE_BF16)
+                        __m256 *bi, int SK, int LUT) {
+    if (SK == QS_BYTE) { /* the fp4 modes: no biases */
+        const uint8_t *g = (const uint8_t *)(sb + (c / w->group) * (PACK_ROWS / 2)) + 8 * half;
+        *sc = load_scales8(g, w->sc_type, 1.0f / (float)(1 << w->lut_shift));
+        *bi = _mm256_setzero_ps();
+        return;
+    }
+    const float unit = LUT ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
+    if (SK == QS_HALF) {
+        const uint16_t *g = sb + (c / w->group) * packed_group_words(w) + 8 * half;
+        const int bf16 = w->sc_type == DTYPE_BF16;
+        *sc = load_half8(g, bf16);
+        if (LUT) *sc = _mm256_mul_ps(*sc, _mm256_set1_ps(unit));
+        *bi = w->biased ? load_half8(g + PACK_ROWS, bf16)
                         : _mm256_mul_ps(*sc, _mm256_set1_ps(-(float)w->zero));
         return;
     }
@@ -180,7 +185,7 @@ INLINE void half_scales(const packed_mat *w, const uint16_t *sb, int64_t c, int 
                        : u4 ? _mm256_and_si256(_mm256_cvtepu8_epi32(gs), _mm256_set1_epi32(15))
                             : _mm256_cvtepu8_epi32(gs);
     *sc = _mm256_mul_ps(load_half8(sup + 8 * half, 0), _mm256_cvtepi32_ps(gi));
-    if (unit != 1.0f) *sc = _mm256_mul_ps(*sc, _mm256_set1_ps(unit));
+    if (LUT) *sc = _mm256_mul_ps(*sc, _mm256_set1_ps(unit));
     if (w->biased) {
         const __m256i gm =
             u4 ? _mm256_srli_epi32(_mm256_cvtepu8_epi32(gs), 4)
@@ -197,113 +202,109 @@ INLINE __m256i run_codes(__m256i raw, int k, int L) {
     return _mm256_and_si256(k ? _mm256_srli_epi16(raw, k * L) : raw, field);
 }
 
-/* 8*H rows of a tile from half h0 (H = 2: all 16) times T tokens from n0, for every layout of
- * pack.h: PL code planes of L-bit fields, HB bit planes, groups of 16 (G16), a codebook (its
- * signed values: their signs move onto the activations). maddubs multiplies unsigned codes by
- * signed activations into int16 pairs; S16: every value a code plane gives is at most 15, so
- * a block's eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and
- * widen once per plane; else every run widens to int32. Decode (T <= 2) takes all 16 rows,
- * so each 64-byte vector is used whole as it arrives, and prefetches the weight stream a few
- * blocks ahead, since it waits on how fast the weights arrive. */
+/* 8*H rows of a tile from half h0 (H = 2: all 16) times T tokens from n0, for the layout S
+ * (kernels.h; a codebook's signed values put their signs onto the activations). maddubs
+ * multiplies unsigned codes by signed activations into int16 pairs; with S.s16 a block's
+ * eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and widen once
+ * per plane, else every run widens to int32. Decode (T <= 2) takes all 16 rows, so each
+ * 64-byte vector is used whole as it arrives, and prefetches the weight stream a few blocks
+ * ahead, since it waits on how fast the weights arrive. P: rows come in (value, residual)
+ * pairs that add into one output row. */
 INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                   const uint16_t *sb, int h0, const qrows *x, int64_t n0, int T, int H, int PL,
-                   int L, int P, int HB, int G16, int S16, int nrow) {
+                   const uint16_t *sb, int h0, const qrows *x, int64_t n0, int T, int H, int P,
+                   const qshape S, int nrow) {
     const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
-    const int V = L, E = 8 / L; /* vectors of a plane, runs of a vector */
+    const int L = S.lowbits, V = L, E = 8 / L, G = 1 + S.g16; /* vectors, runs of a vector */
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i lut = w->lut
+    const __m256i lut = S.lut
                             ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)w->lut))
                             : _mm256_setzero_si256();
     __m256 acc[4][2];
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    UNROLL for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * block_bytes;
         if (T <= 2)
-            for (int k = 0; k < PL * V + HB; k++)
+            UNROLL for (int k = 0; k < S.planes * V + S.hibits; k++)
                 _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
-        __m256i i32[4][2][2]; /* [token][half][group of 16] */
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) for (int h = 0; h < 2; h++)
-            i32[t][h][0] = i32[t][h][1] = _mm256_setzero_si256();
-        for (int pl = 0; pl < PL; pl++) {
-            __m256i a[4][2][2]; /* the plane's sums: int16 pairs with S16, else int32 */
-            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) for (int h = 0; h < 2; h++)
-                a[t][h][0] = a[t][h][1] = _mm256_setzero_si256();
-            for (int v = 0; v < V; v++) {
+        __m256i i32[4][2][2]; /* [token][half][group of 16]: the block's int32 sums */
+        UNROLL for (int pl = 0; pl < S.planes; pl++) {
+            __m256i a[4][2][2]; /* the plane's sums: int16 pairs with s16, else int32 */
+            UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+                UNROLL for (int g = 0; g < G; g++) a[t][h][g] = _mm256_setzero_si256();
+            /* group g's vectors (all of them, but for groups of 16); the loop over them is
+             * not unrolled: unrolled, the compiler spills the sums */
+            UNROLL for (int g = 0; g < G; g++) for (int v = g * V / G; v < (g + 1) * V / G; v++) {
                 __m256i raw[2];
-                for (int h = 0; h < H; h++)
-                    raw[h] = _mm256_loadu_si256(
-                        (const __m256i *)(blk + (pl * V + v) * PACK_STEP + (h0 + h) * 32));
-                _Pragma("GCC unroll 4") for (int k = 0; k < E; k++) {
-                    const int e = v * E + k, g = G16 && e >= 4; /* columns 4e .. 4e + 3 */
-                    __m256i c[2];
-                    for (int h = 0; h < H; h++) {
+                UNROLL for (int h = 0; h < H; h++) raw[h] = _mm256_loadu_si256(
+                    (const __m256i *)(blk + (pl * V + v) * PACK_STEP + (h0 + h) * 32));
+                UNROLL for (int k = 0; k < E; k++) {
+                    const int e = v * E + k; /* columns 4e .. 4e + 3 */
+                    __m256i c[2], cx[2];
+                    UNROLL for (int h = 0; h < H; h++) {
                         c[h] = run_codes(raw[h], k, L);
-                        for (int hb = 0; hb < HB; hb++) { /* bit L+hb, from its plane's mask */
+                        UNROLL for (int hb = 0; hb < S.hibits; hb++) { /* bit L+hb, its mask */
                             uint32_t m;
                             memcpy(&m,
-                                   blk + PL * V * PACK_STEP + hb * PACK_STEP + 8 * e + 4 * (h0 + h),
+                                   blk + S.planes * V * PACK_STEP + hb * PACK_STEP + 8 * e +
+                                       4 * (h0 + h),
                                    4);
-                            c[h] = _mm256_add_epi8(
-                                c[h], _mm256_and_si256(bits_to_bytes(m),
-                                                       _mm256_set1_epi8((char)(1 << (L + hb)))));
+                            const __m256i bit = _mm256_set1_epi8((char)(1 << (L + hb)));
+                            c[h] = _mm256_add_epi8(c[h], _mm256_and_si256(bits_to_bytes(m), bit));
                         }
-                        if (w->lut) c[h] = _mm256_shuffle_epi8(lut, c[h]);
+                        if (S.lut) { /* |value|; the sign goes onto x */
+                            cx[h] = _mm256_shuffle_epi8(lut, c[h]);
+                            c[h] = _mm256_sign_epi8(cx[h], cx[h]);
+                        }
                     }
-                    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+                    UNROLL for (int t = 0; t < T; t++) {
                         const __m256i xv = bcast32(x->q + (n0 + t) * x->cols + b * QBLOCK + 4 * e);
-                        for (int h = 0; h < H; h++) {
-                            const __m256i p =
-                                w->lut ? _mm256_maddubs_epi16(_mm256_sign_epi8(c[h], c[h]),
-                                                              _mm256_sign_epi8(xv, c[h]))
-                                       : _mm256_maddubs_epi16(c[h], xv);
+                        UNROLL for (int h = 0; h < H; h++) {
+                            const __m256i p = _mm256_maddubs_epi16(
+                                c[h], S.lut ? _mm256_sign_epi8(xv, cx[h]) : xv);
                             a[t][h][g] =
-                                S16 ? _mm256_add_epi16(a[t][h][g], p)
-                                    : _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, ones));
+                                S.s16 ? _mm256_add_epi16(a[t][h][g], p)
+                                      : _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, ones));
                         }
                     }
                 }
             }
             /* 8-bit: the high nibbles' plane counts 16 times */
-            const __m256i mul = PL == 2 && pl == 0 ? _mm256_set1_epi16(16) : ones;
-            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) for (int h = 0; h < H;
-                                                                     h++) for (int g = 0;
-                                                                               g < 1 + G16; g++) {
-                const __m256i s = S16                  ? _mm256_madd_epi16(a[t][h][g], mul)
-                                  : PL == 2 && pl == 0 ? _mm256_slli_epi32(a[t][h][g], 4)
-                                                       : a[t][h][g];
-                i32[t][h][g] = _mm256_add_epi32(i32[t][h][g], s);
+            const int hi = S.planes == 2 && pl == 0;
+            UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+                UNROLL for (int g = 0; g < G; g++) {
+                const __m256i s =
+                    S.s16 ? _mm256_madd_epi16(a[t][h][g], hi ? _mm256_set1_epi16(16) : ones)
+                    : hi  ? _mm256_slli_epi32(a[t][h][g], 4)
+                          : a[t][h][g];
+                i32[t][h][g] = pl ? _mm256_add_epi32(i32[t][h][g], s) : s;
             }
         }
         __m256 sc[2][2], bi[2][2];
-        for (int h = 0; h < H; h++)
-            for (int g = 0; g < 1 + G16; g++)
-                half_scales(w, sb, b * QBLOCK + 16 * g, h0 + h, &sc[h][g], &bi[h][g]);
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+        UNROLL for (int h = 0; h < H; h++) UNROLL for (int g = 0; g < G; g++)
+            half_scales(w, sb, b * QBLOCK + 16 * g, h0 + h, &sc[h][g], &bi[h][g], S.scales, S.lut);
+        UNROLL for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
             const __m256 d = _mm256_set1_ps(x->d[xi]);
-            for (int h = 0; h < H; h++)
-                for (int g = 0; g < 1 + G16; g++) {
-                    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h][g]), d);
-                    acc[t][h] = _mm256_fmadd_ps(f, sc[h][g], acc[t][h]);
-                    if (t & P) continue; /* a residual row: its sums are 0 */
-                    const float sum =
-                        G16 ? x->s16[(n0 + t) * (x->cols / 16) + 2 * b + g] : x->s[xi];
-                    acc[t][h] = _mm256_fmadd_ps(bi[h][g], _mm256_set1_ps(sum), acc[t][h]);
-                }
+            UNROLL for (int h = 0; h < H; h++) UNROLL for (int g = 0; g < G; g++) {
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h][g]), d);
+                acc[t][h] = _mm256_fmadd_ps(f, sc[h][g], acc[t][h]);
+                if (t & P) continue; /* a residual row: its sums are 0 */
+                const float sum = S.g16 ? x->s16[(n0 + t) * (x->cols / 16) + 2 * b + g] : x->s[xi];
+                acc[t][h] = _mm256_fmadd_ps(bi[h][g], _mm256_set1_ps(sum), acc[t][h]);
+            }
         }
     }
-    /* P: rows come in (value, residual) pairs that add into one output row */
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t += 1 + P) {
+    UNROLL for (int t = 0; t < T; t += 1 + P) {
         float *dst = y + ((n0 + t) >> P) * ldy;
-        for (int h = 0; h < H; h++) {
+        UNROLL for (int h = 0; h < H; h++) {
             const __m256 v = P ? _mm256_add_ps(acc[t][h], acc[t + P][h]) : acc[t][h];
             store_rows(dst + 8 * h, v, nrow - 8 * h);
         }
     }
 }
 
-INLINE void gemm_q_layout(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int PL, int L, int P, int HB, int G16, int S16) {
+INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                         const qrows *x, int P, const qshape S) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
@@ -312,56 +313,33 @@ INLINE void gemm_q_layout(float *y, int64_t ldy, const packed_mat *w, int64_t t0
         const int nrow = w->rows - r0 < PACK_ROWS ? (int)(w->rows - r0) : PACK_ROWS;
         if (x->n <= 1 + P) { /* decode: one token, or its value and residual pair */
             if (x->n == 1)
-                q_rows(y + r0, ldy, w, tile, sb, 0, x, 0, 1, 2, PL, L, P, HB, G16, S16, nrow);
+                q_rows(y + r0, ldy, w, tile, sb, 0, x, 0, 1, 2, P, S, nrow);
             else
-                q_rows(y + r0, ldy, w, tile, sb, 0, x, 0, 2, 2, PL, L, P, HB, G16, S16, nrow);
+                q_rows(y + r0, ldy, w, tile, sb, 0, x, 0, 2, 2, P, S, nrow);
             continue;
         }
         for (int h = 0; h < 2 && 8 * h < nrow; h++) {
             int64_t n = 0;
             for (; n + 4 <= x->n; n += 4)
-                q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, n, 4, 1, PL, L, P, HB, G16, S16,
-                       nrow - 8 * h);
+                q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, n, 4, 1, P, S, nrow - 8 * h);
             for (; n < x->n; n += 1 + P)
-                q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, n, 1 + P, 1, PL, L, P, HB, G16, S16,
-                       nrow - 8 * h);
+                q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, n, 1 + P, 1, P, S, nrow - 8 * h);
         }
     }
 }
 
-/* Each layout's product, its shape constant (code planes, field bits, bit planes, groups of
- * 16, int16 sums; activation pairs), so every inner loop is unrolled for it. */
-#define PRODUCT(PL, L, HB, G16, S16)                                                               \
+/* One layout's product, with or without activation pairs. */
+#define PRODUCT(S)                                                                                 \
     do {                                                                                           \
         if (x->pairs)                                                                              \
-            gemm_q_layout(y, ldy, w, t0, t1, x, PL, L, 1, HB, G16, S16);                           \
+            gemm_q_shape(y, ldy, w, t0, t1, x, 1, S);                                              \
         else                                                                                       \
-            gemm_q_layout(y, ldy, w, t0, t1, x, PL, L, 0, HB, G16, S16);                           \
-    } while (0)
-#define PRODUCT_G(PL, L, HB, S16)                                                                  \
-    do {                                                                                           \
-        if (w->group == 16)                                                                        \
-            PRODUCT(PL, L, HB, 1, S16);                                                            \
-        else                                                                                       \
-            PRODUCT(PL, L, HB, 0, S16);                                                            \
+            gemm_q_shape(y, ldy, w, t0, t1, x, 0, S);                                              \
     } while (0)
 
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    if (w->planes == 2) /* 8-bit */
-        PRODUCT(2, 4, 0, 0, 1);
-    else if (w->lowbits == 2 && w->hibits == 0) /* 2-bit */
-        PRODUCT_G(1, 2, 0, 1);
-    else if (w->lowbits == 2) /* 3-bit */
-        PRODUCT_G(1, 2, 1, 1);
-    else if (w->hibits == 0 && w->vmax <= 15) /* 4-bit, small codebooks (fp4) */
-        PRODUCT_G(1, 4, 0, 1);
-    else if (w->hibits == 0) /* IQ4's codebook */
-        PRODUCT_G(1, 4, 0, 0);
-    else if (w->hibits == 1) /* 5-bit */
-        PRODUCT_G(1, 4, 1, 0);
-    else /* 6-bit */
-        PRODUCT_G(1, 4, 2, 0);
+    QSHAPE_DISPATCH(w, PRODUCT);
 }
 
 /* ==== dense product ==== */

@@ -51,8 +51,8 @@ bool pack_supported(const matview *w) {
             return w->biases == w->scales && w->super_biases;
         return w->scale_type == DTYPE_U8 || w->scale_type == DTYPE_I8;
     }
-    dtype t;
-    return !(w->biases && (w->scale_type == DTYPE_E8M0 || w->scale_type == DTYPE_F8E4M3)) &&
+    dtype t; /* 8-bit scales: the fp4 modes, a codebook without biases */
+    return (w->lut || (w->scale_type != DTYPE_E8M0 && w->scale_type != DTYPE_F8E4M3)) &&
            scale_format(w, &t);
 }
 
