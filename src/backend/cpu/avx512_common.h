@@ -42,15 +42,16 @@ INLINE __m512 load_scales16(const uint8_t *p, dtype t, float unit) {
  * a codebook). Products pass SK and LUT as constants, so only their kind's loads remain. */
 INLINE void group_scales(const packed_mat *w, const uint16_t *sb, int64_t c, __m512 *sc, __m512 *bi,
                          int SK, int LUT) {
+    const uint16_t *sup = NULL;
+    const void *at = packed_group_at(w, sb, c, &sup);
     const float unit = LUT ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
     if (SK == QS_BYTE) { /* the fp4 modes: no biases */
-        *sc = load_scales16((const uint8_t *)(sb + (c / w->group) * (PACK_ROWS / 2)), w->sc_type,
-                            unit);
+        *sc = load_scales16(at, w->sc_type, unit);
         *bi = _mm512_setzero_ps();
         return;
     }
     if (SK == QS_HALF) {
-        const uint16_t *g = sb + (c / w->group) * packed_group_words(w);
+        const uint16_t *g = at;
         const int bf16 = w->sc_type == DTYPE_BF16;
         *sc = load_half16(g, bf16);
         if (LUT) *sc = _mm512_mul_ps(*sc, _mm512_set1_ps(unit));
@@ -58,10 +59,7 @@ INLINE void group_scales(const packed_mat *w, const uint16_t *sb, int64_t c, __m
                         : _mm512_mul_ps(*sc, _mm512_set1_ps(-(float)w->zero));
         return;
     }
-    const int parts = w->biased ? 2 : 1;
-    const uint16_t *sup = sb + (c / w->super) * packed_super_words(w);
-    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
-                       (c % w->super / w->group) * packed_sub_bytes(w);
+    const uint8_t *g = at;
     const __m128i gs = _mm_loadu_si128((const __m128i *)g);
     const int u4 = w->sc_type == DTYPE_U4LO;
     const __m512i gi = w->sc_type == DTYPE_I8 ? _mm512_cvtepi8_epi32(gs)

@@ -25,7 +25,7 @@
 
 /* The shape of a packed layout (pack.h) as the SIMD products take it: code planes, bits of a
  * code plane's fields, bit planes, groups of 16, a codebook, whether a block's products fit
- * int16 sums (every value a code plane gives at most 15 in magnitude), and the kind of
+ * int16 sums (one code plane, every value it gives at most 15 in magnitude), and the kind of
  * scales. */
 enum { QS_HALF, QS_BYTE, QS_TWO }; /* one-level f16/bf16, one-level e8m0/e4m3, two-level */
 typedef struct qshape {
@@ -42,7 +42,7 @@ static inline int qshape_scales(const packed_mat *w) {
     do {                                                                                           \
         const int g16_ = (w)->group == 16, sk_ = qshape_scales(w);                                 \
         if ((w)->planes == 2) /* 8-bit */                                                          \
-            F(((qshape){2, 4, 0, 0, 0, 1, QS_HALF}));                                              \
+            F(((qshape){2, 4, 0, 0, 0, 0, QS_HALF}));                                              \
         else if ((w)->lowbits == 2 && (w)->hibits) /* 3-bit */                                     \
             QSHAPE_SK(1, 2, 0, 1, F);                                                              \
         else if ((w)->lowbits == 2) /* 2-bit */                                                    \

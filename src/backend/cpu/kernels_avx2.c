@@ -160,15 +160,16 @@ INLINE __m256 load_scales8(const uint8_t *p, dtype t, float unit) {
  * kind SK (kernels.h), the codebook's fractional bits applied. */
 INLINE void half_scales(const packed_mat *w, const uint16_t *sb, int64_t c, int half, __m256 *sc,
                         __m256 *bi, int SK, int LUT) {
+    const uint16_t *sup = NULL;
+    const void *at = packed_group_at(w, sb, c, &sup);
+    const float unit = LUT ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
     if (SK == QS_BYTE) { /* the fp4 modes: no biases */
-        const uint8_t *g = (const uint8_t *)(sb + (c / w->group) * (PACK_ROWS / 2)) + 8 * half;
-        *sc = load_scales8(g, w->sc_type, 1.0f / (float)(1 << w->lut_shift));
+        *sc = load_scales8((const uint8_t *)at + 8 * half, w->sc_type, unit);
         *bi = _mm256_setzero_ps();
         return;
     }
-    const float unit = LUT ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
     if (SK == QS_HALF) {
-        const uint16_t *g = sb + (c / w->group) * packed_group_words(w) + 8 * half;
+        const uint16_t *g = (const uint16_t *)at + 8 * half;
         const int bf16 = w->sc_type == DTYPE_BF16;
         *sc = load_half8(g, bf16);
         if (LUT) *sc = _mm256_mul_ps(*sc, _mm256_set1_ps(unit));
@@ -176,9 +177,7 @@ INLINE void half_scales(const packed_mat *w, const uint16_t *sb, int64_t c, int 
                         : _mm256_mul_ps(*sc, _mm256_set1_ps(-(float)w->zero));
         return;
     }
-    const uint16_t *sup = sb + (c / w->super) * packed_super_words(w);
-    const uint8_t *g = (const uint8_t *)(sup + (w->biased ? 2 : 1) * PACK_ROWS) +
-                       (c % w->super / w->group) * packed_sub_bytes(w) + 8 * half;
+    const uint8_t *g = (const uint8_t *)at + 8 * half;
     const __m128i gs = _mm_loadl_epi64((const __m128i *)g);
     const int u4 = w->sc_type == DTYPE_U4LO;
     const __m256i gi = w->sc_type == DTYPE_I8 ? _mm256_cvtepi8_epi32(gs)
@@ -204,12 +203,13 @@ INLINE __m256i run_codes(__m256i raw, int k, int L) {
 
 /* 8*H rows of a tile from half h0 (H = 2: all 16) times T tokens from n0, for the layout S
  * (kernels.h; a codebook's signed values put their signs onto the activations). maddubs
- * multiplies unsigned codes by signed activations into int16 pairs; with S.s16 a block's
- * eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and widen once
- * per plane, else every run widens to int32. Decode (T <= 2) takes all 16 rows, so each
- * 64-byte vector is used whole as it arrives, and prefetches the weight stream a few blocks
- * ahead, since it waits on how fast the weights arrive. P: rows come in (value, residual)
- * pairs that add into one output row. */
+ * multiplies unsigned codes by signed activations into int16 pairs; with S.s16 (one plane) a
+ * block's eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and
+ * widen once, else every run widens to int32 (8-bit: its high plane's times 16). Fewer live
+ * sums beat fewer instructions here: summing each 8-bit plane in int16 spilled. Decode (T <= 2)
+ * takes all 16 rows, so each 64-byte vector is used whole as it arrives, and prefetches the weight
+ * stream a few blocks ahead, since it waits on how fast the weights arrive. P: rows come in (value,
+ * residual) pairs that add into one output row. */
 INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
                    const uint16_t *sb, int h0, const qrows *x, int64_t n0, int T, int H, int P,
                    const qshape S, int nrow) {
@@ -226,11 +226,13 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
         if (T <= 2)
             UNROLL for (int k = 0; k < S.planes * V + S.hibits; k++)
                 _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
-        __m256i i32[4][2][2]; /* [token][half][group of 16]: the block's int32 sums */
+        /* [token][half][group of 16]: the block's sums, int16 pairs with s16, else int32 */
+        __m256i a[4][2][2];
+        UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+            UNROLL for (int g = 0; g < G; g++) a[t][h][g] = _mm256_setzero_si256();
         UNROLL for (int pl = 0; pl < S.planes; pl++) {
-            __m256i a[4][2][2]; /* the plane's sums: int16 pairs with s16, else int32 */
-            UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
-                UNROLL for (int g = 0; g < G; g++) a[t][h][g] = _mm256_setzero_si256();
+            /* 8-bit: the high nibbles' plane counts 16 times */
+            const __m256i mul = S.planes == 2 && pl == 0 ? _mm256_set1_epi16(16) : ones;
             /* group g's vectors (all of them, but for groups of 16); the loop over them is
              * not unrolled: unrolled, the compiler spills the sums */
             UNROLL for (int g = 0; g < G; g++) for (int v = g * V / G; v < (g + 1) * V / G; v++) {
@@ -263,20 +265,10 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
                                 c[h], S.lut ? _mm256_sign_epi8(xv, cx[h]) : xv);
                             a[t][h][g] =
                                 S.s16 ? _mm256_add_epi16(a[t][h][g], p)
-                                      : _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, ones));
+                                      : _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, mul));
                         }
                     }
                 }
-            }
-            /* 8-bit: the high nibbles' plane counts 16 times */
-            const int hi = S.planes == 2 && pl == 0;
-            UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
-                UNROLL for (int g = 0; g < G; g++) {
-                const __m256i s =
-                    S.s16 ? _mm256_madd_epi16(a[t][h][g], hi ? _mm256_set1_epi16(16) : ones)
-                    : hi  ? _mm256_slli_epi32(a[t][h][g], 4)
-                          : a[t][h][g];
-                i32[t][h][g] = pl ? _mm256_add_epi32(i32[t][h][g], s) : s;
             }
         }
         __m256 sc[2][2], bi[2][2];
@@ -286,7 +278,8 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
             const int64_t xi = (n0 + t) * blocks + b;
             const __m256 d = _mm256_set1_ps(x->d[xi]);
             UNROLL for (int h = 0; h < H; h++) UNROLL for (int g = 0; g < G; g++) {
-                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h][g]), d);
+                const __m256i i32 = S.s16 ? _mm256_madd_epi16(a[t][h][g], ones) : a[t][h][g];
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32), d);
                 acc[t][h] = _mm256_fmadd_ps(f, sc[h][g], acc[t][h]);
                 if (t & P) continue; /* a residual row: its sums are 0 */
                 const float sum = S.g16 ? x->s16[(n0 + t) * (x->cols / 16) + 2 * b + g] : x->s[xi];

@@ -40,13 +40,14 @@ static bool scale_format(const matview *w, dtype *t) {
 
 bool pack_supported(const matview *w) {
     const int bits = w->quant_bits;
-    if (bits < 2 || bits > 8 || bits == 7 || w->group <= 0 ||
+    if (bits < 2 || bits > 8 || bits == 7 || w->group <= 0 || (w->group & (w->group - 1)) ||
         (w->group % QBLOCK && (w->group != 16 || bits == 8)) || w->cols % w->group ||
         w->cols % QBLOCK ||
         (w->lut && (bits != 4 || w->biases || w->lut_shift < 0 || w->lut_shift > 8)))
         return false;
     if (w->super) { /* K-quants: integer group scales under F16 factors */
-        if (bits == 8 || w->super % w->group || w->cols % w->super) return false;
+        if (bits == 8 || (w->super & (w->super - 1)) || w->super < w->group || w->cols % w->super)
+            return false;
         if (w->scale_type == DTYPE_U4LO) /* Q2_K: scale and min in one byte */
             return w->biases == w->scales && w->super_biases;
         return w->scale_type == DTYPE_U8 || w->scale_type == DTYPE_I8;
@@ -107,8 +108,10 @@ static float half_value(dtype t, uint16_t h) {
 void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, float sc[PACK_ROWS],
                          float bi[PACK_ROWS]) {
     const float unit = ldexpf(1.0f, -p->lut_shift); /* the codebook's fractional bits */
+    const uint16_t *sup = NULL;
+    const void *at = packed_group_at(p, sb, c, &sup);
     if (!p->super) {
-        const uint16_t *g = sb + (c / p->group) * packed_group_words(p);
+        const uint16_t *g = at;
         for (int i = 0; i < PACK_ROWS; i++) {
             sc[i] = (packed_byte_scales(p) ? dtype_load_f32(p->sc_type, g, i)
                                            : half_value(p->sc_type, g[i])) *
@@ -117,9 +120,7 @@ void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, flo
         }
         return;
     }
-    const uint16_t *sup = sb + (c / p->super) * packed_super_words(p);
-    const uint8_t *g = (const uint8_t *)(sup + (p->biased ? 2 : 1) * PACK_ROWS) +
-                       (c % p->super / p->group) * packed_sub_bytes(p);
+    const uint8_t *g = at;
     const bool u4 = p->sc_type == DTYPE_U4LO;
     for (int i = 0; i < PACK_ROWS; i++) {
         const float q = u4                       ? (float)(g[i] & 15)
@@ -146,6 +147,12 @@ static void put_code(const packed_mat *p, uint8_t *blk, int i, int c, unsigned q
             (uint8_t)((q >> (p->lowbits + h) & 1u) << ((i * 4 + j) % 8));
 }
 
+static int log2_of(int64_t v) {
+    int k = 0;
+    while ((int64_t)1 << k < v) k++;
+    return k;
+}
+
 /* The largest |value| of one code plane: its codes with their bit planes, or the codebook's. */
 static int plane_vmax(const matview *w, const packed_mat *p) {
     if (!w->lut) return (1 << (p->lowbits + p->hibits)) - 1;
@@ -170,6 +177,8 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
                                 : bits == 5 || bits == 6 ? bits - 4
                                                          : 0,
                       .group = w->group,
+                      .glog = log2_of(w->group),
+                      .slog = w->super ? log2_of(w->super) : 0,
                       .sc_type = st,
                       .biased = w->biases != NULL,
                       .zero = w->lut ? 0 : w->zero,

@@ -59,10 +59,11 @@ typedef struct packed_mat {
     int lowbits;               /* bits of a code in each code plane: 4 (nibbles) or 2 (crumbs) */
     int planes;                /* code planes: 2 for 8-bit, else 1 */
     int hibits;                /* bit planes above the code plane: 5- and 3-bit 1, 6-bit 2 */
-    int vmax;      /* largest |value| one code plane gives (bit planes, codebook included) */
-    int64_t group; /* columns per scale/bias: a multiple of QBLOCK, or 16 (below 8 bits) */
-    dtype sc_type; /* one-level: F16, BF16, E8M0 or F8E4M3; two-level: U8, I8 or U4LO */
-    bool biased;   /* sb holds biases; else bias = -zero * scale */
+    int vmax;       /* largest |value| one code plane gives (bit planes, codebook included) */
+    int64_t group;  /* columns per scale/bias: a multiple of QBLOCK, or 16 (below 8 bits) */
+    int glog, slog; /* log2 of group and super (both powers of two): the kernels shift */
+    dtype sc_type;  /* one-level: F16, BF16, E8M0 or F8E4M3; two-level: U8, I8 or U4LO */
+    bool biased;    /* sb holds biases; else bias = -zero * scale */
     int zero;
     int64_t super;     /* two-level scales: columns per super-block; else 0 */
     const int8_t *lut; /* [16] code values, or NULL */
@@ -105,12 +106,23 @@ static inline int64_t packed_sub_bytes(const packed_mat *p) {
 }
 /* 16-bit words of one super-block's factors and group scales (two-level). */
 static inline int64_t packed_super_words(const packed_mat *p) {
-    return (p->biased ? 2 : 1) * PACK_ROWS + (p->super / p->group) * packed_sub_bytes(p) / 2;
+    return (p->biased ? 2 : 1) * PACK_ROWS + (p->super >> p->glog) * packed_sub_bytes(p) / 2;
 }
 /* 16-bit scale/bias words in one tile. */
 static inline int64_t packed_tile_sb(const packed_mat *p) {
     if (p->super) return (p->cols / p->super) * packed_super_words(p);
     return (p->cols / p->group) * packed_group_words(p);
+}
+/* Where the scales of the group holding column c sit in a tile's sb: one-level, its words (the
+ * 16 scales, then the 16 biases; bytes for e8m0 and e4m3); two-level, its bytes (the 16
+ * scales, then the 16 mins; one byte each for u4lo), with *sup set to the super-block's
+ * factors (D 0..15, then M 0..15). */
+static inline const void *packed_group_at(const packed_mat *p, const uint16_t *sb, int64_t c,
+                                          const uint16_t **sup) {
+    if (!p->super) return sb + (c >> p->glog) * packed_group_words(p);
+    *sup = sb + (c >> p->slog) * packed_super_words(p);
+    return (const uint8_t *)(*sup + (p->biased ? 2 : 1) * PACK_ROWS) +
+           ((c & (p->super - 1)) >> p->glog) * packed_sub_bytes(p);
 }
 /* The scales and biases of the 16 rows of a tile's sb for the group holding column c, the
  * codebook's fractional bits applied (scalar; the SIMD kernels read the same layout with
@@ -132,8 +144,8 @@ static inline int packed_code(const packed_mat *p, const uint8_t *blk, int i, in
     return p->lut ? p->lut[q] : (int)q;
 }
 
-/* Whether w can be packed: affine 2- to 8-bit codes in groups of a multiple of QBLOCK (or 16
- * below 8 bits),
+/* Whether w can be packed: affine 2- to 8-bit codes in groups of a power of two from QBLOCK
+ * (or 16 below 8 bits),
  * with one-level F16/BF16 scales (or F32 values exact in one of them), the fp4 modes' E8M0
  * or F8E4M3 scales, or two-level U8/I8/U4LO ones; a codebook over 4-bit codes. */
 bool pack_supported(const matview *w);
