@@ -343,7 +343,6 @@ static const struct variant {
     {"mxfp4 (e2m1 codebook, e8m0 g32)", 4, 32, DTYPE_E8M0, false, 0, fp4_values, 1},
     {"nvfp4 (e2m1 codebook, e4m3 g16)", 4, 16, DTYPE_F8E4M3, false, 0, fp4_values, 1},
     {"8-bit g32 zero 128", 8, 32, DTYPE_F16, false, 128, NULL, 0},
-    {"4-bit g16 biases", 4, 16, DTYPE_F16, true, 0, NULL, 0},
 };
 #define V_COUNT ((int)(sizeof variants / sizeof variants[0]))
 
@@ -362,8 +361,7 @@ static uint8_t rand_scale8(dtype st) {
     return (uint8_t)((r > 0.95f ? 0x80 : 0) | (0x20 + (int)(32 * u)));
 }
 
-static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
-    const struct variant *vs = &variants[kind];
+static rand_variant make_variant(const struct variant *vs, int64_t rows, int64_t cols) {
     rand_variant v = {0};
     const int bits = vs->bits;
     const int64_t group = vs->group, groups = cols / group;
@@ -429,11 +427,28 @@ static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
     return v;
 }
 
+/* Layouts no GGUF or MLX file holds, which the packer leaves to the row-at-a-time path (the
+ * kernels are instantiated for the others only): one-level scales in groups of 16, two-level
+ * groups of 16 for 4-bit codes or of 32 for 2-bit ones, fp4 scales over a wide codebook. */
+static void test_pack_refusals(void) {
+    static const struct variant refused[] = {
+        {"4-bit g16 biases", 4, 16, DTYPE_F16, true, 0, NULL, 0},
+        {"4-bit K g16", 4, 16, DTYPE_U8, true, 0, NULL, 0},
+        {"2-bit K g32", 2, 32, DTYPE_U8, true, 0, NULL, 0},
+        {"e8m0 scales over IQ4's codebook", 4, 32, DTYPE_E8M0, false, 0, iq4_values, 0},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        rand_variant v = make_variant(&refused[i], 16, 256);
+        CHECK(!pack_supported(&v.w), "pack_supported refuses %s", refused[i].name);
+        free(v.codes), free(v.scales), free(v.biases), free(v.supers), free(v.super_m);
+    }
+}
+
 /* The ISA's product against the generic one, and the generic one against the float
  * reference, with value + residual pairs (as the backend runs them). */
 static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int64_t cols,
                               int64_t n) {
-    rand_variant v = make_variant(kind, rows, cols);
+    rand_variant v = make_variant(&variants[kind], rows, cols);
     arena mem = {0};
     CHECK(pack_supported(&v.w), "%s: pack_supported", variants[kind].name);
     const packed_mat *p = pack_matrix(&v.w, &mem);
@@ -499,7 +514,7 @@ static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int6
  * float reference (6-bit codes under two-level scales keep about 16 of their bits). */
 static void test_bf16_variant(const cpu_kernels *k, int kind, int64_t rows, int64_t cols,
                               int64_t n) {
-    rand_variant v = make_variant(kind, rows, cols);
+    rand_variant v = make_variant(&variants[kind], rows, cols);
     arena mem = {0};
     const packed_mat *p = pack_matrix(&v.w, &mem);
     if (!CHECK(p != NULL, "%s: pack_matrix", variants[kind].name)) return;
@@ -970,6 +985,7 @@ static void test_vision_ops(cpu_isa isa) {
 
 int main(void) {
     test_pack_rows();
+    test_pack_refusals();
     const cpu_isa isas[] = {CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX};
     for (int i = 0; i < 4; i++) {
         if (!cpu_isa_supported(isas[i])) {

@@ -37,43 +37,42 @@ static inline int qshape_scales(const packed_mat *w) {
 }
 
 /* F(shape) with w's shape as a constant, so a product inlined into F is instantiated, its
- * loops unrolled and its scale loads chosen, per layout. */
+ * loops unrolled and its scale loads chosen, per layout: the layouts pack_supported takes,
+ * which are the ones GGUF and MLX files hold. Fields: planes, lowbits, hibits, g16, lut, s16,
+ * scales. */
 #define QSHAPE_DISPATCH(w, F)                                                                      \
     do {                                                                                           \
-        const int g16_ = (w)->group == 16, sk_ = qshape_scales(w);                                 \
-        if ((w)->planes == 2) /* 8-bit */                                                          \
+        const int two_ = (w)->super != 0;                                                          \
+        if (packed_byte_scales(w)) /* nvfp4, mxfp4 */                                              \
+            QSHAPE_PICK((w)->group == 16, ((qshape){1, 4, 0, 1, 1, 1, QS_BYTE}),                   \
+                        ((qshape){1, 4, 0, 0, 1, 1, QS_BYTE}), F);                                 \
+        else if ((w)->planes == 2) /* 8-bit */                                                     \
             F(((qshape){2, 4, 0, 0, 0, 0, QS_HALF}));                                              \
-        else if ((w)->lowbits == 2 && (w)->hibits) /* 3-bit */                                     \
-            QSHAPE_SK(1, 2, 0, 1, F);                                                              \
-        else if ((w)->lowbits == 2) /* 2-bit */                                                    \
-            QSHAPE_SK(0, 2, 0, 1, F);                                                              \
-        else if ((w)->hibits == 0 && (w)->lut && sk_ == QS_BYTE && (w)->vmax <= 15) /* fp4 */      \
-            QSHAPE_G16(0, 4, 1, 1, QS_BYTE, F);                                                    \
-        else if ((w)->hibits == 0 && (w)->lut && sk_ == QS_BYTE)                                   \
-            QSHAPE_G16(0, 4, 1, 0, QS_BYTE, F);                                                    \
-        else if ((w)->hibits == 0 && (w)->lut) /* IQ4 */                                           \
-            QSHAPE_SK(0, 4, 1, 0, F);                                                              \
-        else if ((w)->hibits == 0) /* 4-bit */                                                     \
-            QSHAPE_SK(0, 4, 0, 1, F);                                                              \
-        else if ((w)->hibits == 1) /* 5-bit */                                                     \
-            QSHAPE_SK(1, 4, 0, 0, F);                                                              \
-        else /* 6-bit */                                                                           \
-            QSHAPE_SK(2, 4, 0, 0, F);                                                              \
+        else if ((w)->lut) /* IQ4_XS, IQ4_NL */                                                    \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 0, 0, 1, 0, QS_TWO}),                                \
+                        ((qshape){1, 4, 0, 0, 1, 0, QS_HALF}), F);                                 \
+        else if ((w)->lowbits == 2 && (w)->hibits) /* Q3_K, 3-bit */                               \
+            QSHAPE_PICK(two_, ((qshape){1, 2, 1, 1, 0, 1, QS_TWO}),                                \
+                        ((qshape){1, 2, 1, 0, 0, 1, QS_HALF}), F);                                 \
+        else if ((w)->lowbits == 2) /* Q2_K, 2-bit */                                              \
+            QSHAPE_PICK(two_, ((qshape){1, 2, 0, 1, 0, 1, QS_TWO}),                                \
+                        ((qshape){1, 2, 0, 0, 0, 1, QS_HALF}), F);                                 \
+        else if ((w)->hibits == 0) /* Q4_K, 4-bit */                                               \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 0, 0, 0, 1, QS_TWO}),                                \
+                        ((qshape){1, 4, 0, 0, 0, 1, QS_HALF}), F);                                 \
+        else if ((w)->hibits == 1) /* Q5_K, 5-bit */                                               \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 1, 0, 0, 0, QS_TWO}),                                \
+                        ((qshape){1, 4, 1, 0, 0, 0, QS_HALF}), F);                                 \
+        else /* Q6_K, 6-bit */                                                                     \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 2, 1, 0, 0, QS_TWO}),                                \
+                        ((qshape){1, 4, 2, 0, 0, 0, QS_HALF}), F);                                 \
     } while (0)
-/* one-level 16-bit or two-level scales (byte scales come with the fp4 codebook only) */
-#define QSHAPE_SK(HB, L, LUT, S16, F)                                                              \
+#define QSHAPE_PICK(COND, A, B, F)                                                                 \
     do {                                                                                           \
-        if (sk_ == QS_TWO)                                                                         \
-            QSHAPE_G16(HB, L, LUT, S16, QS_TWO, F);                                                \
+        if (COND)                                                                                  \
+            F(A);                                                                                  \
         else                                                                                       \
-            QSHAPE_G16(HB, L, LUT, S16, QS_HALF, F);                                               \
-    } while (0)
-#define QSHAPE_G16(HB, L, LUT, S16, SK, F)                                                         \
-    do {                                                                                           \
-        if (g16_)                                                                                  \
-            F(((qshape){1, L, HB, 1, LUT, S16, SK}));                                              \
-        else                                                                                       \
-            F(((qshape){1, L, HB, 0, LUT, S16, SK}));                                              \
+            F(B);                                                                                  \
     } while (0)
 
 typedef struct cpu_kernels {

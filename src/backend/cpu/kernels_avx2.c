@@ -203,18 +203,20 @@ INLINE __m256i run_codes(__m256i raw, int k, int L) {
 
 /* 8*H rows of a tile from half h0 (H = 2: all 16) times T tokens from n0, for the layout S
  * (kernels.h; a codebook's signed values put their signs onto the activations). maddubs
- * multiplies unsigned codes by signed activations into int16 pairs; with S.s16 (one plane) a
- * block's eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and
+ * multiplies unsigned codes by signed activations into int16 pairs; with S.s16 (one plane)
+ * a block's eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and
  * widen once, else every run widens to int32 (8-bit: its high plane's times 16). Fewer live
- * sums beat fewer instructions here: summing each 8-bit plane in int16 spilled. Decode (T <= 2)
- * takes all 16 rows, so each 64-byte vector is used whole as it arrives, and prefetches the weight
- * stream a few blocks ahead, since it waits on how fast the weights arrive. P: rows come in (value,
- * residual) pairs that add into one output row. */
+ * sums beat fewer instructions there: summing each 8-bit plane in int16 spilled in prefill,
+ * so only decode does. Whole tiles (decode) use each 64-byte vector whole as it arrives and
+ * prefetch the weight stream a few blocks ahead, since decode waits on how fast the weights
+ * arrive. P: rows come in (value, residual) pairs that add into one output row. */
 INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
                    const uint16_t *sb, int h0, const qrows *x, int64_t n0, int T, int H, int P,
                    const qshape S, int nrow) {
     const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
     const int L = S.lowbits, V = L, E = 8 / L, G = 1 + S.g16; /* vectors, runs of a vector */
+    /* 8-bit decode sums each plane in int16 (T <= 2 leaves the registers for it) */
+    const int W16 = S.planes == 2 && H == 2;
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i lut = S.lut
                             ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)w->lut))
@@ -223,7 +225,7 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
     UNROLL for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * block_bytes;
-        if (T <= 2)
+        if (H == 2)
             UNROLL for (int k = 0; k < S.planes * V + S.hibits; k++)
                 _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
         /* [token][half][group of 16]: the block's sums, int16 pairs with s16, else int32 */
@@ -233,6 +235,10 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
         UNROLL for (int pl = 0; pl < S.planes; pl++) {
             /* 8-bit: the high nibbles' plane counts 16 times */
             const __m256i mul = S.planes == 2 && pl == 0 ? _mm256_set1_epi16(16) : ones;
+            __m256i p16[2][2][2]; /* 8-bit decode: the plane's int16 sums */
+            if (W16)
+                UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+                    UNROLL for (int g = 0; g < G; g++) p16[t][h][g] = _mm256_setzero_si256();
             /* group g's vectors (all of them, but for groups of 16); the loop over them is
              * not unrolled: unrolled, the compiler spills the sums */
             UNROLL for (int g = 0; g < G; g++) for (int v = g * V / G; v < (g + 1) * V / G; v++) {
@@ -263,13 +269,21 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
                         UNROLL for (int h = 0; h < H; h++) {
                             const __m256i p = _mm256_maddubs_epi16(
                                 c[h], S.lut ? _mm256_sign_epi8(xv, cx[h]) : xv);
-                            a[t][h][g] =
-                                S.s16 ? _mm256_add_epi16(a[t][h][g], p)
-                                      : _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, mul));
+                            if (W16)
+                                p16[t][h][g] = _mm256_add_epi16(p16[t][h][g], p);
+                            else if (S.s16)
+                                a[t][h][g] = _mm256_add_epi16(a[t][h][g], p);
+                            else
+                                a[t][h][g] =
+                                    _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, mul));
                         }
                     }
                 }
             }
+            if (W16)
+                UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+                    UNROLL for (int g = 0; g < G; g++) a[t][h][g] =
+                        _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p16[t][h][g], mul));
         }
         __m256 sc[2][2], bi[2][2];
         UNROLL for (int h = 0; h < H; h++) UNROLL for (int g = 0; g < G; g++)
@@ -287,6 +301,7 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
             }
         }
     }
+    /* P: row t + 1 is row t's residual and adds into the same output row */
     UNROLL for (int t = 0; t < T; t += 1 + P) {
         float *dst = y + ((n0 + t) >> P) * ldy;
         UNROLL for (int h = 0; h < H; h++) {
@@ -296,6 +311,9 @@ INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
     }
 }
 
+/* Three shapes of rows per layout keep the instantiations (and the build) small: 4 rows by
+ * half tiles; pairs of rows (decode, or the last of a prompt) and a single row by whole
+ * tiles. */
 INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                          const qrows *x, int P, const qshape S) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
@@ -304,24 +322,20 @@ INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0,
         const uint16_t *sb = w->sb + t * tile_sb;
         const int64_t r0 = t * PACK_ROWS;
         const int nrow = w->rows - r0 < PACK_ROWS ? (int)(w->rows - r0) : PACK_ROWS;
-        if (x->n <= 1 + P) { /* decode: one token, or its value and residual pair */
-            if (x->n == 1)
-                q_rows(y + r0, ldy, w, tile, sb, 0, x, 0, 1, 2, P, S, nrow);
-            else
-                q_rows(y + r0, ldy, w, tile, sb, 0, x, 0, 2, 2, P, S, nrow);
-            continue;
+        int64_t n = 0;
+        if (x->n > 2) { /* prefill */
+            n = x->n / 4 * 4;
+            for (int h = 0; h < 2 && 8 * h < nrow; h++)
+                for (int64_t k = 0; k < n; k += 4)
+                    q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, k, 4, 1, P, S, nrow - 8 * h);
         }
-        for (int h = 0; h < 2 && 8 * h < nrow; h++) {
-            int64_t n = 0;
-            for (; n + 4 <= x->n; n += 4)
-                q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, n, 4, 1, P, S, nrow - 8 * h);
-            for (; n < x->n; n += 1 + P)
-                q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, n, 1 + P, 1, P, S, nrow - 8 * h);
-        }
+        for (; n + 2 <= x->n; n += 2) q_rows(y + r0, ldy, w, tile, sb, 0, x, n, 2, 2, P, S, nrow);
+        if (n < x->n) q_rows(y + r0, ldy, w, tile, sb, 0, x, n, 1, 2, P, S, nrow);
     }
 }
 
-/* One layout's product, with or without activation pairs. */
+static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                   const qrows *x) {
 #define PRODUCT(S)                                                                                 \
     do {                                                                                           \
         if (x->pairs)                                                                              \
@@ -329,10 +343,8 @@ INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0,
         else                                                                                       \
             gemm_q_shape(y, ldy, w, t0, t1, x, 0, S);                                              \
     } while (0)
-
-static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                   const qrows *x) {
     QSHAPE_DISPATCH(w, PRODUCT);
+#undef PRODUCT
 }
 
 /* ==== dense product ==== */

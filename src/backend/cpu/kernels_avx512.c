@@ -116,8 +116,8 @@ INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0,
         const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
         const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
         int64_t n = 0;
+        /* two shapes of rows per layout keep the instantiations (and the build) small */
         for (; n + 8 <= x->n; n += 8) q_tile(y + r0, ldy, w, tile, sb, x, n, 8, P, S, rows);
-        for (; n + 4 <= x->n; n += 4) q_tile(y + r0, ldy, w, tile, sb, x, n, 4, P, S, rows);
         for (; n < x->n; n += 1 + P) q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, P, S, rows);
     }
 }

@@ -38,23 +38,35 @@ static bool scale_format(const matview *w, dtype *t) {
     return f16_ok || bf16_ok;
 }
 
+/* The largest |value| of a codebook. */
+static int lut_max(const int8_t *lut) {
+    int m = 0;
+    for (int q = 0; q < 16; q++) m = abs(lut[q]) > m ? abs(lut[q]) : m;
+    return m;
+}
+
+/* The layouts the kernels are built for (kernels.h's QSHAPE_DISPATCH) are the ones GGUF and
+ * MLX files hold; anything else runs the exact row-at-a-time path. */
 bool pack_supported(const matview *w) {
     const int bits = w->quant_bits;
+    const bool g16 = w->group == 16;
     if (bits < 2 || bits > 8 || bits == 7 || w->group <= 0 || (w->group & (w->group - 1)) ||
-        (w->group % QBLOCK && (w->group != 16 || bits == 8)) || w->cols % w->group ||
-        w->cols % QBLOCK ||
+        (w->group % QBLOCK && !g16) || w->cols % w->group || w->cols % QBLOCK ||
         (w->lut && (bits != 4 || w->biases || w->lut_shift < 0 || w->lut_shift > 8)))
         return false;
-    if (w->super) { /* K-quants: integer group scales under F16 factors */
-        if (bits == 8 || (w->super & (w->super - 1)) || w->super < w->group || w->cols % w->super)
+    if (w->super) { /* K-quants: integer group scales under F16 factors, groups of 16 for 2-,
+                     * 3- and 6-bit codes (Q2_K, Q3_K, Q6_K), 32 for the rest */
+        if ((w->super & (w->super - 1)) || w->super < w->group || w->cols % w->super ||
+            g16 != (!w->lut && (bits == 2 || bits == 3 || bits == 6)))
             return false;
         if (w->scale_type == DTYPE_U4LO) /* Q2_K: scale and min in one byte */
             return w->biases == w->scales && w->super_biases;
         return w->scale_type == DTYPE_U8 || w->scale_type == DTYPE_I8;
     }
-    dtype t; /* 8-bit scales: the fp4 modes, a codebook without biases */
-    return (w->lut || (w->scale_type != DTYPE_E8M0 && w->scale_type != DTYPE_F8E4M3)) &&
-           scale_format(w, &t);
+    dtype t;
+    if (w->scale_type == DTYPE_E8M0 || w->scale_type == DTYPE_F8E4M3) /* the fp4 modes */
+        return w->lut && lut_max(w->lut) <= 15 && scale_format(w, &t);
+    return !g16 && scale_format(w, &t);
 }
 
 static uint16_t scale_bits(const matview *w, const void *p, int64_t i, dtype t) {
@@ -153,14 +165,6 @@ static int log2_of(int64_t v) {
     return k;
 }
 
-/* The largest |value| of one code plane: its codes with their bit planes, or the codebook's. */
-static int plane_vmax(const matview *w, const packed_mat *p) {
-    if (!w->lut) return (1 << (p->lowbits + p->hibits)) - 1;
-    int m = 0;
-    for (int q = 0; q < 16; q++) m = abs(w->lut[q]) > m ? abs(w->lut[q]) : m;
-    return m;
-}
-
 packed_mat *pack_matrix(const matview *w, arena *a) {
     dtype st = w->scale_type;
     if (!pack_supported(w) || (!w->super && !scale_format(w, &st))) return NULL;
@@ -184,7 +188,6 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
                       .zero = w->lut ? 0 : w->zero,
                       .super = w->super,
                       .lut_shift = w->lut ? w->lut_shift : 0};
-    p->vmax = plane_vmax(w, p);
     if (w->lut) { /* the codebook's values */
         int8_t *lut = arena_alloc(a, 16);
         if (!lut) return NULL;

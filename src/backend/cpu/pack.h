@@ -59,7 +59,6 @@ typedef struct packed_mat {
     int lowbits;               /* bits of a code in each code plane: 4 (nibbles) or 2 (crumbs) */
     int planes;                /* code planes: 2 for 8-bit, else 1 */
     int hibits;                /* bit planes above the code plane: 5- and 3-bit 1, 6-bit 2 */
-    int vmax;       /* largest |value| one code plane gives (bit planes, codebook included) */
     int64_t group;  /* columns per scale/bias: a multiple of QBLOCK, or 16 (below 8 bits) */
     int glog, slog; /* log2 of group and super (both powers of two): the kernels shift */
     dtype sc_type;  /* one-level: F16, BF16, E8M0 or F8E4M3; two-level: U8, I8 or U4LO */
@@ -144,10 +143,10 @@ static inline int packed_code(const packed_mat *p, const uint8_t *blk, int i, in
     return p->lut ? p->lut[q] : (int)q;
 }
 
-/* Whether w can be packed: affine 2- to 8-bit codes in groups of a power of two from QBLOCK
- * (or 16 below 8 bits),
- * with one-level F16/BF16 scales (or F32 values exact in one of them), the fp4 modes' E8M0
- * or F8E4M3 scales, or two-level U8/I8/U4LO ones; a codebook over 4-bit codes. */
+/* Whether w can be packed: affine 2- to 8-bit codes in the layouts GGUF and MLX files hold:
+ * one-level F16/BF16 scales (or F32 values exact in one of them) in groups of 32, 64, ...;
+ * two-level U8/I8/U4LO scales in groups of 16 (2-, 3- and 6-bit codes) or 32 and up; the fp4
+ * modes' E8M0/F8E4M3 scales over a codebook; a codebook over 4-bit codes. */
 bool pack_supported(const matview *w);
 /* Repacks w into memory from a (64-byte aligned); returns NULL when unsupported or out of
  * memory. The result lives as long as the arena. */
