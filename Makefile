@@ -16,7 +16,7 @@
 
 BUILD   ?= build
 CC      ?= cc
-PKGS    := jansson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg
+PKGS    := jansson libpcre2-8 libutf8proc libmicrohttpd libpng libjpeg libcurl libcrypto
 OPT     ?= -O2 -g
 SAN     ?=
 CFLAGS  := $(OPT) $(SAN) -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -pthread -Iinclude -Isrc \

@@ -72,6 +72,16 @@ LLAMA31_8B = {
 
 # llama.cpp's general.file_type of a file whose matrices are all of one type.
 FILE_TYPE = {"q4_0": 2, "q4_1": 3, "q8_0": 7}
+# K-quant super-blocks: (elements, bytes).
+K_BLOCKS = {"q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+
+
+def block_bytes(t, rows, cols):
+    """Bytes of a [rows, cols] matrix of ggml type t."""
+    if t in K_BLOCKS:
+        n, b = K_BLOCKS[t]
+        return rows * cols // n * b
+    return rows * cols // 32 * BLOCK_BYTES[t]
 
 
 def log(msg):
@@ -197,14 +207,16 @@ def import_gguf():
     return gguf
 
 
-def gguf_writer(path, cfg, qtype, entries):
+def gguf_writer(path, cfg, qtype, entries, mix=None, file_type=None):
     """A GGUFWriter for path with llama's metadata and the placeholder vocabulary, its
-    tensor table filled in and written: the caller streams the data in entries' order."""
+    tensor table filled in and written: the caller streams the data in entries' order.
+    mix maps a tensor name to its own type (bench/kquant_models.py's mixes), else qtype;
+    block_bytes(type, rows, cols) gives each matrix's bytes."""
     gguf = import_gguf()
     w = gguf.GGUFWriter(str(path), "llama")
     d, h = cfg["hidden_size"], cfg["num_attention_heads"]
     w.add_name(f"random Llama-3.1-8B-shaped {qtype}")
-    w.add_file_type(FILE_TYPE[qtype])
+    w.add_file_type(FILE_TYPE[qtype] if file_type is None else file_type)
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(d)
@@ -230,10 +242,11 @@ def gguf_writer(path, cfg, qtype, entries):
     w.add_eos_token_id(cfg["eos_token_id"][-1])
     w.add_add_bos_token(True)
     w.add_quantization_version(2)
-    raw = getattr(gguf.GGMLQuantizationType, qtype.upper())
     for name, rows, cols in entries:
         if cols:
-            nbytes = rows * cols // 32 * BLOCK_BYTES[qtype]
+            t = (mix or {}).get(name, qtype)
+            nbytes = block_bytes(t, rows, cols)
+            raw = getattr(gguf.GGMLQuantizationType, t.upper())
             w.add_tensor_info(gguf_name(name), (rows, nbytes // rows), np.dtype(np.uint8), nbytes, raw_dtype=raw)
         else:
             w.add_tensor_info(gguf_name(name), (rows,), np.dtype(np.float32), 4 * rows)

@@ -56,6 +56,8 @@ typedef enum celer_status {
                                  next call runs again) */
     CELER_STATUS_DEVICE_LOST, /* the device is unusable: every later call on the
                                  context fails with the same message */
+    CELER_STATUS_NETWORK,     /* the Hub could not be reached, refused access, or sent what
+                                 it should not */
     CELER_STATUS_COUNT_
 } celer_status;
 
@@ -80,16 +82,37 @@ void celer_model_close(celer_model *model);
 /* ==== Models by name: the Hugging Face cache ==== */
 
 /* name -> the path to give celer_model_open, in path[path_size]. A path that exists on
- * disk is kept as it is (it wins over a name). "ORG/NAME" and "ORG/NAME:QUANT" are looked
- * up in the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
- * ~/.cache/huggingface/hub) at the commit refs/main names: a repository with GGUF files
- * gives the file whose quant tag is QUANT (case-insensitive; without one Q4_K_M, else the
- * only GGUF; mmproj files never count), one with config.json gives its snapshot directory.
- * Anything else that is no name is kept as it is, for the open to report. A name not in the
- * cache is CELER_STATUS_NOT_FOUND with one line naming the repository and the cache
- * directory. Reads the cache only; never downloads. */
+ * disk is kept as it is (it wins over a name). "ORG/NAME[:QUANT][@REV]" is looked up in the
+ * Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)
+ * at the commit refs/REV names (REV: main when absent; a commit hash works without a ref):
+ * a repository with GGUF files gives the file whose quant tag is QUANT (case-insensitive;
+ * without one Q4_K_M, else the only GGUF; mmproj files never count), one with config.json
+ * gives its snapshot directory. Anything else that is no name is kept as it is, for the open
+ * to report. A name not in the cache is CELER_STATUS_NOT_FOUND with one line naming the
+ * repository and the cache directory. Reads the cache only; never downloads (that is
+ * celer_model_pull). */
 celer_status celer_model_resolve(const char *name, char *path, size_t path_size, char *err,
                                  size_t err_size);
+
+/* Progress of celer_model_pull: file (its path in the repository) has done of total bytes;
+ * finished is true once per file, when it is in place (or was there already). */
+typedef void (*celer_pull_progress)(void *user, const char *file, int64_t done, int64_t total,
+                                    bool finished);
+
+/* Downloads the model name ("ORG/NAME[:QUANT][@REV]") from the Hugging Face Hub
+ * ($HF_ENDPOINT, default https://huggingface.co; $HF_TOKEN or the token file for gated and
+ * private repositories) into the cache celer_model_resolve reads, laid out as huggingface_hub
+ * lays it out, then resolves name there into path[path_size]. A GGUF repository gives the
+ * files of one quant (every part of a split), a checkpoint its config, weights and tokenizer
+ * files. Files already cached are not fetched again; an interrupted file is resumed. With
+ * HF_HUB_OFFLINE=1 nothing touches the network: a name not cached is NOT_FOUND, saying so.
+ * Errors are one line in err (the token is never in it): NOT_FOUND (no such repository,
+ * revision or file), NETWORK (unreachable, stalled, refused access: gated or private),
+ * BAD_FILE (a checksum that does not match, an answer that is not what the Hub sends), IO
+ * (the disk: full, or not writable), BUSY (another download holds the file's lock).
+ * progress may be NULL. */
+celer_status celer_model_pull(const char *name, celer_pull_progress progress, void *user,
+                              char *path, size_t path_size, char *err, size_t err_size);
 
 /* One model of the Hugging Face cache, as `celer ls` lists it. */
 typedef struct celer_cached_model {

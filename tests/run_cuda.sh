@@ -4,7 +4,7 @@
 # and the model contract on the device (test_parity, test_vlm, test_contract:
 # CELER_TEST_DEVICE), CUDA errors as statuses (test_faults: CELER_FAULT_STEP), the engine
 # wholly on the device (test_engine: CELER_DEVICE), the real model's KL against the CPU
-# reference (test_real_kl), the server suite with every server on the device (its fault
+# reference (test_real_kl), K-quant mixes against the CPU (device_kquant.py), the server suite with every server on the device (its fault
 # servers lose the device for real) (tests/server/run.sh: CELER_DEVICE), the affine product kernels'
 # own test when built (BUILD/cuda/test_affine), and a decode step's trace when the trace
 # build is there (BUILD/trace/celer). Same summary lines as run.sh. The test programs live
@@ -21,9 +21,16 @@ module="$build/celer-cuda.so"
 . "$(dirname "${BASH_SOURCE[0]}")/summary.sh"
 # the module itself first: loaded on first use, cuBLAS opened by the first CUDA context
 run_one "test_module ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/test_module"
-for t in test_device_ops test_parity test_vlm test_contract test_real_kl; do
+for t in test_device_ops test_parity test_vlm test_contract test_quant_formats test_real_kl; do
     run_one "$t ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/$t"
 done
+# K-quant mixes of realistic scales through the dense prefill (numpy and gguf-py: make fixtures' venv)
+py=${PYTHON:-build/venv/bin/python}
+if "$py" -c "import gguf, numpy" 2> /dev/null; then
+    run_one "device_kquant ($device)" "$py" tests/device_kquant.py "$build/celer" "$device"
+else
+    echo "SKIP device_kquant: $py has no numpy and gguf-py (make fixtures installs them)"; skip=$((skip + 1))
+fi
 run_one "test_engine ($device)" env CELER_DEVICE="$device" CELER_CUDA_MODULE="$module" "$build/tests/test_engine"
 # failed steps as statuses: CELER_FAULT_STEP's real CUDA errors (the lost device last)
 run_one "test_faults ($device)" env CELER_CUDA_MODULE="$module" "$build/tests/test_faults"

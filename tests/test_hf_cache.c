@@ -87,15 +87,38 @@ static void check_tags(void) {
         CHECK(!strcmp(tag, cases[i][1]), "tag of %s: %s, expected \"%s\"", cases[i][0], tag,
               cases[i][1]);
     }
-    char r[256], q[32];
-    CHECK(hf_name_parse("org/name:Q8_0", r, sizeof r, q, sizeof q) && !strcmp(r, "org/name") &&
-              !strcmp(q, "Q8_0"),
+    char r[256], q[32], v[64];
+    CHECK(hf_name_parse("org/name:Q8_0", r, sizeof r, q, sizeof q, v, sizeof v) &&
+              !strcmp(r, "org/name") && !strcmp(q, "Q8_0") && !strcmp(v, "main"),
           "org/name:Q8_0 parses");
-    CHECK(hf_name_parse("org/name", r, sizeof r, q, sizeof q) && !*q, "org/name parses");
-    static const char *const not_names[] = {"/abs/path", "a/b/c", "name",      "./x",      "../x",
-                                            "org/",      "/name", "org/name:", "o rg/name"};
+    CHECK(hf_name_parse("org/name", r, sizeof r, q, sizeof q, NULL, 0) && !*q, "org/name parses");
+    CHECK(hf_name_parse("org/name:Q8_0@refs/pr/1", r, sizeof r, q, sizeof q, v, sizeof v) &&
+              !strcmp(r, "org/name") && !strcmp(q, "Q8_0") && !strcmp(v, "refs/pr/1"),
+          "org/name:Q8_0@refs/pr/1 parses");
+    CHECK(hf_name_parse("org/name@v1.0", r, sizeof r, q, sizeof q, v, sizeof v) && !*q &&
+              !strcmp(v, "v1.0"),
+          "org/name@v1.0 parses");
+    CHECK(!hf_name_parse("org/name@v1.0", r, sizeof r, q, sizeof q, NULL, 0),
+          "a revision is refused where none is asked for");
+    static const char *const not_names[] = {"/abs/path",
+                                            "a/b/c",
+                                            "name",
+                                            "./x",
+                                            "../x",
+                                            "org/",
+                                            "/name",
+                                            "org/name:",
+                                            "o rg/name",
+                                            "org/name@",
+                                            "org/name@a/../b",
+                                            "org/name@/x",
+                                            "org/n@a@b",
+                                            "org/name@a/",
+                                            "org/name@a b",
+                                            "@x/y",
+                                            "org/name:@main"};
     for (size_t i = 0; i < sizeof not_names / sizeof *not_names; i++)
-        CHECK(!hf_name_parse(not_names[i], r, sizeof r, q, sizeof q), "%s is no name",
+        CHECK(!hf_name_parse(not_names[i], r, sizeof r, q, sizeof q, v, sizeof v), "%s is no name",
               not_names[i]);
 }
 
@@ -139,6 +162,15 @@ int main(void) {
     expect_error("org/missing", CELER_STATUS_NOT_FOUND, hub);
     expect_error("org/broken", CELER_STATUS_NOT_FOUND, "incomplete download");
     expect_error("mlx-community/tiny-4bit:Q4_K_M", CELER_STATUS_INVALID_ARGUMENT, "holds none");
+
+    /* revisions: refs/<rev>, a commit hash without a ref, an absent one */
+    put("hub/models--org--tiny-GGUF/refs/refs/pr/1", c1);
+    expect_path("org/tiny-GGUF:Q8_0@refs/pr/1",
+                "/0123456789abcdef0123456789abcdef01234567/tiny-Q8_0.gguf");
+    char at_commit[128];
+    snprintf(at_commit, sizeof at_commit, "org/tiny-GGUF@%s", c1);
+    expect_path(at_commit, "/tiny-Q4_K_M.gguf");
+    expect_error("org/tiny-GGUF@v9", CELER_STATUS_NOT_FOUND, "revision v9 is not in the");
 
     /* a local path wins over the name */
     char cwd[1024], local[1024];

@@ -21,6 +21,7 @@ static const char *const status_names[CELER_STATUS_COUNT_] = {
     [CELER_STATUS_NOT_FOUND] = "not found",
     [CELER_STATUS_DEVICE] = "device error",
     [CELER_STATUS_DEVICE_LOST] = "device lost",
+    [CELER_STATUS_NETWORK] = "network error",
 };
 
 const char *celer_status_str(celer_status s) {

@@ -33,10 +33,15 @@ typedef struct cli_model_opts {
  * true if it did. */
 bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i);
 
-/* A -m value: a path that exists, or a model name ORG/NAME[:QUANT] found in the Hugging
- * Face cache (celer_model_resolve), as a path in static storage (a command opens one
- * model: the last call's path); dies with one line when the name is not there. */
+/* A -m value: a path that exists, or a model name ORG/NAME[:QUANT][@REV] found in the
+ * Hugging Face cache (celer_model_resolve) or else downloaded from the Hub into it
+ * (celer_model_pull; not with HF_HUB_OFFLINE=1), as a path in static storage (a command
+ * opens one model: the last call's path); dies with one line when neither finds it. */
 const char *cli_model_path(const char *arg);
+
+/* celer_pull_progress for the command line: one line per file on stderr, redrawn in place,
+ * when stderr is a terminal; nothing otherwise. */
+void cli_pull_progress(void *user, const char *file, int64_t done, int64_t total, bool finished);
 
 /* The default model's path (${CELER_CACHE_DIR:-~/.cache/celer}/SmolLM2-135M-Instruct.Q4_1.gguf,
  * where tools/fetch_model.sh puts it) in a static buffer; dies with a hint when absent. */
@@ -114,5 +119,6 @@ int cmd_template(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 
 #endif

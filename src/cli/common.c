@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void cli_die(const char *fmt, ...) {
@@ -90,9 +91,38 @@ bool cli_model_flag(cli_model_opts *o, int argc, char **argv, int *i) {
 const char *cli_model_path(const char *arg) {
     static char path[4096]; /* one model a process: the last -m wins */
     char err[512];
-    if (celer_model_resolve(arg, path, sizeof path, err, sizeof err) != CELER_OK)
-        cli_die("%s", err);
+    celer_status s = celer_model_resolve(arg, path, sizeof path, err, sizeof err);
+    if (s == CELER_STATUS_NOT_FOUND) /* a name not in the cache: from the Hub */
+        s = celer_model_pull(arg, cli_pull_progress, NULL, path, sizeof path, err, sizeof err);
+    if (s != CELER_OK) cli_die("%s", err);
     return path;
+}
+
+/* "12.3 MiB" into out[cap]. */
+static void mib(int64_t bytes, char *out, size_t cap) {
+    snprintf(out, cap, "%.1f MiB", (double)bytes / (1 << 20));
+}
+
+void cli_pull_progress(void *user, const char *file, int64_t done, int64_t total, bool finished) {
+    static bool tty = false, checked = false;
+    static double last = 0;
+    if (!checked) tty = isatty(STDERR_FILENO), checked = true;
+    if (!tty) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (!finished && now - last < 0.1) return; /* at most ten redraws a second */
+    last = now;
+    char a[32], b[32], bar[31];
+    const int pct = total > 0 ? (int)(100 * done / total) : 100;
+    const int fill = pct * 30 / 100;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    mib(done, a, sizeof a);
+    mib(total, b, sizeof b);
+    fprintf(stderr, "\r\033[K%-40.40s [%s] %3d%% %s / %s%s", file, bar, pct, a, b,
+            finished ? "\n" : "");
+    fflush(stderr);
 }
 
 const char *cli_default_model(void) {

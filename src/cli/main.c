@@ -35,11 +35,15 @@ static void usage(FILE *f) {
         "                                                         OpenAI-compatible HTTP server\n"
         "  ls                                                     models in the Hugging Face "
         "cache\n"
+        "  pull ORG/NAME[:QUANT][@REV]                            download a model from the "
+        "Hugging Face Hub\n"
         "common options: -t THREADS, -c CTX, --cache-type f16|f32, --device cpu|cuda[:N] (or "
         "$CELER_DEVICE)\n"
         "MODEL is a checkpoint directory (config.json + *.safetensors), a .gguf file, or a name\n"
-        "ORG/NAME[:QUANT] of the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, "
-        "~/.cache/huggingface/hub)\n",
+        "ORG/NAME[:QUANT][@REV] of the Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub, "
+        "~/.cache/huggingface/hub),\n"
+        "downloaded from the Hub ($HF_ENDPOINT, $HF_TOKEN) when it is not there, unless "
+        "HF_HUB_OFFLINE=1\n",
         f);
 }
 
@@ -60,6 +64,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "ls")) return cmd_ls(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "pull")) return cmd_pull(argc - 2, argv + 2);
     fprintf(stderr, "celer: unknown command %s\n", argv[1]);
     usage(stderr);
     return 1;

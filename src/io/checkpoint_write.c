@@ -46,8 +46,11 @@ static celer_status quant_block(const checkpoint *ck, json_t *cfg, celer_error *
             module_quant(ck, &st->tensors[i], &bits, &group))
             count[bits]++;
     }
-    if (!count[4] && !count[8]) return CELER_OK;
-    const int main_bits = count[4] >= count[8] ? 4 : 8;
+    int main_bits = 0; /* the most common width; 4 before 8 before the others on a tie */
+    static const int order[] = {4, 8, 2, 3, 5, 6};
+    for (int k = 0; k < 6; k++)
+        if (count[order[k]] > (main_bits ? count[main_bits] : 0)) main_bits = order[k];
+    if (!main_bits) return CELER_OK;
     json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", 32, "bits", main_bits, "mode", "affine");
     if (!q) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < st->n_tensors; i++) {
@@ -104,7 +107,8 @@ static celer_status write_safetensors(const checkpoint *ck, const char *path, ce
 }
 
 /* What MLX's affine layout cannot hold as the loader keeps it: a zero point instead of
- * biases (Q5_0), two levels of scales (the K-quants), codes of other widths than 4 and 8. */
+ * biases (Q5_0), two levels of scales (the K-quants), a codebook (IQ4), codes of a width
+ * MLX has no kernels for (7 bits). Q5_1 is MLX's 5-bit affine, group 32, as it is. */
 static celer_status check_mlx_layout(const checkpoint *ck, celer_error *e) {
     const safetensors *st = &ck->shards[0];
     for (size_t i = 0; i < st->n_tensors; i++) {
@@ -117,12 +121,12 @@ static celer_status check_mlx_layout(const checkpoint *ck, celer_error *e) {
         int bits;
         int64_t group;
         if (!why && ends_with(t->name, ".weight") && module_quant(ck, t, &bits, &group) &&
-            bits != 4 && bits != 8)
-            why = "codes of a width other than 4 or 8 bits";
+            (bits < 2 || bits == 7 || bits > 8))
+            why = "codes of a width MLX has no layout for";
         if (why)
             return error_set(
                 e, CELER_STATUS_UNSUPPORTED,
-                "%s: tensor %s: %s; celer convert writes MLX's 4- and 8-bit affine layout only",
+                "%s: tensor %s: %s; celer convert writes MLX's affine layout (2, 3, 4, 5, 6 or 8 bits, one level of scales and biases) only",
                 ck->config_path, t->name, why);
     }
     return CELER_OK;

@@ -23,7 +23,6 @@
 #include <sys/stat.h>
 
 #define HF_PATH 4096
-#define HF_TAG  32
 /* Folders below a snapshot that are searched for GGUF files (repos keep quants in
  * per-quant folders, one level deep; a little more is allowed). */
 #define HF_MAX_DEPTH 4
@@ -57,17 +56,34 @@ static bool name_part_ok(const char *s, size_t n) {
     return true;
 }
 
-bool hf_name_parse(const char *s, char *repo, size_t repo_cap, char *quant, size_t quant_cap) {
-    const char *slash = strchr(s, '/');
-    if (!slash || strchr(slash + 1, '/')) return false;
-    const char *colon = strchr(slash + 1, ':');
+/* A revision: a branch, tag or commit ("main", "v1.0", "refs/pr/1", a commit hash): parts of
+ * name_part_ok's characters joined by '/'. */
+static bool rev_ok(const char *s) {
+    for (;;) {
+        const size_t n = strcspn(s, "/");
+        if (!name_part_ok(s, n)) return false;
+        if (!s[n]) return true;
+        s += n + 1;
+    }
+}
+
+bool hf_name_parse(const char *s, char *repo, size_t repo_cap, char *quant, size_t quant_cap,
+                   char *rev, size_t rev_cap) {
+    const char *at = strchr(s, '@');
+    const char *end = at ? at : s + strlen(s);
+    const char *slash = memchr(s, '/', (size_t)(end - s));
+    if (!slash || memchr(slash + 1, '/', (size_t)(end - slash - 1))) return false;
+    const char *colon = memchr(slash + 1, ':', (size_t)(end - slash - 1));
     const size_t n_org = (size_t)(slash - s);
-    const size_t n_name = colon ? (size_t)(colon - slash - 1) : strlen(slash + 1);
+    const size_t n_name = (size_t)((colon ? colon : end) - slash - 1);
+    const size_t n_quant = colon ? (size_t)(end - colon - 1) : 0;
     if (!name_part_ok(s, n_org) || !name_part_ok(slash + 1, n_name)) return false;
-    if (colon && !name_part_ok(colon + 1, strlen(colon + 1))) return false;
-    if (n_org + 1 + n_name >= repo_cap || (colon && strlen(colon + 1) >= quant_cap)) return false;
+    if (colon && !name_part_ok(colon + 1, n_quant)) return false;
+    if (at && (!rev || !rev_ok(at + 1) || strlen(at + 1) >= rev_cap)) return false;
+    if (n_org + 1 + n_name >= repo_cap || n_quant >= quant_cap) return false;
     snprintf(repo, repo_cap, "%.*s", (int)(n_org + 1 + n_name), s);
-    snprintf(quant, quant_cap, "%s", colon ? colon + 1 : "");
+    snprintf(quant, quant_cap, "%.*s", (int)n_quant, colon ? colon + 1 : "");
+    if (rev) snprintf(rev, rev_cap, "%s", at ? at + 1 : "main");
     return true;
 }
 
@@ -125,16 +141,11 @@ void hf_gguf_tag(const char *file, char *tag, size_t cap) {
 
 /* ==== One repository ==== */
 
-typedef struct gguf_file {
-    char rel[512]; /* path below the snapshot */
-    char tag[HF_TAG];
-} gguf_file;
-
 typedef struct snapshot {
     char dir[HF_PATH]; /* <root>/models--ORG--NAME/snapshots/<commit> */
     char commit[64];
     int64_t bytes; /* every file below dir, links followed */
-    gguf_file *gguf;
+    hf_gguf_file *gguf;
     int n_gguf, cap_gguf;
     bool has_config;
 } snapshot;
@@ -155,8 +166,15 @@ static bool contains_ci(const char *s, const char *needle) {
     return false;
 }
 
-/* A GGUF file the model may be: not a projector (mmproj), not a later shard of a split. */
-static bool is_model_gguf(const char *name) {
+bool hf_gguf_shard(const char *name, int *part, int *count) {
+    const size_t n = strlen(name);
+    if (n < 20 || !ends_with_ci(name, ".gguf") || !is_shard_suffix(name + n - 20, 15)) return false;
+    *part = atoi(name + n - 19);
+    *count = atoi(name + n - 10);
+    return true;
+}
+
+bool hf_gguf_is_model(const char *name) {
     if (!ends_with_ci(name, ".gguf") || contains_ci(name, "mmproj")) return false;
     const size_t n = strlen(name);
     return n < 20 || !is_shard_suffix(name + n - 20, 15) || !strncmp(name + n - 19, "00001", 5);
@@ -185,17 +203,17 @@ static bool snapshot_walk(snapshot *s, const char *rel, int depth) {
         if (!S_ISREG(st.st_mode)) continue;
         s->bytes += (int64_t)st.st_size;
         if (!*rel && !strcmp(de->d_name, "config.json")) s->has_config = true;
-        if (!is_model_gguf(de->d_name)) continue;
+        if (!hf_gguf_is_model(de->d_name)) continue;
         if (s->n_gguf == s->cap_gguf) {
             int cap = s->cap_gguf ? 2 * s->cap_gguf : 8;
-            gguf_file *g = realloc(s->gguf, sizeof *g * (size_t)cap);
+            hf_gguf_file *g = realloc(s->gguf, sizeof *g * (size_t)cap);
             if (!g) {
                 ok = false;
                 break;
             }
             s->gguf = g, s->cap_gguf = cap;
         }
-        gguf_file *g = &s->gguf[s->n_gguf++];
+        hf_gguf_file *g = &s->gguf[s->n_gguf++];
         snprintf(g->rel, sizeof g->rel, "%s", sub);
         hf_gguf_tag(de->d_name, g->tag, sizeof g->tag);
     }
@@ -203,17 +221,23 @@ static bool snapshot_walk(snapshot *s, const char *rel, int depth) {
     return ok;
 }
 
-static int gguf_cmp(const void *a, const void *b) {
-    return strcmp(((const gguf_file *)a)->rel, ((const gguf_file *)b)->rel);
+int hf_gguf_cmp(const void *a, const void *b) {
+    return strcmp(((const hf_gguf_file *)a)->rel, ((const hf_gguf_file *)b)->rel);
 }
 
-/* The snapshot refs/main names in repo_dir (or its one snapshot when refs/main is missing),
- * walked. Returns NOT_FOUND with the reason in e when there is none. */
+static bool is_commit(const char *s) {
+    return strlen(s) == 40 && strspn(s, "0123456789abcdef") == 40;
+}
+
+/* The snapshot refs/<rev> names in repo_dir: rev itself when it is a commit hash without a
+ * ref, or for "main" the one snapshot when refs/main is missing. Returns NOT_FOUND with the
+ * reason in e when there is none. */
 static celer_status snapshot_open(snapshot *s, const char *repo_dir, const char *repo,
-                                  celer_error *e) {
+                                  const char *rev, celer_error *e) {
     memset(s, 0, sizeof *s);
-    char path[HF_PATH];
-    snprintf(path, sizeof path, "%s/refs/main", repo_dir);
+    char path[HF_PATH], snap[HF_PATH];
+    fmt(path, sizeof path, "%s/refs/%s", repo_dir, rev);
+    fmt(snap, sizeof snap, "%s/snapshots/%s", repo_dir, rev);
     FILE *f = fopen(path, "r");
     if (f) {
         size_t n = fread(s->commit, 1, sizeof s->commit - 1, f);
@@ -223,6 +247,12 @@ static celer_status snapshot_open(snapshot *s, const char *repo_dir, const char 
         if (!*s->commit || strchr(s->commit, '/') || !strcmp(s->commit, ".."))
             return error_set(e, CELER_STATUS_BAD_FILE, "%s: expected a commit hash, found \"%s\"",
                              path, s->commit);
+    } else if (is_commit(rev) && is_dir(snap)) {
+        snprintf(s->commit, sizeof s->commit, "%s", rev);
+    } else if (strcmp(rev, "main")) {
+        return error_set(e, CELER_STATUS_NOT_FOUND,
+                         "%s: revision %s is not in the Hugging Face cache (no refs/%s in %s)",
+                         repo, rev, rev, repo_dir);
     } else {
         snprintf(path, sizeof path, "%s/snapshots", repo_dir);
         DIR *d = opendir(path);
@@ -240,93 +270,108 @@ static celer_status snapshot_open(snapshot *s, const char *repo_dir, const char 
     snprintf(s->dir, sizeof s->dir, "%s/snapshots/%s", repo_dir, s->commit);
     if (!is_dir(s->dir))
         return error_set(e, CELER_STATUS_NOT_FOUND,
-                         "%s: refs/main names commit %s, but %s is missing (an incomplete "
+                         "%s: refs/%s names commit %s, but %s is missing (an incomplete "
                          "download?)",
-                         repo, s->commit, s->dir);
+                         repo, rev, s->commit, s->dir);
     if (!snapshot_walk(s, "", 0)) {
         free(s->gguf);
         s->gguf = NULL;
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "%s: out of memory", s->dir);
     }
-    if (s->n_gguf > 1) qsort(s->gguf, (size_t)s->n_gguf, sizeof *s->gguf, gguf_cmp);
+    if (s->n_gguf > 1) qsort(s->gguf, (size_t)s->n_gguf, sizeof *s->gguf, hf_gguf_cmp);
     return CELER_OK;
 }
 
 /* "Q4_K_M, Q8_0" (a file's name where it carries no tag) into out[cap]; the n files of idx,
- * or all when idx is NULL. */
-static void tag_list(const snapshot *s, const int *idx, int n, char *out, size_t cap) {
+ * or all n_g of g when idx is NULL. */
+static void tag_list(const hf_gguf_file *g, int n_g, const int *idx, int n, char *out, size_t cap) {
     size_t k = 0;
     out[0] = 0;
-    for (int i = 0; i < (idx ? n : s->n_gguf) && k < cap; i++) {
-        const gguf_file *g = &s->gguf[idx ? idx[i] : i];
-        k += (size_t)snprintf(out + k, cap - k, "%s%s", i ? ", " : "", *g->tag ? g->tag : g->rel);
+    for (int i = 0; i < (idx ? n : n_g) && k < cap; i++) {
+        const hf_gguf_file *f = &g[idx ? idx[i] : i];
+        k += (size_t)snprintf(out + k, cap - k, "%s%s", i ? ", " : "", *f->tag ? f->tag : f->rel);
     }
+}
+
+celer_status hf_gguf_choose(const hf_gguf_file *g, int n, const char *repo, const char *quant,
+                            int *pick, celer_error *e) {
+    char list[1024];
+    *pick = -1;
+    if (!*quant) {
+        for (int i = 0; i < n && *pick < 0; i++)
+            if (!strcmp(g[i].tag, "Q4_K_M")) *pick = i;
+        if (*pick < 0 && n == 1) *pick = 0;
+        if (*pick >= 0) return CELER_OK;
+        tag_list(g, n, NULL, 0, list, sizeof list);
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "%s: %d GGUF files (%s) and none is Q4_K_M; name one as %s:QUANT", repo, n,
+                         list, repo);
+    }
+    /* the tag itself first, then any file whose name holds it */
+    int *hit = malloc(sizeof *hit * (size_t)(n > 0 ? n : 1)), n_hit = 0;
+    if (!hit) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < n; i++)
+        if (!strcasecmp(g[i].tag, quant)) hit[n_hit++] = i;
+    if (n_hit == 0)
+        for (int i = 0; i < n; i++)
+            if (contains_ci(g[i].rel, quant)) hit[n_hit++] = i;
+    if (n_hit == 1) *pick = hit[0];
+    tag_list(g, n, n_hit > 1 ? hit : NULL, n_hit, list, sizeof list);
+    free(hit);
+    if (n_hit == 0)
+        return error_set(e, CELER_STATUS_NOT_FOUND, "%s: no GGUF file for quant %s; found %s", repo,
+                         quant, list);
+    if (n_hit > 1)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "%s:%s: ambiguous, %d GGUF files match (%s)", repo, quant, n_hit, list);
+    return CELER_OK;
 }
 
 /* The GGUF of s that quant names ("" = the default) into path[cap]. */
 static celer_status gguf_choose(const snapshot *s, const char *repo, const char *quant, char *path,
                                 size_t cap, celer_error *e) {
-    char list[1024];
-    int pick = -1;
-    if (!*quant) {
-        for (int i = 0; i < s->n_gguf && pick < 0; i++)
-            if (!strcmp(s->gguf[i].tag, "Q4_K_M")) pick = i;
-        if (pick < 0 && s->n_gguf == 1) pick = 0;
-        if (pick < 0) {
-            tag_list(s, NULL, 0, list, sizeof list);
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                             "%s: %d GGUF files (%s) and none is Q4_K_M; name one as %s:QUANT",
-                             repo, s->n_gguf, list, repo);
-        }
-    } else {
-        /* the tag itself first, then any file whose name holds it */
-        int *hit = malloc(sizeof *hit * (size_t)s->n_gguf), n_hit = 0;
-        if (!hit) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-        for (int i = 0; i < s->n_gguf; i++)
-            if (!strcasecmp(s->gguf[i].tag, quant)) hit[n_hit++] = i;
-        if (n_hit == 0)
-            for (int i = 0; i < s->n_gguf; i++)
-                if (contains_ci(s->gguf[i].rel, quant)) hit[n_hit++] = i;
-        if (n_hit == 1) pick = hit[0];
-        tag_list(s, n_hit > 1 ? hit : NULL, n_hit, list, sizeof list);
-        free(hit);
-        if (n_hit == 0)
-            return error_set(e, CELER_STATUS_NOT_FOUND, "%s: no GGUF file for quant %s; found %s",
-                             repo, quant, list);
-        if (n_hit > 1)
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
-                             "%s:%s: ambiguous, %d GGUF files match (%s)", repo, quant, n_hit,
-                             list);
-    }
+    int pick;
+    celer_status rc = hf_gguf_choose(s->gguf, s->n_gguf, repo, quant, &pick, e);
+    if (rc != CELER_OK) return rc;
     if (snprintf(path, cap, "%s/%s", s->dir, s->gguf[pick].rel) >= (int)cap)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "%s: path too long", repo);
     return CELER_OK;
 }
 
-/* "<root>/models--ORG--NAME" of repo "ORG/NAME" into out[cap]. */
-static void repo_dir_of(const char *root, const char *repo, char *out, size_t cap) {
+bool hf_repo_dir(const char *root, const char *repo, char *out, size_t cap) {
     const char *slash = strchr(repo, '/');
-    fmt(out, cap, "%s/models--%.*s--%s", root, (int)(slash - repo), repo, slash + 1);
+    return slash &&
+           fmt(out, cap, "%s/models--%.*s--%s", root, (int)(slash - repo), repo, slash + 1);
 }
 
 celer_status hf_cache_resolve(const char *name, char *path, size_t cap, celer_error *e) {
-    char repo[256], quant[HF_TAG], root[HF_PATH], dir[HF_PATH];
+    char repo[256], quant[HF_TAG], rev[HF_REV];
     struct stat sb;
     if (!name) return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "no model name given");
-    if (stat(name, &sb) == 0 || !hf_name_parse(name, repo, sizeof repo, quant, sizeof quant)) {
+    if (stat(name, &sb) == 0 ||
+        !hf_name_parse(name, repo, sizeof repo, quant, sizeof quant, rev, sizeof rev)) {
         if (snprintf(path, cap, "%s", name) >= (int)cap)
             return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "%s: path too long", name);
         return CELER_OK;
     }
+    return hf_cache_find(name, path, cap, e);
+}
+
+celer_status hf_cache_find(const char *name, char *path, size_t cap, celer_error *e) {
+    char repo[256], quant[HF_TAG], rev[HF_REV], root[HF_PATH], dir[HF_PATH];
+    if (!hf_name_parse(name, repo, sizeof repo, quant, sizeof quant, rev, sizeof rev))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "%s: not a model name ORG/NAME[:QUANT][@REV]", name);
     hf_cache_root(root, sizeof root);
-    repo_dir_of(root, repo, dir, sizeof dir);
+    if (!hf_repo_dir(root, repo, dir, sizeof dir))
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "%s: path too long", root);
     if (!is_dir(dir))
         return error_set(e, CELER_STATUS_NOT_FOUND,
                          "%s: no such file or directory, and the model %s is not in the Hugging "
                          "Face cache %s (no %s there)",
                          name, repo, root, strrchr(dir, '/') + 1);
     snapshot s;
-    celer_status rc = snapshot_open(&s, dir, repo, e);
+    celer_status rc = snapshot_open(&s, dir, repo, rev, e);
     if (rc != CELER_OK) return rc;
     if (s.n_gguf > 0) {
         rc = gguf_choose(&s, repo, quant, path, cap, e);
@@ -381,7 +426,7 @@ static void lircentry(const char *root, const char *dirname, celer_cached_model 
     fmt(dir, sizeof dir, "%s/%s", root, dirname);
     snapshot s;
     celer_error e;
-    if (snapshot_open(&s, dir, m->repo, &e) != CELER_OK) {
+    if (snapshot_open(&s, dir, m->repo, "main", &e) != CELER_OK) {
         snprintf(m->format, sizeof m->format, "no snapshot (%s)", e.msg);
         return;
     }

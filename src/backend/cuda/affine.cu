@@ -197,6 +197,12 @@ extern "C" int cuda_affine_upload_device(cuda_affine *out, const matview *w, cud
     return pack(out, w, s, err, err_size);
 }
 
+extern "C" bool cuda_affine_takes(const matview *w) {
+    const bool scales_ok = w->scale_type == DTYPE_F16 || w->scale_type == DTYPE_BF16 || w->scale_type == DTYPE_F32;
+    return (w->quant_bits == 4 || w->quant_bits == 8) && (w->group == 32 || w->group == 64 || w->group == 128) &&
+           w->cols % w->group == 0 && scales_ok && w->biases && !w->super && !w->lut;
+}
+
 extern "C" int cuda_affine_upload(cuda_affine *out, const matview *w, cudaStream_t s, char *err,
                                   size_t err_size) {
     memset(out, 0, sizeof *out);

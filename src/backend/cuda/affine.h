@@ -94,6 +94,10 @@ enum {
     CUDA_AFFINE_PDL = 1u,
 };
 
+/* Whether w is a matrix this layout holds: 4- or 8-bit codes, groups of 32, 64 or 128,
+ * F16, BF16 or F32 scales with biases, one level, no codebook (cuda_affine_upload's). */
+bool cuda_affine_takes(const matview *w);
+
 /* Copies the host matrix w (quant_bits 4 or 8, group 32/64/128, scales F16, BF16 or F32)
  * to the device in the tiled layout, on stream s (synchronized before returning), and
  * picks the plan of each n. 0 on success; otherwise -1 with a message in err. The caller

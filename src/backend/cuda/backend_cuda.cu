@@ -212,6 +212,7 @@ static void *dev_alloc(size_t bytes, celer_error *e) {
 static void free_mat(cuda_mat *m) {
     cudaFree(m->dense);
     cuda_affine_free(&m->aff);
+    cuda_qmat_free(&m->q);
 }
 
 static void cuda_unprepare(backend_weights *bw) {
@@ -226,7 +227,8 @@ static void cuda_unprepare(backend_weights *bw) {
     cudaGetLastError(); /* what failed here is nobody's to report */
 }
 
-/* The device copy of w: dense as stored, affine in affine.h's tiled layout (one copy). */
+/* The device copy of w: dense as stored, affine in affine.h's tiled layout, other quantized
+ * forms as the host holds them (qmat.h); one copy each. */
 static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, int64_t *bytes, celer_error *e) {
     d->rows = w->rows, d->cols = w->cols, d->bits = w->quant_bits, d->group = w->group, d->type = w->type;
     if (!w->quant_bits) {
@@ -236,20 +238,16 @@ static celer_status prepare_mat(cudaStream_t s, cuda_mat *d, const matview *w, i
         CUDA_CHECK(cudaMemcpyAsync(d->dense, w->data, n, cudaMemcpyHostToDevice, s)); /* the caller sees a failure */
         return CELER_OK;
     }
-    const bool scales_ok = w->scale_type == DTYPE_F16 || w->scale_type == DTYPE_BF16 || w->scale_type == DTYPE_F32;
-    if ((w->quant_bits != 4 && w->quant_bits != 8) || (w->group != 32 && w->group != 64 && w->group != 128) ||
-        w->cols % w->group || !scales_ok)
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "cuda: %d-bit affine weights with group %lld and %s scales are not supported (4 or 8 "
-                         "bits, groups 32/64/128, F16/BF16/F32 scales)",
-                         w->quant_bits, (long long)w->group, dtype_name(w->scale_type));
-    if (!w->biases || w->super || w->lut)
-        return error_set(e, CELER_STATUS_UNSUPPORTED,
-                         "cuda: %d-bit affine weights with %s are not supported", w->quant_bits,
-                         w->lut     ? "a codebook (GGUF IQ4)"
-                         : w->super ? "two-level scales (GGUF K-quants)"
-                                    : "a zero point instead of biases");
     char msg[256];
+    if (!cuda_affine_takes(w)) { /* every other quantized form: the host's layout (qmat.h) */
+        if (!cuda_qmat_supported(w, msg, sizeof msg))
+            return error_set(e, CELER_STATUS_UNSUPPORTED, "cuda: %s", msg);
+        if (cuda_qmat_upload(&d->q, w, s, msg, sizeof msg))
+            return error_set(e, sticky_after(cudaSuccess) ? CELER_STATUS_DEVICE_LOST : CELER_STATUS_OUT_OF_MEMORY,
+                             "cuda: quantized weights [%lld x %lld]: %s", (long long)w->rows, (long long)w->cols, msg);
+        *bytes += (int64_t)d->q.bytes;
+        return CELER_OK;
+    }
     if (cuda_affine_upload(&d->aff, w, s, msg, sizeof msg))
         return error_set(e, sticky_after(cudaSuccess) ? CELER_STATUS_DEVICE_LOST : CELER_STATUS_OUT_OF_MEMORY,
                          "cuda: affine weights [%lld x %lld]: %s", (long long)w->rows, (long long)w->cols, msg);
@@ -282,7 +280,7 @@ static celer_status prepare_weights(const weight_set *ws, const backend_params *
         if (w->mats[i].bits && w->mats[i].rows * w->mats[i].cols > w->affine_elems)
             w->affine_elems = w->mats[i].rows * w->mats[i].cols;
         if (w->mats[i].bits && w->mats[i].cols > w->affine_cols) w->affine_cols = w->mats[i].cols;
-        for (int64_t n = 1; s == CELER_OK && w->mats[i].bits && n <= GEMV_ROWS; n++) {
+        for (int64_t n = 1; s == CELER_OK && w->mats[i].bits && !cuda_mat_general(&w->mats[i]) && n <= GEMV_ROWS; n++) {
             const size_t need = cuda_affine_work_size(&w->mats[i].aff, n);
             if (need > w->gemv_work) w->gemv_work = need;
         }
@@ -293,8 +291,8 @@ static celer_status prepare_weights(const weight_set *ws, const backend_params *
     for (int64_t i = 0; i < w->n && s == CELER_OK; i++) {
         const cuda_affine *run[CUDA_AFFINE_SET];
         int k = 0;
-        while (k < CUDA_AFFINE_SET && i + k < w->n && w->mats[i + k].bits &&
-               cuda_affine_compatible(&w->mats[i].aff, &w->mats[i + k].aff))
+        while (k < CUDA_AFFINE_SET && i + k < w->n && w->mats[i + k].bits && !cuda_mat_general(&w->mats[i + k]) &&
+               !cuda_mat_general(&w->mats[i]) && cuda_affine_compatible(&w->mats[i].aff, &w->mats[i + k].aff))
             run[k] = &w->mats[i + k].aff, k++;
         for (int64_t n = 1; k > 1 && n <= GEMV_ROWS; n++) {
             const size_t need = cuda_affine_gemv_set_work_size(run, k, n);

@@ -4,8 +4,10 @@
  * its memory, elementwise kernels, attention, matrix products).
  *
  * Device layouts. Dense matrices stay in their checkpoint type (F32, F16, BF16)
- * [rows, cols]. Affine matrices are held once, in affine.h's tiled layout, which the
- * decode product, the prefill product and the embedding rows all read.
+ * [rows, cols]. Affine matrices of 4 or 8 bits with one-level scales and biases are held
+ * once, in affine.h's tiled layout, which the decode product, the prefill product and the
+ * embedding rows all read; every other quantized form (K-quants, zero points, codebooks,
+ * 2/3/5/6-bit codes) in the host's own layout (qmat.h).
  * K and V pools are [slot, hk * hd] of fp16 or fp32.
  */
 #ifndef CELER_BACKEND_CUDA_INTERNAL_H
@@ -16,6 +18,7 @@ extern "C" {
 #include "backend/cuda/backend_cuda.h"
 }
 #include "backend/cuda/affine.h"
+#include "backend/cuda/qmat.h"
 #include "backend/cuda/trace.h"
 
 #include <cublas_v2.h>
@@ -139,12 +142,16 @@ static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t sme
 /* One matrix on the device. */
 typedef struct cuda_mat {
     int64_t rows, cols;
-    int bits; /* 0: dense; 4 or 8: affine */
+    int bits; /* 0: dense; else quantized: aff, or q where q.codes is set */
     int64_t group;
     int type;        /* dense: DTYPE_F32, DTYPE_F16 or DTYPE_BF16 */
     void *dense;     /* dense [rows, cols] */
-    cuda_affine aff; /* affine (bits 4 or 8) */
+    cuda_affine aff; /* 4- or 8-bit affine with one-level scales and biases */
+    cuda_qmat q;     /* every other quantized form (qmat.h) */
 } cuda_mat;
+
+/* Whether m is held in qmat.h's layout (else dense or affine.h's tiles). */
+static inline bool cuda_mat_general(const cuda_mat *m) { return m->q.codes != NULL; }
 
 /* A block of a model's vector arena and its device mirror. */
 typedef struct cuda_vec_block {

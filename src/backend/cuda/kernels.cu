@@ -54,7 +54,8 @@ __global__ static void k_scale_rows(float *y, const int32_t *ids, int64_t cols, 
 
 void cuda_embed(cudaStream_t s, float *y, const cuda_mat *w, const int32_t *ids, int64_t n, float scale) {
     const int64_t m = n * w->cols;
-    if (w->bits) CUDA_CHECK(cuda_affine_rows(y, &w->aff, ids, n, s));
+    if (cuda_mat_general(w)) CUDA_CHECK(cuda_qmat_rows(y, &w->q, ids, n, s));
+    else if (w->bits) CUDA_CHECK(cuda_affine_rows(y, &w->aff, ids, n, s));
     else k_embed<<<blocks_for(m), THREADS, 0, s>>>(y, w->dense, w->type, w->cols, ids, m);
     /* a second pass, only where a family scales its embedding (Gemma) */
     if (scale != 1.0f) k_scale_rows<<<blocks_for(m), THREADS, 0, s>>>(y, ids, w->cols, scale, m);

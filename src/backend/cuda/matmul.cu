@@ -125,10 +125,26 @@ static int64_t chunk_rows(const cuda_mat *m, int64_t r, int64_t chunk) {
     return m->rows - r < chunk ? m->rows - r : chunk;
 }
 
-/* Whether the dense path takes m's product at n rows: affine, enough rows, and W's rows
- * fit the buffer 16 at a time. */
+/* Whether the dense path takes m's product at n rows: quantized, enough rows (past the
+ * decode product for matrices in qmat.h's layout, which have no tensor-core product of
+ * their own), and W's rows fit the buffer 16 at a time. */
 static bool dense_takes(const cuda_backend *cb, const cuda_mat *m, int64_t n) {
-    return m->bits && n >= DENSE_FROM_ROWS && dense_chunk(cb, m) > 0;
+    const int64_t from = cuda_mat_general(m) ? GEMV_CHUNKED_ROWS + 1 : DENSE_FROM_ROWS;
+    return m->bits && n >= from && dense_chunk(cb, m) > 0;
+}
+
+/* y[n, rows] = x @ W^T for a matrix in qmat.h's layout by its decode product, GEMV_ROWS
+ * rows of x at a time (what the dense path does not take); x moves to xs first where it is
+ * not aligned for the product's 16-byte loads. */
+static void general_gemv(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
+    if (!gemv_aligned(x, m->cols)) {
+        CUDA_CHECK(cudaMemcpyAsync(cb->xs, x, sizeof(float) * (size_t)(n * m->cols), cudaMemcpyDeviceToDevice,
+                                   cb->stream));
+        x = (const float *)cb->xs;
+    }
+    for (int64_t c = 0; c < n; c += GEMV_ROWS)
+        CUDA_CHECK(cuda_qmat_gemv(y + c * m->rows, x + c * m->cols, n - c < GEMV_ROWS ? n - c : GEMV_ROWS, &m->q,
+                                  cb->stream));
 }
 
 /* Whether k_half4 takes m values of x (and up): whole float4s, 16-byte aligned. */
@@ -154,7 +170,8 @@ static const __half *x_half(cuda_backend *cb, const float *x, const float *up, i
  * the buffer last is done; wh_ready[b] says when they are in. */
 static void chunk_into(cuda_backend *cb, int b, const cuda_mat *m, int64_t r, int64_t k) {
     CUDA_CHECK(cudaStreamWaitEvent(cb->side, cb->wh_free[b], 0));
-    CUDA_CHECK(cuda_affine_dequant(cb->wh[b], &m->aff, r, k, cb->side));
+    CUDA_CHECK(cuda_mat_general(m) ? cuda_qmat_dequant(cb->wh[b], &m->q, r, k, cb->side)
+                                   : cuda_affine_dequant(cb->wh[b], &m->aff, r, k, cb->side));
     CUDA_CHECK(cudaEventRecord(cb->wh_ready[b], cb->side));
     cb->wh_mat[b] = m, cb->wh_row[b] = r, cb->wh_rows[b] = k;
 }
@@ -209,6 +226,10 @@ static void affine_dense(cuda_backend *cb, float *y, const cuda_mat *m, const __
 void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
     cudaStream_t s = cb->stream;
     const int64_t xm = n * m->cols;
+    if (cuda_mat_general(m) && !dense_takes(cb, m, n)) {
+        general_gemv(cb, y, m, x, n);
+        return;
+    }
     if (m->bits && n <= GEMV_CHUNKED_ROWS && gemv_aligned(x, m->cols)) {
         /* its weight loads start while the kernel before it (PDL_ENTRY) finishes */
         for (int64_t c = 0; c < n; c += GEMV_ROWS)
@@ -240,7 +261,8 @@ void cuda_product(cuda_backend *cb, float *y, const cuda_mat *m, const float *x,
 }
 
 void cuda_product_swiglu(cuda_backend *cb, float *y, const cuda_mat *m, float *gate, const float *up, int64_t n) {
-    if (m->bits && n <= GEMV_CHUNKED_ROWS && gemv_aligned(gate, m->cols) && gemv_aligned(up, m->cols)) {
+    if (m->bits && !cuda_mat_general(m) && n <= GEMV_CHUNKED_ROWS && gemv_aligned(gate, m->cols) &&
+        gemv_aligned(up, m->cols)) {
         /* silu(gate) * up computed where the decode product stages x: no launch for it */
         for (int64_t c = 0; c < n; c += GEMV_ROWS)
             CUDA_CHECK(cuda_affine_gemv_swiglu(y + c * m->rows, gate + c * m->cols, up + c * m->cols,
@@ -261,7 +283,8 @@ void cuda_product_set(cuda_backend *cb, float *const *ys, const cuda_mat *const 
     bool one = k > 1 && k <= CUDA_AFFINE_SET;
     const cuda_affine *ws[CUDA_AFFINE_SET];
     for (int i = 0; one && i < k; i++) {
-        one = ms[i]->bits && cuda_affine_compatible(&ms[0]->aff, &ms[i]->aff);
+        one = ms[i]->bits && !cuda_mat_general(ms[i]) && !cuda_mat_general(ms[0]) &&
+              cuda_affine_compatible(&ms[0]->aff, &ms[i]->aff);
         ws[i] = &ms[i]->aff;
     }
     bool dense = k > 1;
