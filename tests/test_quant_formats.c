@@ -31,9 +31,9 @@ static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-/* Bytes per 256 elements of a block type, as the file stores them. */
 static int64_t packed_total, file_total; /* over one fixture's matrices */
 
+/* Bytes per 256 elements of a block type, as the file stores them. */
 static int64_t file_bytes_256(const char *type) {
     return !strcmp(type, "q5_0")     ? 8 * 22
            : !strcmp(type, "q5_1")   ? 8 * 24
@@ -101,7 +101,8 @@ static void check_matrix(const celer_model *m, const char *type, const char *nam
 }
 
 /* Logits of n ids on the given kernels of the device (NULL: the CPU). */
-static float *logits(const char *path, const char *device, const char *kernels, int64_t n, int64_t *v) {
+static float *logits(const char *path, const char *device, const char *kernels, int64_t n,
+                     int64_t *v) {
     celer_model *model = NULL;
     char err[512];
     if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
@@ -155,8 +156,8 @@ static void check_logits_on(const char *type, const char *path, const char *devi
     float *ref = logits(path, NULL, "ref", n, &v), *fast = logits(path, device, "auto", n, &v);
     if (ref && fast) {
         const double d = max_abs_diff(ref, fast, n * v), mx = max_abs(ref, n * v);
-        printf("  %s: logits of %lld rows, %s against the reference: %.3g (max |logit| %.3g)\n", type,
-               (long long)n, device ? device : "fast kernels", d, mx);
+        printf("  %s: logits of %lld rows, %s against the reference: %.3g (max |logit| %.3g)\n",
+               type, (long long)n, device ? device : "fast kernels", d, mx);
         CHECK(d <= tol * mx, "%s: %s logits differ from the reference by %g", type,
               device ? device : "fast", d);
     }
