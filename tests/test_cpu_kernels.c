@@ -93,15 +93,19 @@ static void free_affine(rand_affine *a) {
     free(a->codes), free(a->scales), free(a->biases);
 }
 
+/* Single int8 rows, with the sums of half blocks (for weights in groups of 16). */
 static qrows quantize_rows(const cpu_kernels *k, const float *x, int64_t n, int64_t cols) {
     qrows q = {.n = n,
                .cols = cols,
                .q = malloc((size_t)(n * cols)),
                .d = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK)),
-               .s = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK))};
-    for (int64_t t = 0; t < n; t++)
+               .s = malloc(sizeof(float) * (size_t)(n * cols / QBLOCK)),
+               .s16 = calloc((size_t)(n * (cols / 16)), sizeof(float))};
+    for (int64_t t = 0; t < n; t++) {
         k->quantize_row(q.q + t * cols, q.d + t * cols / QBLOCK, q.s + t * cols / QBLOCK,
                         x + t * cols, cols);
+        for (int64_t c = 0; c < cols; c++) q.s16[t * (cols / 16) + c / 16] += x[t * cols + c];
+    }
     return q;
 }
 
@@ -300,15 +304,47 @@ static void test_gemm_bf16(const cpu_kernels *k, int64_t group, dtype st, int64_
     free_affine(&a);
 }
 
-/* ==== the other packed layouts: bit planes, zero points, two-level scales, codebooks ==== */
+/* ==== the other packed layouts: bit planes, 2- and 3-bit codes, zero points, two-level
+ * scales, codebooks, 8-bit scales ==== */
 
-enum { V5B, V6B, V5Z, VK4, VK5, VNL, VXS, V6K, V_COUNT };
-static const char *const variant_names[V_COUNT] = {
-    "5-bit g32 biases",          "6-bit g64 bf16 biases", "5-bit g32 zero 16",
-    "4-bit K (two-level, mins)", "5-bit K (two-level)",   "IQ4_NL (codebook)",
-    "IQ4_XS (codebook, K)",      "6-bit K g16 zero 32"};
 static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t fp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Each layout as a matview describes it: scales one-level (F16, BF16, E8M0, F8E4M3) or
+ * two-level under F16 factors per 256 columns (U8, I8, U4LO: the scale and min nibbles of one
+ * byte). */
+static const struct variant {
+    const char *name;
+    int bits;
+    int64_t group;
+    dtype st;
+    bool biased;
+    int zero;
+    const int8_t *lut;
+    int lut_shift;
+} variants[] = {
+    {"5-bit g32 biases", 5, 32, DTYPE_F16, true, 0, NULL, 0},
+    {"6-bit g64 bf16 biases", 6, 64, DTYPE_BF16, true, 0, NULL, 0},
+    {"5-bit g32 zero 16", 5, 32, DTYPE_F16, false, 16, NULL, 0},
+    {"4-bit K (two-level, mins)", 4, 32, DTYPE_U8, true, 0, NULL, 0},
+    {"5-bit K (two-level)", 5, 32, DTYPE_U8, true, 0, NULL, 0},
+    {"IQ4_NL (codebook)", 4, 32, DTYPE_F16, false, 0, iq4_values, 0},
+    {"IQ4_XS (codebook, K)", 4, 32, DTYPE_I8, false, 0, iq4_values, 0},
+    {"6-bit K g16 zero 32", 6, 16, DTYPE_I8, false, 32, NULL, 0},
+    {"Q2_K (2-bit K g16, u4 scales and mins)", 2, 16, DTYPE_U4LO, true, 0, NULL, 0},
+    {"Q3_K (3-bit K g16, zero 4)", 3, 16, DTYPE_I8, false, 4, NULL, 0},
+    {"2-bit g32 bf16 biases", 2, 32, DTYPE_BF16, true, 0, NULL, 0},
+    {"2-bit g64 biases", 2, 64, DTYPE_F16, true, 0, NULL, 0},
+    {"2-bit g128 biases", 2, 128, DTYPE_F16, true, 0, NULL, 0},
+    {"3-bit g32 biases", 3, 32, DTYPE_F16, true, 0, NULL, 0},
+    {"3-bit g64 bf16 biases", 3, 64, DTYPE_BF16, true, 0, NULL, 0},
+    {"3-bit g128 biases", 3, 128, DTYPE_F16, true, 0, NULL, 0},
+    {"mxfp4 (e2m1 codebook, e8m0 g32)", 4, 32, DTYPE_E8M0, false, 0, fp4_values, 1},
+    {"nvfp4 (e2m1 codebook, e4m3 g16)", 4, 16, DTYPE_F8E4M3, false, 0, fp4_values, 1},
+    {"8-bit g32 zero 128", 8, 32, DTYPE_F16, false, 128, NULL, 0},
+};
+#define V_COUNT ((int)(sizeof variants / sizeof variants[0]))
 
 typedef struct rand_variant {
     matview w;
@@ -316,14 +352,21 @@ typedef struct rand_variant {
     uint16_t *supers, *super_m;
 } rand_variant;
 
-static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
+/* A random 8-bit scale: e8m0 mostly 2^-9 .. 2^0, now and then 2^-127 (the subnormal one) or
+ * 2^-126; e4m3 mostly 2^-3 .. 2^1, now and then a subnormal or a negative one. */
+static uint8_t rand_scale8(dtype st) {
+    const float u = rand_uniform(&rng) * 0.5f + 0.5f, r = rand_uniform(&rng) * 0.5f + 0.5f;
+    if (st == DTYPE_E8M0) return r < 0.05f ? (uint8_t)(r < 0.025f ? 0 : 1) : (uint8_t)(118 + 9 * u);
+    if (r < 0.05f) return (uint8_t)(1 + 6 * u); /* subnormal: m * 2^-9 */
+    return (uint8_t)((r > 0.95f ? 0x80 : 0) | (0x20 + (int)(32 * u)));
+}
+
+static rand_variant make_variant(const struct variant *vs, int64_t rows, int64_t cols) {
     rand_variant v = {0};
-    const int bits = kind == V6B || kind == V6K                  ? 6
-                     : kind == V5B || kind == V5Z || kind == VK5 ? 5
-                                                                 : 4;
-    const int64_t group = kind == V6B ? 64 : kind == V6K ? 16 : 32, groups = cols / group;
-    const bool two = kind == VK4 || kind == VK5 || kind == VXS || kind == V6K,
-               biased = kind != V5Z && kind != VNL && kind != VXS && kind != V6K;
+    const int bits = vs->bits;
+    const int64_t group = vs->group, groups = cols / group;
+    const bool two = vs->st == DTYPE_U8 || vs->st == DTYPE_I8 || vs->st == DTYPE_U4LO,
+               bytes = vs->st == DTYPE_E8M0 || vs->st == DTYPE_F8E4M3;
     v.codes = calloc((size_t)(rows * cols * bits / 8 + 4), 1);
     for (int64_t i = 0; i < rows * cols; i++) {
         const uint32_t q =
@@ -331,20 +374,28 @@ static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
         for (int k = 0; k < bits; k++)
             v.codes[(i * bits + k) / 8] |= (uint8_t)(((q >> k) & 1u) << ((i * bits + k) % 8));
     }
-    const dtype st = kind == V6B ? DTYPE_BF16 : DTYPE_F16;
     v.scales = malloc((size_t)(rows * groups) * 2);
     v.biases = malloc((size_t)(rows * groups) * 2);
     for (int64_t i = 0; i < rows * groups; i++) {
-        if (two) { /* small integers: u8 scales and mins (K), or i8 scales less 32 (IQ4_XS) */
-            v.scales[i] = kind == VXS || kind == V6K
+        if (vs->st == DTYPE_U4LO) { /* a 4-bit scale and min in one byte */
+            v.scales[i] = (uint8_t)((uint8_t)(rand_uniform(&rng) * 7.5f + 8.0f) |
+                                    (uint8_t)(rand_uniform(&rng) * 7.5f + 8.0f) << 4);
+            continue;
+        }
+        if (two) { /* small integers: u8 scales and mins (K), or signed i8 scales */
+            v.scales[i] = vs->st == DTYPE_I8
                               ? (uint8_t)(int8_t)(rand_uniform(&rng) * 31.0f)
                               : (uint8_t)(1 + (rand_uniform(&rng) * 0.5f + 0.5f) * 62.0f);
             v.biases[i] = (uint8_t)((rand_uniform(&rng) * 0.5f + 0.5f) * 63.0f);
             continue;
         }
+        if (bytes) {
+            v.scales[i] = rand_scale8(vs->st);
+            continue;
+        }
         const float sc = 0.01f + 0.02f * fabsf(rand_uniform(&rng));
-        store_scale(st, v.scales, i, sc);
-        store_scale(st, v.biases, i,
+        store_scale(vs->st, v.scales, i, sc);
+        store_scale(vs->st, v.biases, i,
                     -sc * (float)(1 << (bits - 1)) * (1.0f + 0.1f * rand_uniform(&rng)));
     }
     v.w = (matview){.rows = rows,
@@ -353,13 +404,14 @@ static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
                     .data = v.codes,
                     .quant_bits = bits,
                     .group = group,
-                    .scale_type = two ? (kind == VXS || kind == V6K ? DTYPE_I8 : DTYPE_U8) : st,
+                    .scale_type = vs->st,
                     .scales = v.scales,
-                    .biases = biased ? v.biases : NULL,
-                    .zero = kind == V5Z   ? 16
-                            : kind == V6K ? 32
-                                          : 0,
-                    .lut = kind == VNL || kind == VXS ? iq4_values : NULL};
+                    .biases = !vs->biased            ? NULL
+                              : vs->st == DTYPE_U4LO ? v.scales
+                                                     : v.biases,
+                    .zero = vs->zero,
+                    .lut = vs->lut,
+                    .lut_shift = vs->lut_shift};
     if (two) {
         const int64_t supers = rows * (cols / 256);
         v.supers = malloc(sizeof(uint16_t) * (size_t)supers);
@@ -370,20 +422,37 @@ static rand_variant make_variant(int kind, int64_t rows, int64_t cols) {
         }
         v.w.super = 256;
         v.w.super_scales = v.supers;
-        v.w.super_biases = biased ? v.super_m : NULL;
+        v.w.super_biases = vs->biased ? v.super_m : NULL;
     }
     return v;
+}
+
+/* Layouts no GGUF or MLX file holds, which the packer leaves to the row-at-a-time path (the
+ * kernels are instantiated for the others only): one-level scales in groups of 16, two-level
+ * groups of 16 for 4-bit codes or of 32 for 2-bit ones, fp4 scales over a wide codebook. */
+static void test_pack_refusals(void) {
+    static const struct variant refused[] = {
+        {"4-bit g16 biases", 4, 16, DTYPE_F16, true, 0, NULL, 0},
+        {"4-bit K g16", 4, 16, DTYPE_U8, true, 0, NULL, 0},
+        {"2-bit K g32", 2, 32, DTYPE_U8, true, 0, NULL, 0},
+        {"e8m0 scales over IQ4's codebook", 4, 32, DTYPE_E8M0, false, 0, iq4_values, 0},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        rand_variant v = make_variant(&refused[i], 16, 256);
+        CHECK(!pack_supported(&v.w), "pack_supported refuses %s", refused[i].name);
+        free(v.codes), free(v.scales), free(v.biases), free(v.supers), free(v.super_m);
+    }
 }
 
 /* The ISA's product against the generic one, and the generic one against the float
  * reference, with value + residual pairs (as the backend runs them). */
 static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int64_t cols,
                               int64_t n) {
-    rand_variant v = make_variant(kind, rows, cols);
+    rand_variant v = make_variant(&variants[kind], rows, cols);
     arena mem = {0};
-    CHECK(pack_supported(&v.w), "%s: pack_supported", variant_names[kind]);
+    CHECK(pack_supported(&v.w), "%s: pack_supported", variants[kind].name);
     const packed_mat *p = pack_matrix(&v.w, &mem);
-    if (!CHECK(p != NULL, "%s: pack_matrix", variant_names[kind])) return;
+    if (!CHECK(p != NULL, "%s: pack_matrix", variants[kind].name)) return;
     float *x = rand_vec(n * cols, 1.0f);
     qrows pg = quantize_pairs(&cpu_kernels_generic, x, n, cols);
     float *yk = malloc(sizeof(float) * (size_t)(n * rows)),
@@ -401,6 +470,17 @@ static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int6
         dr = fmax(dr, fabs((double)yg[i] - yr[i]));
         mx = fmax(mx, fabs(yr[i]));
     }
+    /* single int8 rows (CELER_ACT=int8): the ISA's product against the generic one */
+    qrows q1 = quantize_rows(&cpu_kernels_generic, x, n, cols);
+    float *y1 = malloc(sizeof(float) * (size_t)(n * rows));
+    for (int64_t i = 0; i < n * rows; i++) y1[i] = yg[i] = NAN;
+    k->gemm_q(y1, rows, p, 0, p->tiles, &q1);
+    cpu_kernels_generic.gemm_q(yg, rows, p, 0, p->tiles, &q1);
+    double d1 = 0;
+    for (int64_t i = 0; i < n * rows; i++)
+        d1 = fmax(d1, isnan(y1[i]) ? INFINITY : fabs((double)y1[i] - yg[i]));
+    free(y1);
+    free_qrows(&q1);
     for (int64_t r = 0; r < rows; r++) { /* packed rows (embedding lookups) */
         matview_row(wrow, &v.w, r);
         packed_row(prow, p, r);
@@ -409,15 +489,19 @@ static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int6
     }
     char what[160];
     snprintf(what, sizeof what, "%s gemm_q %s [%lld x %lld] n=%lld vs generic",
-             cpu_isa_name(k->isa), variant_names[kind], (long long)rows, (long long)cols,
+             cpu_isa_name(k->isa), variants[kind].name, (long long)rows, (long long)cols,
              (long long)n);
     report(what, dk, 1e-5 * fmax(mx, 1.0));
+    snprintf(what, sizeof what, "%s gemm_q %s [%lld x %lld] n=%lld int8 rows vs generic",
+             cpu_isa_name(k->isa), variants[kind].name, (long long)rows, (long long)cols,
+             (long long)n);
+    report(what, d1, 1e-5 * fmax(mx, 1.0));
     if (k->isa == CPU_ISA_GENERIC) {
         snprintf(what, sizeof what, "generic gemm_q %s [%lld x %lld] n=%lld vs ref",
-                 variant_names[kind], (long long)rows, (long long)cols, (long long)n);
+                 variants[kind].name, (long long)rows, (long long)cols, (long long)n);
         report(what, dr, 2e-4 * fmax(mx, 1.0));
         snprintf(what, sizeof what, "packed rows %s vs matview rows (relative)",
-                 variant_names[kind]);
+                 variants[kind].name);
         report(what, drow, 1e-6);
     }
     free(yk), free(yg), free(yr), free(wrow), free(prow), free(x);
@@ -430,10 +514,10 @@ static void test_gemm_variant(const cpu_kernels *k, int kind, int64_t rows, int6
  * float reference (6-bit codes under two-level scales keep about 16 of their bits). */
 static void test_bf16_variant(const cpu_kernels *k, int kind, int64_t rows, int64_t cols,
                               int64_t n) {
-    rand_variant v = make_variant(kind, rows, cols);
+    rand_variant v = make_variant(&variants[kind], rows, cols);
     arena mem = {0};
     const packed_mat *p = pack_matrix(&v.w, &mem);
-    if (!CHECK(p != NULL && p->planes == 1, "%s: pack_matrix", variant_names[kind])) return;
+    if (!CHECK(p != NULL, "%s: pack_matrix", variants[kind].name)) return;
     float *x = rand_vec(n * cols, 1.0f);
     brows xb = split_rows(k, x, n, cols);
     void *scratch = aligned_alloc(64, BF16_SCRATCH);
@@ -442,7 +526,7 @@ static void test_bf16_variant(const cpu_kernels *k, int kind, int64_t rows, int6
     const double worst = worst_vs_ref(&v.w, x, yk, n, rows, cols);
     char what[160];
     snprintf(what, sizeof what, "%s gemm_bf16 %s [%lld x %lld] n=%lld vs ref / sum|wx|",
-             cpu_isa_name(k->isa), variant_names[kind], (long long)rows, (long long)cols,
+             cpu_isa_name(k->isa), variants[kind].name, (long long)rows, (long long)cols,
              (long long)n);
     report(what, worst, 2e-5);
     free(yk), free(x), free(xb.t), free(scratch);
@@ -901,6 +985,7 @@ static void test_vision_ops(cpu_isa isa) {
 
 int main(void) {
     test_pack_rows();
+    test_pack_refusals();
     const cpu_isa isas[] = {CPU_ISA_GENERIC, CPU_ISA_AVX2, CPU_ISA_AVX512, CPU_ISA_AMX};
     for (int i = 0; i < 4; i++) {
         if (!cpu_isa_supported(isas[i])) {
@@ -920,10 +1005,12 @@ int main(void) {
         test_gemm_q(k, 4, 32, DTYPE_F16, 33, 4192, 37);
         test_gemm_q(k, 8, 32, DTYPE_F16, 18, 4192, 35);
         for (int v = 0; v < V_COUNT; v++) {
+            test_gemm_variant(k, v, 40, 256, 1); /* decode; a tile of 8 rows */
             test_gemm_variant(k, v, 48, 512, 3);
             test_gemm_variant(k, v, 33, 768, 9);
         }
-        for (int v = 0; k->gemm_bf16 && v < V_COUNT; v++) test_bf16_variant(k, v, 48, 512, 37);
+        for (int v = 0; k->gemm_bf16 && v < V_COUNT; v++) /* layouts of one code plane */
+            if (variants[v].bits != 8) test_bf16_variant(k, v, 48, 512, 37);
         if (k->gemm_bf16) {
             const int64_t nb[] = {1, 15, 16, 17, 37, 70};
             for (int j = 0; j < 6; j++) test_gemm_bf16(k, 32, DTYPE_F16, 48, 96, nb[j]);

@@ -7,14 +7,16 @@
  * (tools/make_quant_fixtures.py): the FNV-1a hash of all its float32 bytes and the bits of
  * its first row. Each matrix is bound as the models bind it, every row dequantized
  * (matview_row), and the two compared bit for bit. The matrix also keeps the file's bytes
- * within 5% (nothing widened to floats), `celer convert` refuses the file in one line, and
- * the model's logits on the reference kernels and on the
- * fast ones the CPU picks agree, and so do the device's (CELER_TEST_DEVICE, make test-cuda)
- * at a decode's few rows and a prefill's many.
+ * within 5% (nothing widened to floats), and so does the CPU backend's packed layout of it
+ * (the ratio printed per fixture); `celer convert` refuses the file in one line, and the
+ * model's logits on the reference kernels and on the fast ones the CPU picks (packed
+ * products) agree, and so do the device's (CELER_TEST_DEVICE, make test-cuda) at a decode's
+ * few rows and a prefill's many.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "harness.h"
 
+#include "backend/cpu/pack.h"
 #include "models/model.h"
 
 #include <jansson.h>
@@ -29,6 +31,8 @@ static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
+static int64_t packed_total, file_total; /* over one fixture's matrices */
+
 /* Bytes per 256 elements of a block type, as the file stores them. */
 static int64_t file_bytes_256(const char *type) {
     return !strcmp(type, "q5_0")     ? 8 * 22
@@ -37,6 +41,7 @@ static int64_t file_bytes_256(const char *type) {
            : !strcmp(type, "q5_k")   ? 176
            : !strcmp(type, "q6_k")   ? 210
            : !strcmp(type, "q3_k")   ? 110
+           : !strcmp(type, "q2_k")   ? 84
            : !strcmp(type, "iq4_nl") ? 8 * 18
            : !strcmp(type, "iq4_xs") ? 136
                                      : 0;
@@ -80,11 +85,24 @@ static void check_matrix(const celer_model *m, const char *type, const char *nam
               (matview_bytes(&w) >= file_bytes && matview_bytes(&w) <= file_bytes * 105 / 100),
           "%s %s: %lld bytes bound for %lld in the file", type, name, (long long)matview_bytes(&w),
           (long long)file_bytes);
+    /* the CPU's packed layout holds them within 5% of the file's bytes too (an MLX matrix's
+     * are the ones bound) */
+    arena mem = {0};
+    const packed_mat *p = pack_matrix(&w, &mem);
+    const int64_t src = file_bytes ? file_bytes : matview_bytes(&w);
+    if (CHECK(p != NULL, "%s %s: the CPU backend does not pack it", type, name)) {
+        CHECK(packed_bytes(p) <= src * 105 / 100,
+              "%s %s: packed in %lld bytes for %lld in the file", type, name,
+              (long long)packed_bytes(p), (long long)src);
+        packed_total += packed_bytes(p), file_total += src;
+    }
+    arena_free(&mem);
     free(row);
 }
 
 /* Logits of n ids on the given kernels of the device (NULL: the CPU). */
-static float *logits(const char *path, const char *device, const char *kernels, int64_t n, int64_t *v) {
+static float *logits(const char *path, const char *device, const char *kernels, int64_t n,
+                     int64_t *v) {
     celer_model *model = NULL;
     char err[512];
     if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
@@ -120,9 +138,11 @@ static void check_matrices(const char *type, const char *path, const char *jpath
         const char *name;
         json_t *v;
         int n = 0;
+        packed_total = file_total = 0;
         json_object_foreach(want, name, v) check_matrix(m, type, name, v), n++;
-        printf("  %s: %d matrices equal to %s's bit for bit\n", type, n,
-               strncmp(type, "mlx", 3) ? "gguf-py" : "mlx");
+        printf("  %s: %d matrices equal to %s's bit for bit; CPU packed bytes / file bytes %.4f\n",
+               type, n, strncmp(type, "mlx", 3) ? "gguf-py" : "mlx",
+               file_total ? (double)packed_total / (double)file_total : 0.0);
         model_close(m);
     }
     json_decref(want);
@@ -136,8 +156,8 @@ static void check_logits_on(const char *type, const char *path, const char *devi
     float *ref = logits(path, NULL, "ref", n, &v), *fast = logits(path, device, "auto", n, &v);
     if (ref && fast) {
         const double d = max_abs_diff(ref, fast, n * v), mx = max_abs(ref, n * v);
-        printf("  %s: logits of %lld rows, %s against the reference: %.3g (max |logit| %.3g)\n", type,
-               (long long)n, device ? device : "fast kernels", d, mx);
+        printf("  %s: logits of %lld rows, %s against the reference: %.3g (max |logit| %.3g)\n",
+               type, (long long)n, device ? device : "fast kernels", d, mx);
         CHECK(d <= tol * mx, "%s: %s logits differ from the reference by %g", type,
               device ? device : "fast", d);
     }

@@ -14,10 +14,10 @@
 
 /* Largest sizes the backend's buffers must hold, fixed at creation. */
 typedef struct backend_cpu_sizes {
-    int64_t max_rows; /* rows in one op call (the context's n_batch) */
-    int64_t max_cols; /* widest matrix input */
-    int64_t max_keys; /* positions one attention row can read (n_ctx) */
-    int64_t hd;       /* head dimension (RoPE table width) */
+    int64_t max_rows;   /* rows in one op call (the context's n_batch) */
+    int64_t max_cols;   /* widest matrix input */
+    int64_t max_keys;   /* positions one attention row can read (n_ctx) */
+    int64_t hd;         /* head dimension (RoPE table width) */
     int64_t rope_kinds; /* RoPE parameter sets a forward passes (0 counts as 1) */
 } backend_cpu_sizes;
 

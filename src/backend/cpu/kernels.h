@@ -23,6 +23,58 @@
 #define BF16_BLOCKS  16
 #define BF16_SCRATCH (BF16_TILES * BF16_BLOCKS * 2048 + BF16_TILES * 1024)
 
+/* The shape of a packed layout (pack.h) as the SIMD products take it: code planes, bits of a
+ * code plane's fields, bit planes, groups of 16, a codebook, whether a block's products fit
+ * int16 sums (one code plane, every value it gives at most 15 in magnitude), and the kind of
+ * scales. */
+enum { QS_HALF, QS_BYTE, QS_TWO }; /* one-level f16/bf16, one-level e8m0/e4m3, two-level */
+typedef struct qshape {
+    int planes, lowbits, hibits, g16, lut, s16, scales;
+} qshape;
+
+static inline int qshape_scales(const packed_mat *w) {
+    return w->super ? QS_TWO : packed_byte_scales(w) ? QS_BYTE : QS_HALF;
+}
+
+/* F(shape) with w's shape as a constant, so a product inlined into F is instantiated, its
+ * loops unrolled and its scale loads chosen, per layout: the layouts pack_supported takes,
+ * which are the ones GGUF and MLX files hold. Fields: planes, lowbits, hibits, g16, lut, s16,
+ * scales. */
+#define QSHAPE_DISPATCH(w, F)                                                                      \
+    do {                                                                                           \
+        const int two_ = (w)->super != 0;                                                          \
+        if (packed_byte_scales(w)) /* nvfp4, mxfp4 */                                              \
+            QSHAPE_PICK((w)->group == 16, ((qshape){1, 4, 0, 1, 1, 1, QS_BYTE}),                   \
+                        ((qshape){1, 4, 0, 0, 1, 1, QS_BYTE}), F);                                 \
+        else if ((w)->planes == 2) /* 8-bit */                                                     \
+            F(((qshape){2, 4, 0, 0, 0, 0, QS_HALF}));                                              \
+        else if ((w)->lut) /* IQ4_XS, IQ4_NL */                                                    \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 0, 0, 1, 0, QS_TWO}),                                \
+                        ((qshape){1, 4, 0, 0, 1, 0, QS_HALF}), F);                                 \
+        else if ((w)->lowbits == 2 && (w)->hibits) /* Q3_K, 3-bit */                               \
+            QSHAPE_PICK(two_, ((qshape){1, 2, 1, 1, 0, 1, QS_TWO}),                                \
+                        ((qshape){1, 2, 1, 0, 0, 1, QS_HALF}), F);                                 \
+        else if ((w)->lowbits == 2) /* Q2_K, 2-bit */                                              \
+            QSHAPE_PICK(two_, ((qshape){1, 2, 0, 1, 0, 1, QS_TWO}),                                \
+                        ((qshape){1, 2, 0, 0, 0, 1, QS_HALF}), F);                                 \
+        else if ((w)->hibits == 0) /* Q4_K, 4-bit */                                               \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 0, 0, 0, 1, QS_TWO}),                                \
+                        ((qshape){1, 4, 0, 0, 0, 1, QS_HALF}), F);                                 \
+        else if ((w)->hibits == 1) /* Q5_K, 5-bit */                                               \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 1, 0, 0, 0, QS_TWO}),                                \
+                        ((qshape){1, 4, 1, 0, 0, 0, QS_HALF}), F);                                 \
+        else /* Q6_K, 6-bit */                                                                     \
+            QSHAPE_PICK(two_, ((qshape){1, 4, 2, 1, 0, 0, QS_TWO}),                                \
+                        ((qshape){1, 4, 2, 0, 0, 0, QS_HALF}), F);                                 \
+    } while (0)
+#define QSHAPE_PICK(COND, A, B, F)                                                                 \
+    do {                                                                                           \
+        if (COND)                                                                                  \
+            F(A);                                                                                  \
+        else                                                                                       \
+            F(B);                                                                                  \
+    } while (0)
+
 typedef struct cpu_kernels {
     cpu_isa isa;
     /* q[cols], d[cols/QBLOCK], s[cols/QBLOCK] of the row x[cols]; cols % QBLOCK == 0 */

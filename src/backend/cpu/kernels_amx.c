@@ -2,14 +2,14 @@
  * kernels_amx.c - AMX tiles for prefill (compiled with the AVX-512 flags plus -mamx-tile
  * -mamx-int8 -mamx-bf16; the process asks Linux for tile state in cpuid.c). Two products:
  *
- * bf16 (4-bit weights). Each weight is dequantized into two bf16 parts, high and low (a
- * 4-bit code times a 16-bit scale plus bias keeps about 16 significant bits, all of them for
- * Q4_0), and each activation is split the same way (brows, pack.h). Three tdpbf16ps per
- * block, hi*hi + lo*hi + hi*lo, accumulate in the C tile across the whole row, so a tile is
- * stored once per chunk of columns rather than scaled once per block: the scaling round trip
- * is what bounds the int8 product below. Activations come in tile order (brows), so an A
- * tile is one 1 KiB piece: rows 4 KiB apart would share one L1 set. Weight tiles are
- * dequantized BF16_TILES x BF16_BLOCKS at a time into B tiles that stay in L2 while every
+ * bf16 (every layout of one code plane: 2- to 6-bit codes, codebooks). Each weight is
+ * dequantized into two bf16 parts, high and low (a 4-bit code times a 16-bit scale plus bias
+ * keeps about 16 significant bits, all of them for Q4_0), and each activation is split the same way
+ * (brows, pack.h). Three tdpbf16ps per block, hi*hi + lo*hi + hi*lo, accumulate in the C tile
+ * across the whole row, so a tile is stored once per chunk of columns rather than scaled once per
+ * block: the scaling round trip is what bounds the int8 product below. Activations come in tile
+ * order (brows), so an A tile is one 1 KiB piece: rows 4 KiB apart would share one L1 set. Weight
+ * tiles are dequantized BF16_TILES x BF16_BLOCKS at a time into B tiles that stay in L2 while every
  * group of 16 tokens passes over them, two weight tiles per group sharing its A tiles; the
  * group's A tiles of those blocks (32 KiB) stay in L1 across the weight tiles.
  *
@@ -64,7 +64,7 @@ static void unpack_b(uint8_t (*bbuf)[B_BYTES], const packed_mat *w, const uint8_
                      int64_t nb) {
     const __m512i m4 = _mm512_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = tile + (b0 + b) * w->planes * 4 * PACK_STEP;
+        const uint8_t *blk = tile + (b0 + b) * packed_block_bytes(w);
         for (int s = 0; s < 4; s++) {
             const __m512i raw = _mm512_loadu_si512(blk + s * PACK_STEP);
             __m512i lo = _mm512_and_si512(raw, m4),
@@ -125,7 +125,8 @@ group(float *y, int64_t ldy, const packed_mat *w, const uint16_t *sb, uint8_t (*
             STORE(4, 5);
             if (b + 1 < end) ISSUE(3, 6, 7, b + 1);
         }
-        const __m512 sc = load_half16(g, w->bf16), bi = load_half16(g + PACK_ROWS, w->bf16);
+        const int bf16 = w->sc_type == DTYPE_BF16;
+        const __m512 sc = load_half16(g, bf16), bi = load_half16(g + PACK_ROWS, bf16);
         /* token i's value-row scale and sum at d[i * step] and sum[i * step] */
         const float *d = xd + b, *sum = xs + b;
         _Pragma("GCC unroll 16") for (int i = 0; i < AMX_TOKENS; i++) {
@@ -224,15 +225,19 @@ static void amx_split_bf16(uint16_t *dst, const float *x, int64_t cols) {
     }
 }
 
-/* B tiles of blocks [b0, b0 + nb) of 4-bit weight tile t: pair row p holds columns 2p and
- * 2p + 1 of the block for the 16 rows; bb[b][0] the high parts (the weight's upper 16 bits),
- * bb[b][1] the low parts (the rest, rounded). */
+/* B tiles of blocks [b0, b0 + nb) of weight tile t (one code plane of 4- or 2-bit fields,
+ * with its bit planes): pair row p holds columns 2p and 2p + 1 of the block for the 16 rows;
+ * bb[b][0] the high parts (the weight's upper 16 bits), bb[b][1] the low parts (the rest,
+ * rounded). */
 static void dequant_b(btile (*bb)[2], const packed_mat *w, int64_t t, int64_t b0, int64_t nb) {
     const uint8_t *codes = w->codes + t * packed_tile_bytes(w);
     const uint16_t *sb = w->sb + t * packed_tile_sb(w);
-    const int64_t block_bytes = packed_block_bytes(w);
-    const __m512i m4 = _mm512_set1_epi32(15), top = _mm512_set1_epi32((int)0xffff0000u),
-                  half = _mm512_set1_epi32(0x8000), one = _mm512_set1_epi32(1);
+    const int64_t block_bytes = packed_block_bytes(w), plane_bytes = packed_plane_bytes(w);
+    const int L = w->lowbits, per = 8 / L; /* field bits, runs of a vector */
+    const int sk = qshape_scales(w), lut_on = w->lut != NULL;
+    const __m512i field = _mm512_set1_epi32((1 << L) - 1),
+                  top = _mm512_set1_epi32((int)0xffff0000u), half = _mm512_set1_epi32(0x8000),
+                  one = _mm512_set1_epi32(1);
     /* a codebook's 16 values as int32 lanes; bit planes: lane i reads bit (i % 8) * 4 + j of
      * the half of a 64-bit mask that holds its row */
     const __m512i lut = w->lut ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w->lut))
@@ -241,32 +246,32 @@ static void dequant_b(btile (*bb)[2], const packed_mat *w, int64_t t, int64_t b0
         _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
     for (int64_t b = 0; b < nb; b++) {
         __m512 sc[2], bi[2];
-        group_scales(w, sb, (b0 + b) * QBLOCK, &sc[0], &bi[0]);
+        group_scales(w, sb, (b0 + b) * QBLOCK, &sc[0], &bi[0], sk, lut_on);
         if (w->group == 16)
-            group_scales(w, sb, (b0 + b) * QBLOCK + 16, &sc[1], &bi[1]);
+            group_scales(w, sb, (b0 + b) * QBLOCK + 16, &sc[1], &bi[1], sk, lut_on);
         else
             sc[1] = sc[0], bi[1] = bi[0];
         const uint8_t *blk = codes + (b0 + b) * block_bytes;
-        for (int s = 0; s < 4; s++) {
-            const __m512i raw = _mm512_loadu_si512(blk + s * PACK_STEP);
+        for (int s = 0; s < 4; s++) { /* columns 8s .. 8s + 7: runs 2s and 2s + 1 */
+            const __m512i raw = _mm512_loadu_si512(blk + 2 * s / per * PACK_STEP);
             __m512i masks[2]
-                         [2]; /* [bit plane][low, high nibble positions]: the two 32-bit halves */
+                         [2]; /* [bit plane][run 2s, 2s + 1]: the two 32-bit halves of its mask */
             for (int hb = 0; hb < w->hibits; hb++)
                 for (int k = 0; k < 2; k++) {
                     uint32_t m[2];
-                    memcpy(m, blk + 4 * PACK_STEP + hb * PACK_STEP + s * 16 + k * 8, 8);
+                    memcpy(m, blk + plane_bytes + hb * PACK_STEP + 8 * (2 * s + k), 8);
                     masks[hb][k] = _mm512_inserti64x4(_mm512_set1_epi32((int)m[0]),
                                                       _mm256_set1_epi32((int)m[1]), 1);
                 }
             __m512i h[8], l[8];
             _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) { /* column 8s + u */
-                const int shift = u < 4 ? 8 * u : 8 * (u - 4) + 4;
-                __m512i q = _mm512_and_si512(_mm512_srli_epi32(raw, shift), m4);
+                const int e = 2 * s + u / 4, shift = 8 * (u % 4) + e % per * L;
+                __m512i q = _mm512_and_si512(_mm512_srli_epi32(raw, shift), field);
                 for (int hb = 0; hb < w->hibits; hb++) {
                     const __m512i sh = _mm512_add_epi32(row_shift, _mm512_set1_epi32(u % 4));
                     const __m512i bit =
                         _mm512_and_si512(_mm512_srlv_epi32(masks[hb][u / 4], sh), one);
-                    q = _mm512_add_epi32(q, _mm512_slli_epi32(bit, 4 + hb));
+                    q = _mm512_add_epi32(q, _mm512_slli_epi32(bit, L + hb));
                 }
                 if (w->lut) q = _mm512_permutexvar_epi32(q, lut);
                 const int g = s >= 2; /* the half block's group, for groups of 16 */

@@ -1,11 +1,12 @@
 /*
  * kernels_avx2.c - AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c).
  *
- * The quantized product uses maddubs: unsigned 4-bit codes times signed int8 activations
- * into int16 pairs. Codes are at most 15 and |xq| at most 127, so the eight maddubs of one
- * 32-column block (16 products per int16 lane) stay below 16*15*127 = 30480 and can be
- * summed in int16 before one widening madd per block. 8-bit matrices run the same code
- * on their two nibble planes.
+ * The quantized product uses maddubs: unsigned codes times signed int8 activations into
+ * int16 pairs. Where codes are at most 15 (4-bit, 2- and 3-bit, fp4's codebook) and |xq| at
+ * most 127, the eight maddubs of one 32-column block (16 products per int16 lane) stay below
+ * 16*15*127 = 30480 and are summed in int16 before one widening madd per block. 8-bit
+ * matrices run the same code on their two nibble planes; 5- and 6-bit codes and IQ4's
+ * codebook widen every step. One kernel serves every layout of pack.h.
  */
 #include "backend/cpu/kernels.h"
 
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* ==== helpers ==== */
 
@@ -31,7 +33,7 @@ INLINE __m256i bcast32(const int8_t *p) {
 }
 
 /* 8 f16 or bf16 values as floats. */
-INLINE __m256 load_half8(const uint16_t *p, int bf16) {
+INLINE __m256 load_half8(const void *p, int bf16) {
     const __m128i h = _mm_loadu_si128((const __m128i *)p);
     return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
                 : _mm256_cvtph_ps(h);
@@ -130,150 +132,6 @@ INLINE void store_rows(float *dst, __m256 v, int n) {
     for (int i = 0; i < n; i++) dst[i] = tmp[i];
 }
 
-/* Eight rows (one half of a tile) times T tokens starting at token n0. */
-INLINE void q_half(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                   const uint16_t *sb, int half, const qrows *x, int64_t n0, int T, int planes,
-                   int P, int nrow) {
-    const int64_t blocks = w->cols / QBLOCK;
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1),
-                  sixteen = _mm256_set1_epi16(16);
-    __m256 acc[4];
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *blk = tile + b * planes * 4 * PACK_STEP + half * 32;
-        __m256i i32[4];
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) i32[t] = _mm256_setzero_si256();
-        for (int pl = 0; pl < planes; pl++) {
-            __m256i a16[4];
-            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) a16[t] = _mm256_setzero_si256();
-            for (int s = 0; s < 4; s++) {
-                const __m256i raw =
-                    _mm256_loadu_si256((const __m256i *)(blk + (pl * 4 + s) * PACK_STEP));
-                const __m256i lo = _mm256_and_si256(raw, m4),
-                              hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-                    const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
-                    a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(lo, bcast32(xk)));
-                    a16[t] = _mm256_add_epi16(a16[t], _mm256_maddubs_epi16(hi, bcast32(xk + 4)));
-                }
-            }
-            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-                const __m256i wide =
-                    _mm256_madd_epi16(a16[t], planes == 2 && pl == 0 ? sixteen : ones);
-                i32[t] = _mm256_add_epi32(i32[t], wide);
-            }
-        }
-        const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS + half * 8;
-        const __m256 sc = load_half8(g, w->bf16), bi = load_half8(g + PACK_ROWS, w->bf16);
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-            const int64_t xi = (n0 + t) * blocks + b;
-            const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t]), _mm256_set1_ps(x->d[xi]));
-            acc[t] = _mm256_fmadd_ps(f, sc, acc[t]);
-            acc[t] = _mm256_fmadd_ps(bi, _mm256_set1_ps(x->s[xi]), acc[t]);
-        }
-    }
-    /* P: rows come in (value, residual) pairs that add into one output row */
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t += 1 + P) {
-        float *dst = y + ((n0 + t) >> P) * ldy;
-        const __m256 v = P ? _mm256_add_ps(acc[t], acc[t + P]) : acc[t];
-        store_rows(dst, v, nrow);
-    }
-}
-
-/* All 16 rows of a tile times T <= 2 activation rows (decode: one token, or its value and
- * residual pair): each 64-byte step is used whole as it arrives, the broadcasts serve 16
- * rows, and the weight stream is prefetched a few blocks ahead, since decode is bound
- * by how fast the weights arrive. */
-INLINE void q_tile16(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                     const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P,
-                     int nrow) {
-    const int64_t blocks = w->cols / QBLOCK;
-    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc[2][2];
-    acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *blk = tile + b * planes * 4 * PACK_STEP;
-        for (int k = 0; k < planes * 4; k++)
-            _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
-        __m256i i32[2][2];
-        i32[0][0] = i32[0][1] = i32[1][0] = i32[1][1] = _mm256_setzero_si256();
-        for (int pl = 0; pl < planes; pl++) {
-            __m256i a16[2][2];
-            a16[0][0] = a16[0][1] = a16[1][0] = a16[1][1] = _mm256_setzero_si256();
-            for (int s = 0; s < 4; s++) {
-                const uint8_t *step = blk + (pl * 4 + s) * PACK_STEP;
-                const __m256i r0 = _mm256_loadu_si256((const __m256i *)step);
-                const __m256i r1 = _mm256_loadu_si256((const __m256i *)(step + 32));
-                const __m256i lo0 = _mm256_and_si256(r0, m4),
-                              hi0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), m4);
-                const __m256i lo1 = _mm256_and_si256(r1, m4),
-                              hi1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), m4);
-                _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) {
-                    const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
-                    const __m256i xl = bcast32(xk), xh = bcast32(xk + 4);
-                    a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(lo0, xl));
-                    a16[t][0] = _mm256_add_epi16(a16[t][0], _mm256_maddubs_epi16(hi0, xh));
-                    a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(lo1, xl));
-                    a16[t][1] = _mm256_add_epi16(a16[t][1], _mm256_maddubs_epi16(hi1, xh));
-                }
-            }
-            const __m256i mul = planes == 2 && pl == 0 ? _mm256_set1_epi16(16) : ones;
-            _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) for (int h = 0; h < 2; h++)
-                i32[t][h] = _mm256_add_epi32(i32[t][h], _mm256_madd_epi16(a16[t][h], mul));
-        }
-        const uint16_t *g = sb + (b * QBLOCK / w->group) * 2 * PACK_ROWS;
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const __m256 sc = load_half8(g + 8 * h, w->bf16),
-                         bi = load_half8(g + PACK_ROWS + 8 * h, w->bf16);
-            _Pragma("GCC unroll 2") for (int t = 0; t < T; t++) {
-                const int64_t xi = (n0 + t) * blocks + b;
-                const __m256 f =
-                    _mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][h]), _mm256_set1_ps(x->d[xi]));
-                acc[t][h] = _mm256_fmadd_ps(f, sc, acc[t][h]);
-                acc[t][h] = _mm256_fmadd_ps(bi, _mm256_set1_ps(x->s[xi]), acc[t][h]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 2") for (int t = 0; t < T; t += 1 + P) {
-        float *dst = y + ((n0 + t) >> P) * ldy;
-        for (int h = 0; h < 2; h++) {
-            const __m256 v = P ? _mm256_add_ps(acc[t][h], acc[t + P][h]) : acc[t][h];
-            store_rows(dst + 8 * h, v, nrow - 8 * h);
-        }
-    }
-}
-
-INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int planes, int P) {
-    const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
-    for (int64_t t = t0; t < t1; t++) {
-        const uint8_t *tile = w->codes + t * tile_bytes;
-        const uint16_t *sb = w->sb + t * tile_sb;
-        if (x->n <= 1 + P) { /* decode */
-            const int nrow =
-                w->rows - t * PACK_ROWS < PACK_ROWS ? (int)(w->rows - t * PACK_ROWS) : PACK_ROWS;
-            if (x->n == 1)
-                q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 1, planes, P, nrow);
-            else
-                q_tile16(y + t * PACK_ROWS, ldy, w, tile, sb, x, 0, 2, planes, P, nrow);
-            continue;
-        }
-        for (int half = 0; half < 2; half++) {
-            const int64_t r0 = t * PACK_ROWS + half * 8;
-            if (r0 >= w->rows) break;
-            const int nrow = w->rows - r0 < 8 ? (int)(w->rows - r0) : 8;
-            int64_t n = 0;
-            for (; n + 4 <= x->n; n += 4)
-                q_half(y + r0, ldy, w, tile, sb, half, x, n, 4, planes, P, nrow);
-            for (; n < x->n; n += 1 + P)
-                q_half(y + r0, ldy, w, tile, sb, half, x, n, 1 + P, planes, P, nrow);
-        }
-    }
-}
-
-/* ==== the other packed layouts (pack.h): bit planes, zero points, K-quant scales, codebooks ====
- */
-
 /* 0xff in byte k of 32 where bit k of m is set. */
 INLINE __m256i bits_to_bytes(uint32_t m) {
     const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
@@ -283,165 +141,210 @@ INLINE __m256i bits_to_bytes(uint32_t m) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
-/* The scales and biases of one half tile's 8 rows for the group holding column c. */
+/* 8 e8m0 or e4m3 scales at p widened to fp32, times unit (a power of two), as
+ * avx512_common.h's load_scales16 widens them. */
+INLINE __m256 load_scales8(const uint8_t *p, dtype t, float unit) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    if (t == DTYPE_E8M0) {
+        const __m256i e = _mm256_slli_epi32(_mm256_cvtepu8_epi32(b), 23);
+        return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_max_epi32(e, _mm256_set1_epi32(1 << 22))),
+                             _mm256_set1_ps(unit));
+    }
+    const __m128i w = _mm_cvtepu8_epi16(b);
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(127)), 7),
+                                   _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(128)), 8));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(unit * 256.0f));
+}
+
+/* The scales and biases of one half tile's 8 rows for the group holding column c, scales of
+ * kind SK (kernels.h), the codebook's fractional bits applied. */
 INLINE void half_scales(const packed_mat *w, const uint16_t *sb, int64_t c, int half, __m256 *sc,
-                        __m256 *bi) {
-    const int parts = w->biased ? 2 : 1;
-    if (!w->super) {
-        const uint16_t *g = sb + (c / w->group) * parts * PACK_ROWS + 8 * half;
-        *sc = load_half8(g, w->bf16);
-        *bi = w->biased ? load_half8(g + PACK_ROWS, w->bf16)
+                        __m256 *bi, int SK, int LUT) {
+    const uint16_t *sup = NULL;
+    const void *at = packed_group_at(w, sb, c, &sup);
+    const float unit = LUT ? 1.0f / (float)(1 << w->lut_shift) : 1.0f;
+    if (SK == QS_BYTE) { /* the fp4 modes: no biases */
+        *sc = load_scales8((const uint8_t *)at + 8 * half, w->sc_type, unit);
+        *bi = _mm256_setzero_ps();
+        return;
+    }
+    if (SK == QS_HALF) {
+        const uint16_t *g = (const uint16_t *)at + 8 * half;
+        const int bf16 = w->sc_type == DTYPE_BF16;
+        *sc = load_half8(g, bf16);
+        if (LUT) *sc = _mm256_mul_ps(*sc, _mm256_set1_ps(unit));
+        *bi = w->biased ? load_half8(g + PACK_ROWS, bf16)
                         : _mm256_mul_ps(*sc, _mm256_set1_ps(-(float)w->zero));
         return;
     }
-    const uint16_t *sup = sb + (c / w->super) * packed_super_words(w);
-    const uint8_t *g = (const uint8_t *)(sup + parts * PACK_ROWS) +
-                       (c % w->super / w->group) * parts * PACK_ROWS + 8 * half;
+    const uint8_t *g = (const uint8_t *)at + 8 * half;
     const __m128i gs = _mm_loadl_epi64((const __m128i *)g);
-    const __m256i gi = w->sc_signed ? _mm256_cvtepi8_epi32(gs) : _mm256_cvtepu8_epi32(gs);
+    const int u4 = w->sc_type == DTYPE_U4LO;
+    const __m256i gi = w->sc_type == DTYPE_I8 ? _mm256_cvtepi8_epi32(gs)
+                       : u4 ? _mm256_and_si256(_mm256_cvtepu8_epi32(gs), _mm256_set1_epi32(15))
+                            : _mm256_cvtepu8_epi32(gs);
     *sc = _mm256_mul_ps(load_half8(sup + 8 * half, 0), _mm256_cvtepi32_ps(gi));
+    if (LUT) *sc = _mm256_mul_ps(*sc, _mm256_set1_ps(unit));
     if (w->biased) {
-        const __m128i gm = _mm_loadl_epi64((const __m128i *)(g + PACK_ROWS));
-        *bi = _mm256_mul_ps(load_half8(sup + PACK_ROWS + 8 * half, 0),
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(gm)));
+        const __m256i gm =
+            u4 ? _mm256_srli_epi32(_mm256_cvtepu8_epi32(gs), 4)
+               : _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(g + PACK_ROWS)));
+        *bi = _mm256_mul_ps(load_half8(sup + PACK_ROWS + 8 * half, 0), _mm256_cvtepi32_ps(gm));
     } else {
         *bi = _mm256_mul_ps(*sc, _mm256_set1_ps(-(float)w->zero));
     }
 }
 
-/* u8 codes times s8 activations, four products a lane into int32; with a codebook the
- * codes are signed, so their sign moves onto the activations (products stay in int16). */
-INLINE __m256i dot4(__m256i c, __m256i xv, int lut) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    if (lut) { /* x * sign(c), then |c| */
-        xv = _mm256_sign_epi8(xv, c);
-        c = _mm256_sign_epi8(c, c);
-    }
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(c, xv), ones);
+/* The codes of run k of 32 bytes of a plane's vector (pack.h): fields of L bits at k * L. */
+INLINE __m256i run_codes(__m256i raw, int k, int L) {
+    const __m256i field = _mm256_set1_epi8((char)((1 << L) - 1));
+    return _mm256_and_si256(k ? _mm256_srli_epi16(raw, k * L) : raw, field);
 }
 
-/* One half tile (8 rows) times T tokens from n0 for a layout other than plain 4/8-bit: HB
- * bit planes, groups of 16 (G16), a codebook. Every step widens to int32, since 6-bit codes
- * and codebook values would overflow the int16 sums of the plain product. */
-INLINE void q_half_v2(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                      const uint16_t *sb, int half, const qrows *x, int64_t n0, int T, int P,
-                      int HB, int G16, int nrow) {
+/* 8*H rows of a tile from half h0 (H = 2: all 16) times T tokens from n0, for the layout S
+ * (kernels.h; a codebook's signed values put their signs onto the activations). maddubs
+ * multiplies unsigned codes by signed activations into int16 pairs; with S.s16 (one plane)
+ * a block's eight runs (16 products a lane, at most 16 * 15 * 127 = 30480) sum in int16 and
+ * widen once, else every run widens to int32 (8-bit: its high plane's times 16). Fewer live
+ * sums beat fewer instructions there: summing each 8-bit plane in int16 spilled in prefill,
+ * so only decode does. Whole tiles (decode) use each 64-byte vector whole as it arrives and
+ * prefetch the weight stream a few blocks ahead, since decode waits on how fast the weights
+ * arrive. P: rows come in (value, residual) pairs that add into one output row. */
+INLINE void q_rows(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
+                   const uint16_t *sb, int h0, const qrows *x, int64_t n0, int T, int H, int P,
+                   const qshape S, int nrow) {
     const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
-    const __m256i m4 = _mm256_set1_epi8(15);
-    const __m256i lut = w->lut
+    const int L = S.lowbits, V = L, E = 8 / L, G = 1 + S.g16; /* vectors, runs of a vector */
+    /* 8-bit decode sums each plane in int16 (T <= 2 leaves the registers for it) */
+    const int W16 = S.planes == 2 && H == 2;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i lut = S.lut
                             ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)w->lut))
                             : _mm256_setzero_si256();
-    __m256 acc[4];
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    __m256 acc[4][2];
+    UNROLL for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * block_bytes;
-        if (T <= 2)
-            for (int k = 0; k < 4 + HB; k++)
+        if (H == 2)
+            UNROLL for (int k = 0; k < S.planes * V + S.hibits; k++)
                 _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
-        __m256i i32[4][2];
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) i32[t][0] = i32[t][1] =
-            _mm256_setzero_si256();
-        for (int s = 0; s < 4; s++) {
-            const __m256i raw =
-                _mm256_loadu_si256((const __m256i *)(blk + s * PACK_STEP + half * 32));
-            __m256i lo = _mm256_and_si256(raw, m4),
-                    hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            for (int h = 0; h < HB; h++) { /* bit 4+h of each code, from its plane's masks */
-                const uint8_t *mk = blk + 4 * PACK_STEP + h * PACK_STEP + s * 16 + half * 4;
-                uint32_t ml, mh;
-                memcpy(&ml, mk, 4);
-                memcpy(&mh, mk + 8, 4);
-                const __m256i bit = _mm256_set1_epi8((char)(16 << h));
-                lo = _mm256_add_epi8(lo, _mm256_and_si256(bits_to_bytes(ml), bit));
-                hi = _mm256_add_epi8(hi, _mm256_and_si256(bits_to_bytes(mh), bit));
+        /* [token][half][group of 16]: the block's sums, int16 pairs with s16, else int32 */
+        __m256i a[4][2][2];
+        UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+            UNROLL for (int g = 0; g < G; g++) a[t][h][g] = _mm256_setzero_si256();
+        UNROLL for (int pl = 0; pl < S.planes; pl++) {
+            /* 8-bit: the high nibbles' plane counts 16 times */
+            const __m256i mul = S.planes == 2 && pl == 0 ? _mm256_set1_epi16(16) : ones;
+            __m256i p16[2][2][2]; /* 8-bit decode: the plane's int16 sums */
+            if (W16)
+                UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+                    UNROLL for (int g = 0; g < G; g++) p16[t][h][g] = _mm256_setzero_si256();
+            /* group g's vectors (all of them, but for groups of 16); the loop over them is
+             * not unrolled: unrolled, the compiler spills the sums */
+            UNROLL for (int g = 0; g < G; g++) for (int v = g * V / G; v < (g + 1) * V / G; v++) {
+                __m256i raw[2];
+                UNROLL for (int h = 0; h < H; h++) raw[h] = _mm256_loadu_si256(
+                    (const __m256i *)(blk + (pl * V + v) * PACK_STEP + (h0 + h) * 32));
+                UNROLL for (int k = 0; k < E; k++) {
+                    const int e = v * E + k; /* columns 4e .. 4e + 3 */
+                    __m256i c[2], cx[2];
+                    UNROLL for (int h = 0; h < H; h++) {
+                        c[h] = run_codes(raw[h], k, L);
+                        UNROLL for (int hb = 0; hb < S.hibits; hb++) { /* bit L+hb, its mask */
+                            uint32_t m;
+                            memcpy(&m,
+                                   blk + S.planes * V * PACK_STEP + hb * PACK_STEP + 8 * e +
+                                       4 * (h0 + h),
+                                   4);
+                            const __m256i bit = _mm256_set1_epi8((char)(1 << (L + hb)));
+                            c[h] = _mm256_add_epi8(c[h], _mm256_and_si256(bits_to_bytes(m), bit));
+                        }
+                        if (S.lut) { /* |value|; the sign goes onto x */
+                            cx[h] = _mm256_shuffle_epi8(lut, c[h]);
+                            c[h] = _mm256_sign_epi8(cx[h], cx[h]);
+                        }
+                    }
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const __m256i xv = bcast32(x->q + (n0 + t) * x->cols + b * QBLOCK + 4 * e);
+                        UNROLL for (int h = 0; h < H; h++) {
+                            const __m256i p = _mm256_maddubs_epi16(
+                                c[h], S.lut ? _mm256_sign_epi8(xv, cx[h]) : xv);
+                            if (W16)
+                                p16[t][h][g] = _mm256_add_epi16(p16[t][h][g], p);
+                            else if (S.s16)
+                                a[t][h][g] = _mm256_add_epi16(a[t][h][g], p);
+                            else
+                                a[t][h][g] =
+                                    _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p, mul));
+                        }
+                    }
+                }
             }
-            if (w->lut) { /* codebook values, signed */
-                lo = _mm256_shuffle_epi8(lut, lo);
-                hi = _mm256_shuffle_epi8(lut, hi);
-            }
-            const int k = G16 && s >= 2;
-            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-                const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
-                const int l = w->lut != NULL;
-                i32[t][k] = _mm256_add_epi32(i32[t][k], dot4(lo, bcast32(xk), l));
-                i32[t][k] = _mm256_add_epi32(i32[t][k], dot4(hi, bcast32(xk + 4), l));
-            }
+            if (W16)
+                UNROLL for (int t = 0; t < T; t++) UNROLL for (int h = 0; h < H; h++)
+                    UNROLL for (int g = 0; g < G; g++) a[t][h][g] =
+                        _mm256_add_epi32(a[t][h][g], _mm256_madd_epi16(p16[t][h][g], mul));
         }
-        __m256 sc[2], bi[2];
-        half_scales(w, sb, b * QBLOCK, half, &sc[0], &bi[0]);
-        if (G16) half_scales(w, sb, b * QBLOCK + 16, half, &sc[1], &bi[1]);
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+        __m256 sc[2][2], bi[2][2];
+        UNROLL for (int h = 0; h < H; h++) UNROLL for (int g = 0; g < G; g++)
+            half_scales(w, sb, b * QBLOCK + 16 * g, h0 + h, &sc[h][g], &bi[h][g], S.scales, S.lut);
+        UNROLL for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
             const __m256 d = _mm256_set1_ps(x->d[xi]);
-            const int residual = t & P;
-            for (int k = 0; k < 1 + G16; k++) {
-                acc[t] =
-                    _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i32[t][k]), d), sc[k], acc[t]);
-                if (residual) continue;
-                const float sum = G16 ? x->s16[(n0 + t) * (x->cols / 16) + 2 * b + k] : x->s[xi];
-                acc[t] = _mm256_fmadd_ps(bi[k], _mm256_set1_ps(sum), acc[t]);
+            UNROLL for (int h = 0; h < H; h++) UNROLL for (int g = 0; g < G; g++) {
+                const __m256i i32 = S.s16 ? _mm256_madd_epi16(a[t][h][g], ones) : a[t][h][g];
+                const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32), d);
+                acc[t][h] = _mm256_fmadd_ps(f, sc[h][g], acc[t][h]);
+                if (t & P) continue; /* a residual row: its sums are 0 */
+                const float sum = S.g16 ? x->s16[(n0 + t) * (x->cols / 16) + 2 * b + g] : x->s[xi];
+                acc[t][h] = _mm256_fmadd_ps(bi[h][g], _mm256_set1_ps(sum), acc[t][h]);
             }
         }
     }
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t += 1 + P) {
+    /* P: row t + 1 is row t's residual and adds into the same output row */
+    UNROLL for (int t = 0; t < T; t += 1 + P) {
         float *dst = y + ((n0 + t) >> P) * ldy;
-        const __m256 v = P ? _mm256_add_ps(acc[t], acc[t + P]) : acc[t];
-        store_rows(dst, v, nrow);
+        UNROLL for (int h = 0; h < H; h++) {
+            const __m256 v = P ? _mm256_add_ps(acc[t][h], acc[t + P][h]) : acc[t][h];
+            store_rows(dst + 8 * h, v, nrow - 8 * h);
+        }
     }
 }
 
-INLINE void gemm_q_v2(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                      const qrows *x, int P, int HB, int G16) {
+/* Three shapes of rows per layout keep the instantiations (and the build) small: 4 rows by
+ * half tiles; pairs of rows (decode, or the last of a prompt) and a single row by whole
+ * tiles. */
+INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                         const qrows *x, int P, const qshape S) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
-    for (int64_t t = t0; t < t1; t++)
-        for (int half = 0; half < 2; half++) {
-            const int64_t r0 = t * PACK_ROWS + half * 8;
-            if (r0 >= w->rows) break;
-            const int nrow = w->rows - r0 < 8 ? (int)(w->rows - r0) : 8;
-            const uint8_t *tile = w->codes + t * tile_bytes;
-            const uint16_t *sb = w->sb + t * tile_sb;
-            int64_t n = 0;
-            for (; n + 4 <= x->n; n += 4)
-                q_half_v2(y + r0, ldy, w, tile, sb, half, x, n, 4, P, HB, G16, nrow);
-            for (; n < x->n; n += 1 + P)
-                q_half_v2(y + r0, ldy, w, tile, sb, half, x, n, 1 + P, P, HB, G16, nrow);
+    for (int64_t t = t0; t < t1; t++) {
+        const uint8_t *tile = w->codes + t * tile_bytes;
+        const uint16_t *sb = w->sb + t * tile_sb;
+        const int64_t r0 = t * PACK_ROWS;
+        const int nrow = w->rows - r0 < PACK_ROWS ? (int)(w->rows - r0) : PACK_ROWS;
+        int64_t n = 0;
+        if (x->n > 2) { /* prefill */
+            n = x->n / 4 * 4;
+            for (int h = 0; h < 2 && 8 * h < nrow; h++)
+                for (int64_t k = 0; k < n; k += 4)
+                    q_rows(y + r0 + 8 * h, ldy, w, tile, sb, h, x, k, 4, 1, P, S, nrow - 8 * h);
         }
+        for (; n + 2 <= x->n; n += 2) q_rows(y + r0, ldy, w, tile, sb, 0, x, n, 2, 2, P, S, nrow);
+        if (n < x->n) q_rows(y + r0, ldy, w, tile, sb, 0, x, n, 1, 2, P, S, nrow);
+    }
 }
-
-#define PRODUCT_V2(HB, G16)                                                                        \
-    do {                                                                                           \
-        if (x->pairs)                                                                              \
-            gemm_q_v2(y, ldy, w, t0, t1, x, 1, HB, G16);                                           \
-        else                                                                                       \
-            gemm_q_v2(y, ldy, w, t0, t1, x, 0, HB, G16);                                           \
-    } while (0)
 
 static void gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    if (!packed_plain(w)) { /* bit planes, two-level scales, zero points, codebooks */
-        if (w->planes == 2)
-            cpu_kernels_generic.gemm_q(y, ldy, w, t0, t1, x); /* 8-bit with a zero point */
-        else if (w->group == 16)
-            PRODUCT_V2(2, 1); /* Q6_K; Q3_K's 3-bit codes are not packed */
-        else if (w->hibits == 0)
-            PRODUCT_V2(0, 0);
-        else if (w->hibits == 1)
-            PRODUCT_V2(1, 0);
-        else
-            PRODUCT_V2(2, 0);
-        return;
-    }
-    if (w->planes == 1) {
-        if (x->pairs)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 1);
-        else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 1, 0);
-    } else {
-        if (x->pairs)
-            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 1);
-        else
-            gemm_q_planes(y, ldy, w, t0, t1, x, 2, 0);
-    }
+#define PRODUCT(S)                                                                                 \
+    do {                                                                                           \
+        if (x->pairs)                                                                              \
+            gemm_q_shape(y, ldy, w, t0, t1, x, 1, S);                                              \
+        else                                                                                       \
+            gemm_q_shape(y, ldy, w, t0, t1, x, 0, S);                                              \
+    } while (0)
+    QSHAPE_DISPATCH(w, PRODUCT);
+#undef PRODUCT
 }
 
 /* ==== dense product ==== */

@@ -3,7 +3,9 @@
  * -mavx512vnni): the packed product with vpdpbusd, one 64-byte load feeding all 16 rows
  * of a tile. vpdpbusd multiplies unsigned codes by signed int8 activations and adds
  * four products straight into int32 lanes, so no int16 stage (and no saturation bound)
- * is needed. Everything else reuses the AVX2 entries.
+ * is needed. Every layout of pack.h runs the one tile kernel, instantiated per layout
+ * (kernels.h's qshape: code planes of 4- or 2-bit fields, bit planes, groups of 16, codebook,
+ * kind of scales). Everything else reuses the AVX2 entries.
  */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/avx512_common.h"
@@ -11,76 +13,80 @@
 #include <immintrin.h>
 #include <string.h>
 
+#define UNROLL _Pragma("GCC unroll 8")
+
 INLINE __m512i bcast32(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
 }
 
-/* One tile (16 rows) times T activation rows from n0, stored to y. HB: bit planes above the
- * nibble (5- and 6-bit codes), each added into its code bytes through a byte mask. G16:
- * groups of 16 columns, so each half block (steps 0-1 and 2-3) sums on its own. */
+/* The codes of run k of a plane's vector raw (pack.h): fields of L bits at k * L. */
+INLINE __m512i run_codes(__m512i raw, int k, int L) {
+    const __m512i field = _mm512_set1_epi8((char)((1 << L) - 1));
+    return _mm512_and_si512(k ? _mm512_srli_epi16(raw, k * L) : raw, field);
+}
+
+/* One tile (16 rows) times T activation rows from n0, stored to y, for the layout S
+ * (kernels.h): code planes of L-bit fields; bit planes above them, each added into its code
+ * bytes through a byte mask; with groups of 16 each half block (runs 0-3 and 4-7) sums on its
+ * own; a codebook's signed values put their signs onto the activations. */
 INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *tile,
-                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int planes, int P, int HB,
-                   int G16, __mmask16 rows) {
+                   const uint16_t *sb, const qrows *x, int64_t n0, int T, int P, const qshape S,
+                   __mmask16 rows) {
     const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(w);
-    const __m512i m4 = _mm512_set1_epi8(15);
-    const __m512i lut = w->lut ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w->lut))
-                               : _mm512_setzero_si512();
+    const int L = S.lowbits, V = L, E = 8 / L; /* vectors of a plane, runs of a vector */
+    const int G = 1 + S.g16, VG = V / G;       /* groups of a block, vectors of a group */
+    const __m512i lut = S.lut ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w->lut))
+                              : _mm512_setzero_si512();
     __m512 acc[8];
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    UNROLL for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; b++) {
         const uint8_t *blk = tile + b * block_bytes;
         if (T <= 2) /* decode waits on the weight stream: ask for it a few blocks ahead */
-            for (int k = 0; k < planes * 4 + HB; k++)
+            UNROLL for (int k = 0; k < S.planes * V + S.hibits; k++)
                 _mm_prefetch((const char *)(blk + 1024 + k * PACK_STEP), _MM_HINT_T0);
         __m512i i32[8], hi32[8];
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) i32[t] = hi32[t] =
-            _mm512_setzero_si512();
-        for (int pl = 0; pl < planes; pl++)
-            for (int s = 0; s < 4; s++) {
-                const __m512i raw = _mm512_loadu_si512(blk + (pl * 4 + s) * PACK_STEP);
-                __m512i lo = _mm512_and_si512(raw, m4),
-                        hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                for (int h = 0; h < HB; h++) { /* bit 4+h of each code */
-                    const uint8_t *mk = blk + 4 * PACK_STEP + h * PACK_STEP + s * 16;
-                    uint64_t ml, mh;
-                    memcpy(&ml, mk, 8);
-                    memcpy(&mh, mk + 8, 8);
-                    const __m512i bit = _mm512_set1_epi8((char)(16 << h));
-                    lo = _mm512_mask_add_epi8(lo, ml, lo, bit);
-                    hi = _mm512_mask_add_epi8(hi, mh, hi, bit);
+        UNROLL for (int t = 0; t < T; t++) i32[t] = hi32[t] = _mm512_setzero_si512();
+        /* plane pl's vectors of group g (all of them, but for groups of 16): g and pl pick the
+         * accumulator, so they are constants; the loop over the vectors is not unrolled */
+        UNROLL for (int pl = 0; pl < S.planes; pl++)
+            UNROLL for (int g = 0; g < G; g++) for (int v = g * VG; v < (g + 1) * VG; v++) {
+            const __m512i raw = _mm512_loadu_si512(blk + (pl * V + v) * PACK_STEP);
+            UNROLL for (int k = 0; k < E; k++) {
+                const int e = v * E + k; /* columns 4e .. 4e + 3 */
+                __m512i c = run_codes(raw, k, L);
+                UNROLL for (int h = 0; h < S.hibits; h++) { /* bit L+h of each code */
+                    uint64_t m;
+                    memcpy(&m, blk + S.planes * V * PACK_STEP + h * PACK_STEP + 8 * e, 8);
+                    c = _mm512_mask_add_epi8(c, m, c, _mm512_set1_epi8((char)(1 << (L + h))));
                 }
-                __mmask64 nlo = 0, nhi = 0;
-                if (w->lut) { /* codebook values: their magnitudes, their signs onto x */
-                    lo = _mm512_shuffle_epi8(lut, lo);
-                    hi = _mm512_shuffle_epi8(lut, hi);
-                    nlo = _mm512_movepi8_mask(lo), nhi = _mm512_movepi8_mask(hi);
-                    lo = _mm512_abs_epi8(lo), hi = _mm512_abs_epi8(hi);
+                __mmask64 neg = 0;
+                if (S.lut) { /* codebook values: their magnitudes, their signs onto x */
+                    c = _mm512_shuffle_epi8(lut, c);
+                    neg = _mm512_movepi8_mask(c);
+                    c = _mm512_abs_epi8(c);
                 }
-                _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-                    const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 8 * s;
-                    __m512i *a = (planes == 2 && pl == 0) || (G16 && s >= 2) ? &hi32[t] : &i32[t];
-                    __m512i xl = bcast32(xk), xh = bcast32(xk + 4);
-                    if (w->lut) {
-                        xl = _mm512_mask_sub_epi8(xl, nlo, _mm512_setzero_si512(), xl);
-                        xh = _mm512_mask_sub_epi8(xh, nhi, _mm512_setzero_si512(), xh);
-                    }
-                    *a = _mm512_dpbusd_epi32(*a, lo, xl);
-                    *a = _mm512_dpbusd_epi32(*a, hi, xh);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const int8_t *xk = x->q + (n0 + t) * x->cols + b * QBLOCK + 4 * e;
+                    __m512i *a = (S.planes == 2 && pl == 0) || g ? &hi32[t] : &i32[t];
+                    __m512i xv = bcast32(xk);
+                    if (S.lut) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                    *a = _mm512_dpbusd_epi32(*a, c, xv);
                 }
             }
+        }
         __m512 sc, bi, sc2 = _mm512_setzero_ps(), bi2 = _mm512_setzero_ps();
-        group_scales(w, sb, b * QBLOCK, &sc, &bi);
-        if (G16) group_scales(w, sb, b * QBLOCK + 16, &sc2, &bi2);
+        group_scales(w, sb, b * QBLOCK, &sc, &bi, S.scales, S.lut);
+        if (S.g16) group_scales(w, sb, b * QBLOCK + 16, &sc2, &bi2, S.scales, S.lut);
         /* P: rows come in (value, residual) pairs; the residual's product follows the
          * value's in the token's one accumulator (its sums are 0), the order the AMX
          * kernel keeps, so a product is the same whichever kernel a row count picks */
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+        UNROLL for (int t = 0; t < T; t++) {
             const int64_t xi = (n0 + t) * blocks + b;
             const int a = t - (t & P), residual = t & P;
-            if (G16) { /* two groups: each half's product and its own sum */
-                const __m512 d = _mm512_set1_ps(x->d[xi]);
+            const __m512 d = _mm512_set1_ps(x->d[xi]);
+            if (S.g16) { /* two groups: each half's product and its own sum */
                 acc[a] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(i32[t]), d), sc, acc[a]);
                 acc[a] =
                     _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(hi32[t]), d), sc2, acc[a]);
@@ -92,18 +98,17 @@ INLINE void q_tile(float *y, int64_t ldy, const packed_mat *w, const uint8_t *ti
                 continue;
             }
             const __m512i isum =
-                planes == 2 ? _mm512_add_epi32(i32[t], _mm512_slli_epi32(hi32[t], 4)) : i32[t];
-            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(x->d[xi]));
-            acc[a] = _mm512_fmadd_ps(f, sc, acc[a]);
+                S.planes == 2 ? _mm512_add_epi32(i32[t], _mm512_slli_epi32(hi32[t], 4)) : i32[t];
+            acc[a] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), d), sc, acc[a]);
             if (!residual) acc[a] = _mm512_fmadd_ps(bi, _mm512_set1_ps(x->s[xi]), acc[a]);
         }
     }
-    _Pragma("GCC unroll 8") for (int t = 0; t < T; t += 1 + P)
+    UNROLL for (int t = 0; t < T; t += 1 + P)
         _mm512_mask_storeu_ps(y + ((n0 + t) >> P) * ldy, rows, acc[t]);
 }
 
-INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
-                          const qrows *x, int planes, int P, int HB, int G16) {
+INLINE void gemm_q_shape(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
+                         const qrows *x, int P, const qshape S) {
     const int64_t tile_bytes = packed_tile_bytes(w), tile_sb = packed_tile_sb(w);
     for (int64_t t = t0; t < t1; t++) {
         const uint8_t *tile = w->codes + t * tile_bytes;
@@ -111,39 +116,24 @@ INLINE void gemm_q_planes(float *y, int64_t ldy, const packed_mat *w, int64_t t0
         const int64_t r0 = t * PACK_ROWS, nr = w->rows - r0 < PACK_ROWS ? w->rows - r0 : PACK_ROWS;
         const __mmask16 rows = (__mmask16)((1u << nr) - 1u);
         int64_t n = 0;
-        for (; n + 8 <= x->n; n += 8)
-            q_tile(y + r0, ldy, w, tile, sb, x, n, 8, planes, P, HB, G16, rows);
-        for (; n + 4 <= x->n; n += 4)
-            q_tile(y + r0, ldy, w, tile, sb, x, n, 4, planes, P, HB, G16, rows);
-        for (; n < x->n; n += 1 + P)
-            q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, planes, P, HB, G16, rows);
+        /* two shapes of rows per layout keep the instantiations (and the build) small */
+        for (; n + 8 <= x->n; n += 8) q_tile(y + r0, ldy, w, tile, sb, x, n, 8, P, S, rows);
+        for (; n < x->n; n += 1 + P) q_tile(y + r0, ldy, w, tile, sb, x, n, 1 + P, P, S, rows);
     }
 }
 
-/* Each layout's product, its shape parameters constant (planes, pairs, bit planes, groups of
- * 16), so every inner loop is unrolled for it. */
-#define PRODUCT(PL, HB, G16)                                                                       \
+/* One layout's product, with or without activation pairs. */
+#define PRODUCT(S)                                                                                 \
     do {                                                                                           \
         if (x->pairs)                                                                              \
-            gemm_q_planes(y, ldy, w, t0, t1, x, PL, 1, HB, G16);                                   \
+            gemm_q_shape(y, ldy, w, t0, t1, x, 1, S);                                              \
         else                                                                                       \
-            gemm_q_planes(y, ldy, w, t0, t1, x, PL, 0, HB, G16);                                   \
+            gemm_q_shape(y, ldy, w, t0, t1, x, 0, S);                                              \
     } while (0)
 
 void avx512_gemm_q(float *y, int64_t ldy, const packed_mat *w, int64_t t0, int64_t t1,
                    const qrows *x) {
-    if (w->planes == 2)
-        PRODUCT(2, 0, 0);
-    else if (w->group == 16 && w->hibits == 2) /* Q6_K */
-        PRODUCT(1, 2, 1);
-    else if (w->group == 16)
-        PRODUCT(1, w->hibits, 1);
-    else if (w->hibits == 0)
-        PRODUCT(1, 0, 0);
-    else if (w->hibits == 1)
-        PRODUCT(1, 1, 0);
-    else
-        PRODUCT(1, 2, 0);
+    QSHAPE_DISPATCH(w, PRODUCT);
 }
 
 const cpu_kernels cpu_kernels_avx512 = {

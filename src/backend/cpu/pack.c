@@ -1,25 +1,32 @@
 /*
- * pack.c - repacking MLX affine matrices into the tiled layout of pack.h, and reading
- * rows back. Runs once per matrix at load; not a hot path.
+ * pack.c - repacking affine matrices (MLX's layout, which GGUF blocks are bound as) into the
+ * tiled layout of pack.h, and reading rows back. Runs once per matrix at load; not a hot path.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "backend/cpu/pack.h"
 
 #include "base/half.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* The 16-bit format the packed scales use for w, or false when F32 scales are exact in
- * neither f16 nor bf16. */
-static bool scale_format(const matview *w, bool *bf16) {
-    if (w->scale_type == DTYPE_F16 || w->scale_type == DTYPE_BF16) {
-        *bf16 = w->scale_type == DTYPE_BF16;
+/* The type the packed one-level scales use for w (its own 16-bit or 8-bit type, or for F32
+ * scales the 16-bit one that holds them exactly), or false when there is none: F32 values
+ * exact in neither f16 nor bf16, or a NaN among 8-bit scales (the reference's NaN). */
+static bool scale_format(const matview *w, dtype *t) {
+    const int64_t n = w->rows * (w->cols / w->group);
+    *t = w->scale_type;
+    if (w->scale_type == DTYPE_F16 || w->scale_type == DTYPE_BF16) return true;
+    if (w->scale_type == DTYPE_E8M0 || w->scale_type == DTYPE_F8E4M3) {
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t b = ((const uint8_t *)w->scales)[i];
+            if (w->scale_type == DTYPE_E8M0 ? b == 255 : (b & 127) == 127) return false;
+        }
         return true;
     }
     if (w->scale_type != DTYPE_F32) return false;
-    const int64_t n = w->rows * (w->cols / w->group);
     bool f16_ok = true, bf16_ok = true;
     for (int64_t i = 0; i < n && (f16_ok || bf16_ok); i++)
         for (int k = 0; k < (w->biases ? 2 : 1); k++) {
@@ -27,42 +34,65 @@ static bool scale_format(const matview *w, bool *bf16) {
             f16_ok = f16_ok && f16_to_f32(f32_to_f16(v)) == v;
             bf16_ok = bf16_ok && bf16_to_f32(f32_to_bf16(v)) == v;
         }
-    *bf16 = !f16_ok;
+    *t = f16_ok ? DTYPE_F16 : DTYPE_BF16;
     return f16_ok || bf16_ok;
 }
 
-bool pack_supported(const matview *w) {
-    bool bf16;
-    const int bits = w->quant_bits;
-    if ((bits != 4 && bits != 5 && bits != 6 && bits != 8) || w->group <= 0 ||
-        (w->group % QBLOCK && w->group != 16) || w->cols % w->group || w->cols % QBLOCK ||
-        (w->lut && (bits != 4 || w->lut_shift)))
-        return false;
-    if (w->super) /* K-quants: integer group scales under F16 factors */
-        return bits != 8 && w->super % w->group == 0 && w->cols % w->super == 0 &&
-               (w->scale_type == DTYPE_U8 || w->scale_type == DTYPE_I8);
-    return scale_format(w, &bf16);
+/* The largest |value| of a codebook. */
+static int lut_max(const int8_t *lut) {
+    int m = 0;
+    for (int q = 0; q < 16; q++) m = abs(lut[q]) > m ? abs(lut[q]) : m;
+    return m;
 }
 
-static uint16_t scale_bits(const matview *w, const void *p, int64_t i, bool bf16) {
+/* The layouts the kernels are built for (kernels.h's QSHAPE_DISPATCH) are the ones GGUF and
+ * MLX files hold; anything else runs the exact row-at-a-time path. */
+bool pack_supported(const matview *w) {
+    const int bits = w->quant_bits;
+    const bool g16 = w->group == 16;
+    if (bits < 2 || bits > 8 || bits == 7 || w->group <= 0 || (w->group & (w->group - 1)) ||
+        (w->group % QBLOCK && !g16) || w->cols % w->group || w->cols % QBLOCK ||
+        (w->lut && (bits != 4 || w->biases || w->lut_shift < 0 || w->lut_shift > 8)))
+        return false;
+    if (w->super) { /* K-quants: integer group scales under F16 factors, groups of 16 for 2-,
+                     * 3- and 6-bit codes (Q2_K, Q3_K, Q6_K), 32 for the rest */
+        if ((w->super & (w->super - 1)) || w->super < w->group || w->cols % w->super ||
+            g16 != (!w->lut && (bits == 2 || bits == 3 || bits == 6)))
+            return false;
+        if (w->scale_type == DTYPE_U4LO) /* Q2_K: scale and min in one byte */
+            return w->biases == w->scales && w->super_biases;
+        return w->scale_type == DTYPE_U8 || w->scale_type == DTYPE_I8;
+    }
+    dtype t;
+    if (w->scale_type == DTYPE_E8M0 || w->scale_type == DTYPE_F8E4M3) /* the fp4 modes */
+        return w->lut && lut_max(w->lut) <= 15 && scale_format(w, &t);
+    return !g16 && scale_format(w, &t);
+}
+
+static uint16_t scale_bits(const matview *w, const void *p, int64_t i, dtype t) {
     uint16_t h;
     if (w->scale_type != DTYPE_F32) {
         memcpy(&h, (const unsigned char *)p + 2 * i, 2);
         return h;
     }
     const float v = dtype_load_f32(DTYPE_F32, p, i);
-    return bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+    return t == DTYPE_BF16 ? f32_to_bf16(v) : f32_to_f16(v);
 }
 
-/* Row i of tile sb's scales: one-level 16-bit values, or the two-level factors and bytes. */
+/* Row i of tile sb's scales: one-level 16- or 8-bit values, or the two-level factors and
+ * bytes. */
 static void pack_row_scales(const matview *w, const packed_mat *p, uint16_t *sb, int64_t r, int i) {
     const int64_t groups = w->cols / w->group;
     if (!p->super) {
-        const int parts = p->biased ? 2 : 1;
         for (int64_t g = 0; g < groups; g++) {
-            uint16_t *dst = sb + g * parts * PACK_ROWS;
-            dst[i] = scale_bits(w, w->scales, r * groups + g, p->bf16);
-            if (p->biased) dst[PACK_ROWS + i] = scale_bits(w, w->biases, r * groups + g, p->bf16);
+            uint16_t *dst = sb + g * packed_group_words(p);
+            if (packed_byte_scales(p)) {
+                ((uint8_t *)dst)[i] = ((const uint8_t *)w->scales)[r * groups + g];
+                continue;
+            }
+            dst[i] = scale_bits(w, w->scales, r * groups + g, p->sc_type);
+            if (p->biased)
+                dst[PACK_ROWS + i] = scale_bits(w, w->biases, r * groups + g, p->sc_type);
         }
         return;
     }
@@ -75,40 +105,69 @@ static void pack_row_scales(const matview *w, const packed_mat *p, uint16_t *sb,
             memcpy(&sup[PACK_ROWS + i], (const uint8_t *)w->super_biases + 2 * (r * supers + k), 2);
         uint8_t *bytes = (uint8_t *)(sup + parts * PACK_ROWS);
         for (int64_t g = 0; g < per; g++) {
-            uint8_t *dst = bytes + g * parts * PACK_ROWS;
-            dst[i] = ((const uint8_t *)w->scales)[r * groups + k * per + g];
-            if (p->biased)
+            uint8_t *dst = bytes + g * packed_sub_bytes(p);
+            dst[i] = ((const uint8_t *)w->scales)[r * groups + k * per + g]; /* u4lo: both */
+            if (p->biased && p->sc_type != DTYPE_U4LO)
                 dst[PACK_ROWS + i] = ((const uint8_t *)w->biases)[r * groups + k * per + g];
         }
     }
 }
 
+static float half_value(dtype t, uint16_t h) {
+    return t == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, float sc[PACK_ROWS],
                          float bi[PACK_ROWS]) {
-    const int parts = p->biased ? 2 : 1;
+    const float unit = ldexpf(1.0f, -p->lut_shift); /* the codebook's fractional bits */
+    const uint16_t *sup = NULL;
+    const void *at = packed_group_at(p, sb, c, &sup);
     if (!p->super) {
-        const uint16_t *g = sb + (c / p->group) * parts * PACK_ROWS;
+        const uint16_t *g = at;
         for (int i = 0; i < PACK_ROWS; i++) {
-            sc[i] = p->bf16 ? bf16_to_f32(g[i]) : f16_to_f32(g[i]);
-            bi[i] = p->biased
-                        ? (p->bf16 ? bf16_to_f32(g[PACK_ROWS + i]) : f16_to_f32(g[PACK_ROWS + i]))
-                        : -(float)p->zero * sc[i];
+            sc[i] = (packed_byte_scales(p) ? dtype_load_f32(p->sc_type, g, i)
+                                           : half_value(p->sc_type, g[i])) *
+                    unit;
+            bi[i] = p->biased ? half_value(p->sc_type, g[PACK_ROWS + i]) : -(float)p->zero * sc[i];
         }
         return;
     }
-    const uint16_t *sup = sb + (c / p->super) * packed_super_words(p);
-    const uint8_t *g =
-        (const uint8_t *)(sup + parts * PACK_ROWS) + (c % p->super / p->group) * parts * PACK_ROWS;
+    const uint8_t *g = at;
+    const bool u4 = p->sc_type == DTYPE_U4LO;
     for (int i = 0; i < PACK_ROWS; i++) {
-        sc[i] = f16_to_f32(sup[i]) * (p->sc_signed ? (float)(int8_t)g[i] : (float)g[i]);
-        bi[i] = p->biased ? f16_to_f32(sup[PACK_ROWS + i]) * (float)g[PACK_ROWS + i]
-                          : -(float)p->zero * sc[i];
+        const float q = u4                       ? (float)(g[i] & 15)
+                        : p->sc_type == DTYPE_I8 ? (float)(int8_t)g[i]
+                                                 : (float)g[i];
+        sc[i] = f16_to_f32(sup[i]) * q * unit;
+        bi[i] = p->biased
+                    ? f16_to_f32(sup[PACK_ROWS + i]) * (float)(u4 ? g[i] >> 4 : g[PACK_ROWS + i])
+                    : -(float)p->zero * sc[i];
     }
 }
 
+/* Code q of row i, column c (< QBLOCK) into a tile's block blk: packed_code's inverse. */
+static void put_code(const packed_mat *p, uint8_t *blk, int i, int c, unsigned q) {
+    const int e = c / 4, j = c % 4, per = 8 / p->lowbits, shift = e % per * p->lowbits;
+    for (int pl = 0; pl < p->planes; pl++) {
+        const unsigned part = q >> (p->planes - 1 - pl) * p->lowbits & ((1u << p->lowbits) - 1u);
+        blk[pl * packed_plane_bytes(p) + e / per * PACK_STEP + i * 4 + j] |=
+            (uint8_t)(part << shift);
+    }
+    uint8_t *m = blk + p->planes * packed_plane_bytes(p) + 8 * e;
+    for (int h = 0; h < p->hibits; h++)
+        m[h * PACK_STEP + (i * 4 + j) / 8] |=
+            (uint8_t)((q >> (p->lowbits + h) & 1u) << ((i * 4 + j) % 8));
+}
+
+static int log2_of(int64_t v) {
+    int k = 0;
+    while ((int64_t)1 << k < v) k++;
+    return k;
+}
+
 packed_mat *pack_matrix(const matview *w, arena *a) {
-    bool bf16 = false;
-    if (!pack_supported(w) || (!w->super && !scale_format(w, &bf16))) return NULL;
+    dtype st = w->scale_type;
+    if (!pack_supported(w) || (!w->super && !scale_format(w, &st))) return NULL;
     packed_mat *p = arena_alloc(a, sizeof *p);
     if (!p) return NULL;
     const int bits = w->quant_bits;
@@ -116,14 +175,19 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
                       .cols = w->cols,
                       .tiles = (w->rows + PACK_ROWS - 1) / PACK_ROWS,
                       .bits = bits,
+                      .lowbits = bits <= 3 ? 2 : 4,
                       .planes = bits == 8 ? 2 : 1,
-                      .hibits = bits == 5 || bits == 6 ? bits - 4 : 0,
+                      .hibits = bits == 3                ? 1
+                                : bits == 5 || bits == 6 ? bits - 4
+                                                         : 0,
                       .group = w->group,
-                      .bf16 = bf16,
+                      .glog = log2_of(w->group),
+                      .slog = w->super ? log2_of(w->super) : 0,
+                      .sc_type = st,
                       .biased = w->biases != NULL,
-                      .zero = w->zero,
+                      .zero = w->lut ? 0 : w->zero,
                       .super = w->super,
-                      .sc_signed = w->scale_type == DTYPE_I8};
+                      .lut_shift = w->lut ? w->lut_shift : 0};
     if (w->lut) { /* the codebook's values */
         int8_t *lut = arena_alloc(a, 16);
         if (!lut) return NULL;
@@ -137,39 +201,22 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
     if (!codes || !sb) return NULL;
     memset(codes, 0, (size_t)(p->tiles * tile_bytes));
     memset(sb, 0, sizeof(uint16_t) * (size_t)(p->tiles * tile_sb));
-    uint8_t *row = malloc((size_t)w->cols); /* one row's codes, unpacked */
-    if (!row) return NULL;
     for (int64_t r = 0; r < w->rows; r++) {
         const int64_t t = r / PACK_ROWS;
         const int i = (int)(r % PACK_ROWS);
-        for (int64_t c = 0; c < w->cols; c++) row[c] = (uint8_t)matview_code(w, r, c);
-        for (int64_t b = 0; b < blocks; b++) {
-            const uint8_t *col = row + b * QBLOCK;
-            uint8_t *blk = codes + t * tile_bytes + b * block_bytes;
-            for (int s = 0; s < 4; s++)
-                for (int j = 0; j < 4; j++) {
-                    const unsigned lo = col[8 * s + j], hi = col[8 * s + 4 + j];
-                    if (p->planes == 1) {
-                        blk[s * PACK_STEP + i * 4 + j] = (uint8_t)((lo & 15u) | (hi & 15u) << 4);
-                    } else {
-                        blk[s * PACK_STEP + i * 4 + j] = (uint8_t)(lo >> 4 | (hi >> 4) << 4);
-                        blk[(4 + s) * PACK_STEP + i * 4 + j] =
-                            (uint8_t)((lo & 15u) | (hi & 15u) << 4);
-                    }
-                    for (int h = 0; h < p->hibits; h++) { /* bit 4+h into the two masks of step s */
-                        uint8_t *m = blk + 4 * PACK_STEP + h * PACK_STEP + s * 16;
-                        const int bit = i * 4 + j;
-                        m[bit / 8] |= (uint8_t)(((lo >> (4 + h)) & 1u) << (bit % 8));
-                        m[8 + bit / 8] |= (uint8_t)(((hi >> (4 + h)) & 1u) << (bit % 8));
-                    }
-                }
-        }
+        for (int64_t b = 0; b < blocks; b++)
+            for (int c = 0; c < QBLOCK; c++)
+                put_code(p, codes + t * tile_bytes + b * block_bytes, i, c,
+                         matview_code(w, r, b * QBLOCK + c));
         pack_row_scales(w, p, sb + t * tile_sb, r, i);
     }
-    free(row);
     p->codes = codes;
     p->sb = sb;
     return p;
+}
+
+int64_t packed_bytes(const packed_mat *p) {
+    return p->tiles * (packed_tile_bytes(p) + 2 * packed_tile_sb(p)) + (p->lut ? 16 : 0);
 }
 
 void packed_row(float *out, const packed_mat *p, int64_t r) {
