@@ -851,7 +851,7 @@ static void test_backend_ops(cpu_isa isa, bool kv_f16) {
     matview *mats[] = {&a.w, &b.w};
     const weight_set ws = {.mats = mats, .n_mats = 2};
     cpu_weights *cw = NULL;
-    CHECK(pack_weights(&ws, &backend_cpu_class, &cw, NULL) == CELER_OK && cw->mats[0] &&
+    CHECK(pack_weights(&ws, &backend_cpu_class, 2, &cw, NULL) == CELER_OK && cw->mats[0] &&
               !cw->mats[1],
           "pack_weights packs the F16 matrix and leaves the inexact F32 one");
     fast->weights = &cw->base;

@@ -95,6 +95,15 @@ static void check_matrix(const celer_model *m, const char *type, const char *nam
               "%s %s: packed in %lld bytes for %lld in the file", type, name,
               (long long)packed_bytes(p), (long long)src);
         packed_total += packed_bytes(p), file_total += src;
+        /* packed on three threads, tile by tile: the same bytes */
+        threadpool *pool = threadpool_create(3);
+        arena mem3 = {0};
+        const packed_mat *p3 = pool ? pack_matrix_on(&w, &mem3, pool) : NULL;
+        CHECK(p3 && !memcmp(p3->codes, p->codes, (size_t)(p->tiles * packed_tile_bytes(p))) &&
+                  !memcmp(p3->sb, p->sb, sizeof(uint16_t) * (size_t)(p->tiles * packed_tile_sb(p))),
+              "%s %s: packed on three threads, the bytes differ", type, name);
+        arena_free(&mem3);
+        threadpool_destroy(pool);
     }
     arena_free(&mem);
     free(row);

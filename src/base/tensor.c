@@ -83,6 +83,24 @@ uint32_t matview_code(const matview *w, int64_t r, int64_t c) {
     return (v >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
+void matview_codes(uint8_t *out, const matview *w, int64_t r) {
+    const int bits = w->quant_bits;
+    const unsigned char *row = (const unsigned char *)w->data + (size_t)(r * w->cols * bits / 8);
+    const uint32_t mask = (1u << bits) - 1u;
+    if (bits == 8) {
+        memcpy(out, row, (size_t)w->cols);
+        return;
+    }
+    /* a bit buffer refilled a byte at a time: codes come out in order */
+    uint32_t acc = 0;
+    int have = 0;
+    for (int64_t c = 0; c < w->cols; c++) {
+        while (have < bits) acc |= (uint32_t)*row++ << have, have += 8;
+        out[c] = (uint8_t)(acc & mask);
+        acc >>= bits, have -= bits;
+    }
+}
+
 void matview_row(float *out, const matview *w, int64_t r) {
     const int64_t cols = w->cols;
     if (w->quant_bits == 0) {

@@ -76,6 +76,8 @@ typedef struct matview {
 float dtype_load_f32(dtype t, const void *p, int64_t i);
 /* Code c of row r of an affine matrix (the uint32 words of w->data, unaligned-safe). */
 uint32_t matview_code(const matview *w, int64_t r, int64_t c);
+/* Every code of row r (w quantized, codes of at most 8 bits): out[c] = matview_code(w, r, c). */
+void matview_codes(uint8_t *out, const matview *w, int64_t r);
 /* out[cols] = row r of w as floats (dense converted, affine dequantized). */
 void matview_row(float *out, const matview *w, int64_t r);
 

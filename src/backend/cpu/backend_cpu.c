@@ -758,7 +758,7 @@ static celer_status cpu_prepare(const weight_set *ws, const backend_params *p,
     *out = NULL;
     if (reference_kernels(p)) return CELER_OK; /* the reference reads every matrix in place */
     cpu_weights *w;
-    celer_status s = pack_weights(ws, &backend_cpu_class, &w, e);
+    celer_status s = pack_weights(ws, &backend_cpu_class, p->n_threads, &w, e);
     if (s == CELER_OK) *out = &w->base;
     return s;
 }

@@ -8,6 +8,7 @@
 #include "base/half.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -145,18 +146,31 @@ void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, flo
     }
 }
 
-/* Code q of row i, column c (< QBLOCK) into a tile's block blk: packed_code's inverse. */
-static void put_code(const packed_mat *p, uint8_t *blk, int i, int c, unsigned q) {
-    const int e = c / 4, j = c % 4, per = 8 / p->lowbits, shift = e % per * p->lowbits;
-    for (int pl = 0; pl < p->planes; pl++) {
-        const unsigned part = q >> (p->planes - 1 - pl) * p->lowbits & ((1u << p->lowbits) - 1u);
-        blk[pl * packed_plane_bytes(p) + e / per * PACK_STEP + i * 4 + j] |=
-            (uint8_t)(part << shift);
+/* Row i of a tile from its codes q[cols]: packed_code's inverse. A column's place in a
+ * block (its field's byte and shift in the low planes, its bit in the high planes) is the
+ * same in every block, so it is worked out once for the QBLOCK columns. */
+static void put_row(const packed_mat *p, uint8_t *tile, int i, const uint8_t *q) {
+    const int per = 8 / p->lowbits, L = p->lowbits;
+    const unsigned low = (1u << L) - 1u;
+    const int64_t plane = packed_plane_bytes(p), block = packed_block_bytes(p);
+    int at[QBLOCK], shift[QBLOCK], hi_at[QBLOCK], hi_bit[QBLOCK];
+    for (int c = 0; c < QBLOCK; c++) {
+        const int e = c / 4, j = c % 4;
+        at[c] = e / per * PACK_STEP + i * 4 + j, shift[c] = e % per * L;
+        hi_at[c] = p->planes * (int)plane + 8 * e + (i * 4 + j) / 8, hi_bit[c] = (i * 4 + j) % 8;
     }
-    uint8_t *m = blk + p->planes * packed_plane_bytes(p) + 8 * e;
-    for (int h = 0; h < p->hibits; h++)
-        m[h * PACK_STEP + (i * 4 + j) / 8] |=
-            (uint8_t)((q >> (p->lowbits + h) & 1u) << ((i * 4 + j) % 8));
+    for (int64_t b = 0; b < p->cols / QBLOCK; b++) {
+        uint8_t *blk = tile + b * block;
+        const uint8_t *qb = q + b * QBLOCK;
+        for (int c = 0; c < QBLOCK; c++) {
+            const unsigned v = qb[c];
+            for (int pl = 0; pl < p->planes; pl++)
+                blk[pl * plane + at[c]] |=
+                    (uint8_t)((v >> (p->planes - 1 - pl) * L & low) << shift[c]);
+            for (int h = 0; h < p->hibits; h++)
+                blk[hi_at[c] + h * PACK_STEP] |= (uint8_t)((v >> (L + h) & 1u) << hi_bit[c]);
+        }
+    }
 }
 
 static int log2_of(int64_t v) {
@@ -165,7 +179,40 @@ static int log2_of(int64_t v) {
     return k;
 }
 
-packed_mat *pack_matrix(const matview *w, arena *a) {
+/* Tiles of one matrix to pack, shared by the threads that take them. */
+struct pack_job {
+    const matview *w;
+    const packed_mat *p;
+    uint8_t *codes;
+    uint16_t *sb;
+    threadpool_counter counter;
+    atomic_bool failed;
+};
+
+/* threadpool_fn: whole tiles at a time (two rows of a tile share its high planes' bytes). */
+static void pack_tiles(void *arg, int ith, int nth) {
+    struct pack_job *j = arg;
+    const matview *w = j->w;
+    const packed_mat *p = j->p;
+    const int64_t tile_bytes = packed_tile_bytes(p), tile_sb = packed_tile_sb(p);
+    uint8_t *q = malloc((size_t)w->cols);
+    if (!q) {
+        atomic_store(&j->failed, true);
+        return;
+    }
+    int64_t lo, hi;
+    while (threadpool_chunk(&j->counter, p->tiles, 4, &lo, &hi))
+        for (int64_t t = lo; t < hi; t++)
+            for (int64_t r = t * PACK_ROWS; r < w->rows && r < (t + 1) * PACK_ROWS; r++) {
+                const int i = (int)(r - t * PACK_ROWS);
+                matview_codes(q, w, r);
+                put_row(p, j->codes + t * tile_bytes, i, q);
+                pack_row_scales(w, p, j->sb + t * tile_sb, r, i);
+            }
+    free(q);
+}
+
+packed_mat *pack_matrix_on(const matview *w, arena *a, threadpool *pool) {
     dtype st = w->scale_type;
     if (!pack_supported(w) || (!w->super && !scale_format(w, &st))) return NULL;
     packed_mat *p = arena_alloc(a, sizeof *p);
@@ -195,24 +242,25 @@ packed_mat *pack_matrix(const matview *w, arena *a) {
         p->lut = lut;
     }
     const int64_t tile_bytes = packed_tile_bytes(p), tile_sb = packed_tile_sb(p);
-    const int64_t blocks = w->cols / QBLOCK, block_bytes = packed_block_bytes(p);
     uint8_t *codes = arena_alloc(a, (size_t)(p->tiles * tile_bytes));
     uint16_t *sb = arena_alloc(a, sizeof(uint16_t) * (size_t)(p->tiles * tile_sb));
     if (!codes || !sb) return NULL;
     memset(codes, 0, (size_t)(p->tiles * tile_bytes));
     memset(sb, 0, sizeof(uint16_t) * (size_t)(p->tiles * tile_sb));
-    for (int64_t r = 0; r < w->rows; r++) {
-        const int64_t t = r / PACK_ROWS;
-        const int i = (int)(r % PACK_ROWS);
-        for (int64_t b = 0; b < blocks; b++)
-            for (int c = 0; c < QBLOCK; c++)
-                put_code(p, codes + t * tile_bytes + b * block_bytes, i, c,
-                         matview_code(w, r, b * QBLOCK + c));
-        pack_row_scales(w, p, sb + t * tile_sb, r, i);
-    }
+    struct pack_job j = {w, p, codes, sb, .failed = false};
+    atomic_store(&j.counter.next, 0);
+    if (pool)
+        threadpool_run(pool, pack_tiles, &j);
+    else
+        pack_tiles(&j, 0, 1);
+    if (j.failed) return NULL;
     p->codes = codes;
     p->sb = sb;
     return p;
+}
+
+packed_mat *pack_matrix(const matview *w, arena *a) {
+    return pack_matrix_on(w, a, NULL);
 }
 
 int64_t packed_bytes(const packed_mat *p) {
@@ -237,29 +285,34 @@ void packed_row(float *out, const packed_mat *p, int64_t r) {
 
 /* ==== A model's prepared set ==== */
 
-celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out,
-                          celer_error *e) {
+celer_status pack_weights(const weight_set *ws, const backend_class *cls, int n_threads,
+                          cpu_weights **out, celer_error *e) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *out = NULL;
+    threadpool *pool = NULL;
     cpu_weights *w = calloc(1, sizeof *w);
     if (w) w->mats = calloc((size_t)(ws->n_mats > 0 ? ws->n_mats : 1), sizeof *w->mats);
     if (!w || !w->mats) goto oom;
     w->base.cls = cls;
     w->n = ws->n_mats;
+    pool = threadpool_create(n_threads > 0 ? n_threads : threadpool_cpu_count());
+    if (!pool) goto oom;
     for (int64_t i = 0; i < ws->n_mats; i++) {
         const matview *m = ws->mats[i];
         CELER_ASSERT(m->id == i + 1);
         if (!pack_supported(m)) continue;
-        if (!(w->mats[i] = pack_matrix(m, &w->mem))) goto oom;
+        if (!(w->mats[i] = pack_matrix_on(m, &w->mem, pool))) goto oom;
         if (ws->done) ws->done(ws->arg, m);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     w->base.bytes = (int64_t)w->mem.bytes;
     w->base.ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    threadpool_destroy(pool);
     *out = w;
     return CELER_OK;
 oom:
+    threadpool_destroy(pool);
     pack_weights_free(w);
     return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory repacking weights");
 }

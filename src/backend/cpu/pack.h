@@ -44,6 +44,7 @@
 
 #include "backend/backend.h"
 #include "base/arena.h"
+#include "base/threadpool.h"
 #include "base/tensor.h"
 
 #include <stdbool.h>
@@ -151,6 +152,8 @@ bool pack_supported(const matview *w);
 /* Repacks w into memory from a (64-byte aligned); returns NULL when unsupported or out of
  * memory. The result lives as long as the arena. */
 packed_mat *pack_matrix(const matview *w, arena *a);
+/* The same, its tiles spread over pool's threads (NULL: the caller's alone). */
+packed_mat *pack_matrix_on(const matview *w, arena *a, threadpool *pool);
 /* Bytes of p's codes, scales and codebook (padding rows included). */
 int64_t packed_bytes(const packed_mat *p);
 /* out[cols] = row r of p, dequantized (embedding lookups). */
@@ -165,10 +168,10 @@ typedef struct cpu_weights {
     arena mem;
 } cpu_weights;
 
-/* Packs every matrix of ws (ws->done after each, so the source pages can go at once);
- * *out NULL when none can be packed. */
-celer_status pack_weights(const weight_set *ws, const backend_class *cls, cpu_weights **out,
-                          celer_error *e);
+/* Packs every matrix of ws on n_threads threads (0: every online CPU), ws->done after
+ * each, so the source pages can go at once; *out NULL when none can be packed. */
+celer_status pack_weights(const weight_set *ws, const backend_class *cls, int n_threads,
+                          cpu_weights **out, celer_error *e);
 void pack_weights_free(cpu_weights *w);
 
 /* Activation rows quantized for the packed kernels: n rows of cols columns.
