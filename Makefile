@@ -11,6 +11,8 @@
 #   make bench      side-by-side speed against llama.cpp and mlx-lm (BENCH_ARGS, docs/benchmarks.md)
 #   make bench-vision  image encode and prefill against transformers on a CLIP ViT-L/14-336
 #                   LLaVA-NeXT with random weights (VISION_ARGS, docs/benchmarks.md)
+#   make bench-gguf celer against llama.cpp on the same GGUF files on the CPU: Gemma 3 270M
+#                   Q4_K_M, a 1B-shaped Q4_K_M and Q4_0 made by llama-quantize (GGUF_ARGS)
 #   make bench-cuda celer's CUDA backend against llama.cpp's CUDA build on the same values, on
 #                   the GPU machine (CUDA_BENCH_ARGS, docs/benchmarks.md)
 
@@ -72,7 +74,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 .PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision \
-        bench-cuda soak
+        bench-cuda bench-gguf soak
 
 all: $(BUILD)/celer
 
@@ -218,6 +220,12 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	build/bench-venv/bin/python bench/make_models.py
 	build/bench-venv/bin/python bench/run.py $(BENCH_ARGS)
+
+# GGUF benchmark (not part of test): bench/gguf_cpu.py, A B B A against llama-bench.
+bench-gguf: deps model
+	bash bench/setup.sh
+	@$(MAKE) --no-print-directory all
+	build/bench-venv/bin/python bench/gguf_cpu.py $(GGUF_ARGS)
 
 # Vision benchmark (not part of test): celer against transformers (torch CPU) in the tools
 # venv build/venv; model in build/bench-models/llava-vitl-random, report in
