@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import cpu_flags, cpu_model, git_commit, loadavg  # noqa: E402
-from run import CELER, ROOT, cell, llama_bench, parse_json_array, ratio_cell, run_cmd  # noqa: E402
+from run import CELER, ROOT, cell, invoke, llama_bench, ratio_cell  # noqa: E402
 
 WORK = ROOT / "build" / "bench-models" / "gguf"
 PY = ROOT / "build" / "bench-venv" / "bin" / "python"
@@ -75,17 +74,12 @@ def model_path(name):
     return out
 
 
-def invoke(engine, path, n_prompt, n_gen, reps, threads):
-    """One invocation: its run dict (result: the JSON object of the test, or error)."""
+def run_one(engine, path, n_prompt, n_gen, reps, threads):
+    """One invocation of engine on path: bench/run.py's run dict."""
     tool = CELER if engine == "celer" else llama_bench()
     cmd = [tool, "bench", "-m", path] if engine == "celer" else [tool, "-m", path]
     cmd += ["-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-t", str(threads), "-o", "json"]
-    out, err, rc, rss, secs = run_cmd(cmd)
-    res = {"engine": engine, "cmd": " ".join(shlex.quote(str(c)) for c in cmd), "rc": rc, "peak_rss_bytes": rss,
-           "seconds": secs}
-    if rc != 0:
-        res["error"] = (err.strip().splitlines() or [f"exit code {rc}"])[-1]
-        return res
+    return invoke(engine, cmd, n_prompt, n_gen)
     try:
         objs = parse_json_array(out)
     except (ValueError, json.JSONDecodeError) as e:
@@ -104,7 +98,7 @@ def abba(path, n_prompt, n_gen, args, label):
     runs = {"celer": [], "llama": []}
     for k in range(args.rounds):
         for e in ("celer", "llama", "llama", "celer"):
-            r = invoke(e, path, n_prompt, n_gen, args.reps, args.threads)
+            r = run_one(e, path, n_prompt, n_gen, args.reps, args.threads)
             r["round"] = k
             runs[e].append(r)
             what = f"{statistics.mean(r['result']['samples_ts']):.1f} t/s" if "result" in r else r["error"]

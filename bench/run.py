@@ -148,6 +148,12 @@ def parse_json_array(text):
 
 def run_engine(engine, model, n_prompt, n_gen, args, memory=False):
     cmd = engine_cmd(engine, model, n_prompt, n_gen, args.reps, args.mlx_reps, args.threads, memory)
+    return invoke(engine, cmd, n_prompt, n_gen)
+
+
+def invoke(engine, cmd, n_prompt, n_gen):
+    """One llama-bench-style invocation: a run dict with its result (the JSON object of the
+    test n_prompt, n_gen), memory (celer's memory object) or error, peak RSS and seconds."""
     out, err, rc, rss, secs = run_cmd(cmd)
     res = {"engine": engine, "cmd": " ".join(shlex.quote(str(c)) for c in cmd), "rc": rc, "peak_rss_bytes": rss, "seconds": secs}
     if rc != 0:
