@@ -134,17 +134,13 @@ static bool dense_takes(const cuda_backend *cb, const cuda_mat *m, int64_t n) {
 }
 
 /* y[n, rows] = x @ W^T for a matrix in qmat.h's layout by its decode product, GEMV_ROWS
- * rows of x at a time (what the dense path does not take); x moves to xs first where it is
- * not aligned for the product's 16-byte loads. */
+ * rows of x at a time (what the dense path does not take); x's int8 form goes to xs. */
 static void general_gemv(cuda_backend *cb, float *y, const cuda_mat *m, const float *x, int64_t n) {
-    if (!gemv_aligned(x, m->cols)) {
-        CUDA_CHECK(cudaMemcpyAsync(cb->xs, x, sizeof(float) * (size_t)(n * m->cols), cudaMemcpyDeviceToDevice,
-                                   cb->stream));
-        x = (const float *)cb->xs;
-    }
+    CELER_ASSERT(cuda_qmat_work_bytes(GEMV_ROWS < n ? GEMV_ROWS : n, m->cols) <=
+                 4 * (size_t)(cb->p.max_rows * cb->p.max_cols));
     for (int64_t c = 0; c < n; c += GEMV_ROWS)
         CUDA_CHECK(cuda_qmat_gemv(y + c * m->rows, x + c * m->cols, n - c < GEMV_ROWS ? n - c : GEMV_ROWS, &m->q,
-                                  cb->stream));
+                                  cb->xs, cb->stream));
 }
 
 /* Whether k_half4 takes m values of x (and up): whole float4s, 16-byte aligned. */

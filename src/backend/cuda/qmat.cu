@@ -5,7 +5,11 @@
  * A unit of work is a chunk: 32 columns of one row, `bits` whole words of codes and one
  * group (groups of 32 and more) or two (groups of 16). The decode product gives each warp
  * an output row, its lanes taking every 32nd chunk, so a warp's loads of codes are
- * contiguous (512 bytes a step at 4 bits) and so are its group scales.
+ * contiguous (512 bytes a step at 4 bits) and so are its group scales. It first quantizes
+ * x to two int8 parts (codes and the residual's codes, about 16 bits together); a chunk's
+ * values go to int8 words (a mask and two byte permutes per 8 codes at 4 bits) and dp4a
+ * sums them against each part, so a weight costs about two instructions, where fp32
+ * products cost six.
  */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/qmat.h"
@@ -115,21 +119,141 @@ __device__ __forceinline__ void stage_lut(float *lut, const cuda_qmat &w) {
     __syncthreads();
 }
 
+/* Offsets into the one allocation, each 16-byte aligned. */
+static size_t take(size_t *at, size_t bytes) {
+    const size_t o = *at;
+    *at += (bytes + 15) & ~(size_t)15;
+    return o;
+}
+
 /* ==== Decode product ==== */
 
-/* y[n, rows] = x[n, cols] @ W^T for n <= NR, one row of W a warp; G16: groups of 16 (two
- * a chunk), else one group covers the chunk. */
+/* x quantized for the product in two int8 parts: per row, codes q1 with one scale d a
+ * block of 32 columns, then the residual's codes q2 at scale d / 254, so q1 d + q2 d / 254
+ * is x to about 16 bits (as the CPU's fast kernels pair a row with its residual); and a
+ * half block of 16's sums: of x (the biases' term) and of its quantized value (the zero
+ * points' correction). */
+struct q8x {
+    const int8_t *q1, *q2; /* [n, cols] */
+    const float *d;        /* [n, cols / 32] */
+    const float *fs, *qs;  /* [n, cols / 16] */
+};
+
+#define Q8X_LO (1.0f / 254.0f) /* the residual's scale, of d */
+
+/* Offsets of q8x's arrays in the workspace (q1 at 0), each 16-byte aligned. */
+struct q8x_at {
+    size_t q2, d, fs, qs, end;
+};
+static q8x_at q8x_layout(int64_t n, int64_t cols) {
+    q8x_at o;
+    size_t at = 0;
+    take(&at, (size_t)(n * cols));
+    o.q2 = take(&at, (size_t)(n * cols));
+    o.d = take(&at, sizeof(float) * (size_t)(n * cols / 32));
+    o.fs = take(&at, sizeof(float) * (size_t)(n * cols / 16));
+    o.qs = take(&at, sizeof(float) * (size_t)(n * cols / 16));
+    o.end = at;
+    return o;
+}
+
+/* Four int8 codes into one word, in column order. */
+__device__ __forceinline__ uint32_t pack4(const int (&c)[4]) {
+    return (uint32_t)(c[0] & 0xff) | (uint32_t)(c[1] & 0xff) << 8 | (uint32_t)(c[2] & 0xff) << 16 |
+           (uint32_t)(c[3] & 0xff) << 24;
+}
+
+/* One block of 32 columns a thread: d = max|x| / 127, q1 = rint(x / d), q2 = rint((x - q1
+ * d) / (d / 254)). */
+__global__ static void k_quantize_x(int8_t *q1, int8_t *q2, float *d, float *fs, float *qs,
+                                    const float *x, int64_t blocks) {
+    GRID_STRIDE(i, blocks) {
+        const float *xb = x + i * 32;
+        float v[32], amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++) v[j] = xb[j], amax = fmaxf(amax, fabsf(v[j]));
+        const float hi = amax / 127.0f, lo = hi * Q8X_LO;
+        const float inv = amax > 0.0f ? 1.0f / hi : 0.0f, inv_lo = amax > 0.0f ? 1.0f / lo : 0.0f;
+        uint32_t w1[8], w2[8];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float f = 0.0f;
+            int s1 = 0, s2 = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int c1[4], c2[4];
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    const int j = 16 * h + 4 * k + b;
+                    c1[b] = __float2int_rn(v[j] * inv);
+                    c2[b] =
+                        min(127, max(-127, __float2int_rn((v[j] - (float)c1[b] * hi) * inv_lo)));
+                    f += v[j], s1 += c1[b], s2 += c2[b];
+                }
+                w1[4 * h + k] = pack4(c1), w2[4 * h + k] = pack4(c2);
+            }
+            fs[2 * i + h] = f, qs[2 * i + h] = (float)s1 * hi + (float)s2 * lo;
+        }
+        uint4 *o1 = (uint4 *)(q1 + i * 32), *o2 = (uint4 *)(q2 + i * 32);
+        o1[0] = make_uint4(w1[0], w1[1], w1[2], w1[3]),
+        o1[1] = make_uint4(w1[4], w1[5], w1[6], w1[7]);
+        o2[0] = make_uint4(w2[0], w2[1], w2[2], w2[3]),
+        o2[1] = make_uint4(w2[4], w2[5], w2[6], w2[7]);
+        d[i] = hi;
+    }
+}
+
+/* The chunk's 32 values as int8, four a word (word k: columns 4k .. 4k + 3): the codes
+ * themselves (8-bit: less 128, which the product adds back), or the codebook's values
+ * (lut8: in shared). */
+template <int BITS, bool LUT>
+__device__ __forceinline__ void chunk_bytes(int (&v)[8], const uint32_t (&q)[BITS],
+                                            const int8_t *lut8) {
+    if constexpr (BITS == 4 && !LUT) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) { /* word k holds codes 8k .. 8k + 7, a nibble each */
+            const uint32_t lo = q[k] & 0x0f0f0f0fu, hi = (q[k] >> 4) & 0x0f0f0f0fu;
+            v[2 * k] = (int)__byte_perm(lo, hi, 0x5140);
+            v[2 * k + 1] = (int)__byte_perm(lo, hi, 0x7362);
+        }
+    } else if constexpr (BITS == 8) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = (int)(q[k] ^ 0x80808080u);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t word = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int c = code_of<BITS>(q, 4 * k + b);
+                word |= (uint32_t)(uint8_t)(LUT ? lut8[c] : (int8_t)c) << (8 * b);
+            }
+            v[k] = (int)word;
+        }
+    }
+}
+
+/* y[n, rows] = x[n, cols] @ W^T for n <= NR, one row of W a warp, x as q8x: per group,
+ * dp4a sums the int8 values times each part of x exactly; then acc += s * (d sum1 +
+ * d / 254 sum2 - zero * sum of quantized x) + b * sum(x). G16: groups of 16 (two a chunk),
+ * else one group covers the chunk. */
 template <int BITS, bool LUT, bool G16, int NR>
 __global__ static void __launch_bounds__(QMAT_WARPS * 32)
-    k_gemv(float *y, const float *x, int n, const cuda_qmat w) {
-    constexpr int HALVES = G16 ? 2 : 1, SPAN = 32 / HALVES;
+    k_gemv(float *y, const q8x x, int n, const cuda_qmat w) {
+    constexpr int HALVES = G16 ? 2 : 1, WORDS = 8 / HALVES;
     trace_scope tr(TR_QGEMV);
-    __shared__ float lut[16];
-    if (LUT) stage_lut(lut, w);
+    __shared__ int8_t lut8[16];
+    if (LUT) {
+        if (threadIdx.x < 16) lut8[threadIdx.x] = w.lut[threadIdx.x];
+        __syncthreads();
+    }
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * QMAT_WARPS + (threadIdx.x >> 5);
     if (r >= w.rows) return;
     const int64_t chunks = w.cols / 32;
+    /* what the values lack of the codes less the zero point: 8-bit codes' 128 less it */
+    const float shift = (float)((BITS == 8 && !LUT ? 128 : 0) - (w.biases || LUT ? 0 : w.zero));
+    const float unit = LUT ? ldexpf(1.0f, -w.lut_shift) : 1.0f;
     float acc[NR];
 #pragma unroll
     for (int i = 0; i < NR; i++) acc[i] = 0.0f;
@@ -137,26 +261,38 @@ __global__ static void __launch_bounds__(QMAT_WARPS * 32)
     for (int64_t c = lane; c < chunks; c += 32) {
         uint32_t q[BITS];
         load_chunk<BITS>(q, w, r, c);
-        float v[32];
-        chunk_values<BITS, LUT>(v, q, w.zero, lut);
+        int v[8];
+        chunk_bytes<BITS, LUT>(v, q, lut8);
+        float s[HALVES], b[HALVES];
 #pragma unroll
         for (int h = 0; h < HALVES; h++) {
-            float s, b;
-            group_sb(w, r, G16 ? 2 * c + h : (c << 5) >> w.group_shift, s, b);
+            group_sb(w, r, G16 ? 2 * c + h : (c << 5) >> w.group_shift, s[h], b[h]);
+            s[h] *= unit;
+        }
 #pragma unroll
-            for (int i = 0; i < NR; i++) {
-                if (i >= n) break;
-                const float4 *xp = (const float4 *)(x + i * w.cols + c * 32 + h * SPAN);
-                float dot = 0.0f, sx = 0.0f;
+        for (int i = 0; i < NR; i++) {
+            if (i >= n) break;
+            const int64_t xb = i * chunks + c;
+            const uint4 *p1 = (const uint4 *)(x.q1 + xb * 32),
+                        *p2 = (const uint4 *)(x.q2 + xb * 32);
+            const uint4 a0 = __ldg(p1), a1 = __ldg(p1 + 1), b0 = __ldg(p2), b1 = __ldg(p2 + 1);
+            const int x1[8] = {(int)a0.x, (int)a0.y, (int)a0.z, (int)a0.w,
+                               (int)a1.x, (int)a1.y, (int)a1.z, (int)a1.w};
+            const int x2[8] = {(int)b0.x, (int)b0.y, (int)b0.z, (int)b0.w,
+                               (int)b1.x, (int)b1.y, (int)b1.z, (int)b1.w};
+            const float d = __ldg(x.d + xb);
+            const float2 fs = __ldg((const float2 *)(x.fs + 2 * xb)),
+                         qs = __ldg((const float2 *)(x.qs + 2 * xb));
+            const float fh[2] = {fs.x, fs.y}, qh[2] = {qs.x, qs.y};
 #pragma unroll
-                for (int j4 = 0; j4 < SPAN / 4; j4++) {
-                    const float4 xv = __ldg(xp + j4);
-                    const int j = h * SPAN + 4 * j4;
-                    dot = fmaf(v[j], xv.x, dot), dot = fmaf(v[j + 1], xv.y, dot);
-                    dot = fmaf(v[j + 2], xv.z, dot), dot = fmaf(v[j + 3], xv.w, dot);
-                    sx += (xv.x + xv.y) + (xv.z + xv.w);
-                }
-                acc[i] = fmaf(s, dot, fmaf(b, sx, acc[i]));
+            for (int h = 0; h < HALVES; h++) {
+                int d1 = 0, d2 = 0;
+#pragma unroll
+                for (int k = h * WORDS; k < (h + 1) * WORDS; k++)
+                    d1 = __dp4a(v[k], x1[k], d1), d2 = __dp4a(v[k], x2[k], d2);
+                const float xq = G16 ? qh[h] : qh[0] + qh[1], xf = G16 ? fh[h] : fh[0] + fh[1];
+                const float dot = fmaf(d, (float)d1, fmaf(d * Q8X_LO, (float)d2, shift * xq));
+                acc[i] = fmaf(s[h], dot, fmaf(b[h], xf, acc[i]));
             }
         }
     }
@@ -170,7 +306,7 @@ __global__ static void __launch_bounds__(QMAT_WARPS * 32)
     }
 }
 
-typedef void (*gemv_fn)(float *, const float *, int, const cuda_qmat);
+typedef void (*gemv_fn)(float *, const q8x, int, const cuda_qmat);
 
 template <int BITS, bool LUT, bool G16> static gemv_fn gemv_for(int64_t n) {
     return n <= 1   ? k_gemv<BITS, LUT, G16, 1>
@@ -201,11 +337,23 @@ static gemv_fn pick_gemv(const cuda_qmat *w, int64_t n) {
     return w->group == 16 ? gemv_bits<true>(w, n) : gemv_bits<false>(w, n);
 }
 
+extern "C" size_t cuda_qmat_work_bytes(int64_t n, int64_t cols) {
+    return q8x_layout(n, cols).end;
+}
+
 extern "C" cudaError_t cuda_qmat_gemv(float *y, const float *x, int64_t n, const cuda_qmat *w,
-                                      cudaStream_t s) {
-    if (n < 1 || n > CUDA_QMAT_MAX_N) return cudaErrorInvalidValue;
-    const unsigned blocks = (unsigned)((w->rows + QMAT_WARPS - 1) / QMAT_WARPS);
-    pick_gemv(w, n)<<<blocks, QMAT_WARPS * 32, 0, s>>>(y, x, (int)n, *w);
+                                      void *work, cudaStream_t s) {
+    if (n < 1 || n > CUDA_QMAT_MAX_N || ((uintptr_t)work & 15)) return cudaErrorInvalidValue;
+    const q8x_at o = q8x_layout(n, w->cols);
+    char *m = (char *)work;
+    const int64_t blocks = n * w->cols / 32;
+    k_quantize_x<<<blocks_for(blocks), THREADS, 0, s>>>((int8_t *)m, (int8_t *)(m + o.q2),
+                                                        (float *)(m + o.d), (float *)(m + o.fs),
+                                                        (float *)(m + o.qs), x, blocks);
+    const q8x xq = {(const int8_t *)m, (const int8_t *)(m + o.q2), (const float *)(m + o.d),
+                    (const float *)(m + o.fs), (const float *)(m + o.qs)};
+    const unsigned grid = (unsigned)((w->rows + QMAT_WARPS - 1) / QMAT_WARPS);
+    pick_gemv(w, n)<<<grid, QMAT_WARPS * 32, 0, s>>>(y, xq, (int)n, *w);
     return cudaGetLastError();
 }
 
@@ -334,13 +482,6 @@ extern "C" int cuda_qmat_supported(const matview *w, char *err, size_t err_size)
     snprintf(err, err_size, "%d-bit weights with group %lld and %s scales are not supported (%s)",
              bits, (long long)w->group, dtype_name(w->scale_type), why);
     return 0;
-}
-
-/* Offsets into the one allocation, each 16-byte aligned. */
-static size_t take(size_t *at, size_t bytes) {
-    const size_t o = *at;
-    *at += (bytes + 15) & ~(size_t)15;
-    return o;
 }
 
 extern "C" int cuda_qmat_upload(cuda_qmat *out, const matview *w, cudaStream_t s, char *err,

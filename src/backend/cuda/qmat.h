@@ -8,7 +8,7 @@
  *
  *     cuda_qmat w;
  *     if (cuda_qmat_upload(&w, &view, stream, err, sizeof err)) fail(err);
- *     cuda_qmat_gemv(y, x, n, &w, stream);       // y[n, rows] = x[n, cols] @ W^T
+ *     cuda_qmat_gemv(y, x, n, &w, work, stream); // y[n, rows] = x[n, cols] @ W^T
  *     cuda_qmat_free(&w);
  *
  * Layout: the host matview's own (tensor.h), copied as it is into one device allocation,
@@ -20,9 +20,11 @@
  * thread takes 32 columns at a time: bits words, one or two groups (16 or >= 32 columns).
  *
  * Numerics: values are formed exactly as matview_row forms them (the rows and the fp16
- * dequantization round that fp32 value once); the decode product sums v(q) * x per group in
- * fp32 with v the code less the zero point or the codebook's value, then adds s * sum +
- * b * sum(x) in fp32: the reference's result to fp32 rounding.
+ * dequantization round that fp32 value once). The decode product quantizes x per block of
+ * 32 columns into int8 codes (d = max|x| / 127) and the residual's int8 codes (d / 254),
+ * about 16 bits in all, as the CPU's fast kernels pair a row with its residual; it sums
+ * v(q) times each part per group exactly in int32 (v: the code, or the codebook's value),
+ * then adds s * (d sum1 + d / 254 sum2 - zero * sum(x's value)) + b * sum(x) in fp32.
  */
 #ifndef CELER_BACKEND_CUDA_QMAT_H
 #define CELER_BACKEND_CUDA_QMAT_H
@@ -71,9 +73,14 @@ int cuda_qmat_upload(cuda_qmat *out, const matview *w, cudaStream_t s, char *err
 /* Frees what cuda_qmat_upload allocated; the struct is zeroed. NULL-safe. */
 void cuda_qmat_free(cuda_qmat *w);
 
+/* Bytes of the workspace cuda_qmat_gemv takes for n rows of x of cols columns. */
+size_t cuda_qmat_work_bytes(int64_t n, int64_t cols);
+
 /* y[n, rows] = x[n, cols] @ W^T, 1 <= n <= CUDA_QMAT_MAX_N; x and y fp32, row-major, in
- * device memory, x 16-byte aligned. Enqueued on s (capturable); returns the launch's error. */
-cudaError_t cuda_qmat_gemv(float *y, const float *x, int64_t n, const cuda_qmat *w, cudaStream_t s);
+ * device memory; work: cuda_qmat_work_bytes(n, cols) bytes of device memory, 16-byte
+ * aligned, for x's int8 form. Enqueued on s (capturable); returns the launch's error. */
+cudaError_t cuda_qmat_gemv(float *y, const float *x, int64_t n, const cuda_qmat *w, void *work,
+                           cudaStream_t s);
 
 /* y[i, cols] = row ids[i] of W as fp32, exactly as matview_row gives it, for i < n (rows
  * whose id is negative are left as they are). Enqueued on s. */
