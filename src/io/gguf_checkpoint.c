@@ -30,7 +30,9 @@
 #include "io/gguf.h"
 
 #include "base/half.h"
+#include "base/threadpool.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,7 +300,36 @@ typedef struct table {
     arena *mem;
     const char *path;
     celer_error *e;
+    threadpool *pool; /* block re-layout spread over its threads (NULL: the caller's alone) */
 } table;
+
+/* Rows [r0, r1) of one block re-layout; rows are independent (each writes its own words
+ * and scales). */
+typedef void (*rows_fn)(const void *job, int64_t r0, int64_t r1);
+
+struct rows_run {
+    rows_fn fn;
+    const void *job;
+    int64_t rows;
+    threadpool_counter counter;
+};
+
+static void rows_task(void *arg, int ith, int nth) {
+    struct rows_run *run = arg;
+    int64_t lo, hi;
+    while (threadpool_chunk(&run->counter, run->rows, 16, &lo, &hi)) run->fn(run->job, lo, hi);
+}
+
+/* fn over every row of a matrix, on the table's threads. */
+static void for_rows(const table *tb, rows_fn fn, const void *job, int64_t rows) {
+    if (!tb->pool) {
+        fn(job, 0, rows);
+        return;
+    }
+    struct rows_run run = {.fn = fn, .job = job, .rows = rows};
+    atomic_store(&run.counter.next, 0);
+    threadpool_run(tb->pool, rows_task, &run);
+}
 
 static st_tensor *add(table *tb, const char *module, const char *suffix, dtype type, int ndim,
                       int64_t r, int64_t c, const void *data, size_t nbytes) {
@@ -379,6 +410,40 @@ static void decode_block(uint32_t gtype, const uint8_t *blk, uint8_t q[32], uint
     if (gtype == GGML_Q4_0) *m = f32_to_f16(-8.0f * f16_to_f32(*d));
 }
 
+/* One Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL matrix's re-layout (add_blocks). */
+struct blocks_job {
+    const gguf_tensor *gt;
+    int64_t n_head;
+    int bits;
+    size_t bsize;
+    int64_t words;
+    uint32_t *codes;
+    uint16_t *scales, *biases;
+};
+
+static void blocks_rows(const void *arg, int64_t r0, int64_t r1) {
+    const struct blocks_job *j = arg;
+    const int64_t rows = j->gt->ne[1], nb = j->gt->ne[0] / 32;
+    const int bits = j->bits;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *src =
+            j->gt->data + (size_t)unpermute_row(r, rows, j->n_head) * (size_t)nb * j->bsize;
+        uint32_t *row = j->codes + r * j->words;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t q[32];
+            uint16_t d, m = 0;
+            decode_block(j->gt->ggml_type, src + (size_t)b * j->bsize, q, &d, &m);
+            for (int k = 0; k < 32; k++) { /* code c at bits c*bits of the row's bit string */
+                const int64_t bit = (b * 32 + k) * bits;
+                row[bit / 32] |= (uint32_t)q[k] << (bit % 32);
+                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= (uint32_t)q[k] >> (32 - bit % 32);
+            }
+            j->scales[r * nb + b] = d;
+            if (j->biases) j->biases[r * nb + b] = m;
+        }
+    }
+}
+
 /* A Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrix -> MLX codes [rows, cols*bits/32] + fp16 scales
  * and biases (Q5_0: a zero point instead of biases). */
 static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *module,
@@ -399,22 +464,8 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
         zero_point ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
     if (!codes || !scales || (!zero_point && !biases)) return oom(tb);
     memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *src = gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nb * bsize;
-        uint32_t *row = codes + r * words;
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t q[32];
-            uint16_t d, m = 0;
-            decode_block(gtype, src + (size_t)b * bsize, q, &d, &m);
-            for (int k = 0; k < 32; k++) { /* code c at bits c*bits of the row's bit string */
-                const int64_t bit = (b * 32 + k) * bits;
-                row[bit / 32] |= (uint32_t)q[k] << (bit % 32);
-                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= (uint32_t)q[k] >> (32 - bit % 32);
-            }
-            scales[r * nb + b] = d;
-            if (biases) biases[r * nb + b] = m;
-        }
-    }
+    const struct blocks_job j = {gt, n_head, bits, bsize, words, codes, scales, biases};
+    for_rows(tb, blocks_rows, &j, rows);
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
              sizeof(uint32_t) * (size_t)(rows * words)) ||
         !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales,
@@ -480,6 +531,64 @@ static int8_t iq4xs_scale(const uint8_t *blk, int j) {
     return (int8_t)((lo | hi << 4) - 32);
 }
 
+/* One K-quant or IQ4_XS matrix's re-layout (add_kblocks). */
+struct kblocks_job {
+    const gguf_tensor *gt;
+    int64_t n_head;
+    int bits, per;
+    size_t bsize;
+    int64_t words;
+    uint32_t *codes;
+    uint8_t *scales, *mins;
+    uint16_t *fd, *fm;
+};
+
+static void kblocks_rows(const void *arg, int64_t r0, int64_t r1) {
+    const struct kblocks_job *j = arg;
+    const uint32_t gtype = j->gt->ggml_type;
+    const bool q2 = gtype == GGML_Q2_K, q3 = gtype == GGML_Q3_K, q6 = gtype == GGML_Q6_K,
+               xs = gtype == GGML_IQ4_XS;
+    const int64_t rows = j->gt->ne[1], nsup = j->gt->ne[0] / 256;
+    const int bits = j->bits, per = j->per;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *src =
+            j->gt->data + (size_t)unpermute_row(r, rows, j->n_head) * (size_t)nsup * j->bsize;
+        uint32_t *row = j->codes + r * j->words;
+        for (int64_t b = 0; b < nsup; b++) {
+            const uint8_t *blk = src + (size_t)b * j->bsize;
+            const int64_t k = r * nsup + b;
+            for (int e = 0; e < 256; e++) { /* code c at bits c*bits of the row's bit string */
+                const uint32_t q = kquant_code(gtype, blk, e);
+                const int64_t bit = (b * 256 + e) * bits;
+                row[bit / 32] |= q << (bit % 32);
+                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= q >> (32 - bit % 32);
+            }
+            uint8_t *sc = j->scales + k * per;
+            if (q6) {
+                memcpy(sc, blk + 192, 16);
+                memcpy(&j->fd[k], blk + 208, 2);
+            } else if (q2) {
+                memcpy(sc, blk, 16);
+                memcpy(&j->fd[k], blk + 80, 2);
+                memcpy(&j->fm[k], blk + 82, 2);
+                j->fm[k] ^= 0x8000; /* -dmin */
+            } else if (q3) {
+                for (int i = 0; i < per; i++) sc[i] = (uint8_t)q3k_scale(blk + 96, i);
+                memcpy(&j->fd[k], blk + 108, 2);
+            } else if (xs) {
+                for (int i = 0; i < per; i++) sc[i] = (uint8_t)iq4xs_scale(blk, i);
+                memcpy(&j->fd[k], blk, 2);
+            } else {
+                memcpy(&j->fd[k], blk, 2);
+                memcpy(&j->fm[k], blk + 2, 2);
+                j->fm[k] ^= 0x8000; /* -dmin: the mins are subtracted */
+                for (int i = 0; i < per; i++)
+                    kquant_scale_min(blk + 4, i, &sc[i], &j->mins[k * per + i]);
+            }
+        }
+    }
+}
+
 /* A K-quant or IQ4_XS matrix -> MLX codes, U8/I8 group scales (and mins), F16 factors. */
 static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *module,
                                 int64_t n_head) {
@@ -508,43 +617,8 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
     uint16_t *fm = no_mins ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
     if (!codes || !scales || !fd || (!no_mins && ((!q2 && !mins) || !fm))) return oom(tb);
     memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *src =
-            gt->data + (size_t)unpermute_row(r, rows, n_head) * (size_t)nsup * bsize;
-        uint32_t *row = codes + r * words;
-        for (int64_t b = 0; b < nsup; b++) {
-            const uint8_t *blk = src + (size_t)b * bsize;
-            const int64_t k = r * nsup + b;
-            for (int e = 0; e < 256; e++) { /* code c at bits c*bits of the row's bit string */
-                const uint32_t q = kquant_code(gtype, blk, e);
-                const int64_t bit = (b * 256 + e) * bits;
-                row[bit / 32] |= q << (bit % 32);
-                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= q >> (32 - bit % 32);
-            }
-            uint8_t *sc = scales + k * per;
-            if (q6) {
-                memcpy(sc, blk + 192, 16);
-                memcpy(&fd[k], blk + 208, 2);
-            } else if (q2) {
-                memcpy(sc, blk, 16);
-                memcpy(&fd[k], blk + 80, 2);
-                memcpy(&fm[k], blk + 82, 2);
-                fm[k] ^= 0x8000; /* -dmin */
-            } else if (q3) {
-                for (int j = 0; j < per; j++) sc[j] = (uint8_t)q3k_scale(blk + 96, j);
-                memcpy(&fd[k], blk + 108, 2);
-            } else if (xs) {
-                for (int j = 0; j < per; j++) sc[j] = (uint8_t)iq4xs_scale(blk, j);
-                memcpy(&fd[k], blk, 2);
-            } else {
-                memcpy(&fd[k], blk, 2);
-                memcpy(&fm[k], blk + 2, 2);
-                fm[k] ^= 0x8000; /* -dmin: the mins are subtracted */
-                for (int j = 0; j < per; j++)
-                    kquant_scale_min(blk + 4, j, &sc[j], &mins[k * per + j]);
-            }
-        }
-    }
+    const struct kblocks_job j = {gt, n_head, bits, per, bsize, words, codes, scales, mins, fd, fm};
+    for_rows(tb, kblocks_rows, &j, rows);
     const dtype st = no_mins ? DTYPE_I8 : q2 ? DTYPE_U4LO : DTYPE_U8;
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
              sizeof(uint32_t) * (size_t)(rows * words)) ||
@@ -569,7 +643,7 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
 }
 
 static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char *arch,
-                                  celer_error *e) {
+                                  threadpool *pool, celer_error *e) {
     safetensors *st = calloc(1, sizeof *st);
     if (!st) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     ck->shards = st;
@@ -577,7 +651,7 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
     if (!(st->path = strdup(ck->config_path)) ||
         !(st->tensors = calloc(6 * g->n_tensors + 1, sizeof *st->tensors)))
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    table tb = {st, &ck->mem, ck->config_path, e};
+    table tb = {st, &ck->mem, ck->config_path, e, pool};
     double heads = 0, kv_heads = 0;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count", arch);
@@ -660,7 +734,17 @@ celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error 
         goto fail;
     }
     if ((s = synth_config(ck, ck->gguf, arch, e)) != CELER_OK) goto fail;
-    if ((s = build_tensors(ck, ck->gguf, arch, e)) != CELER_OK) goto fail;
+    /* the blocks' re-layout on every CPU once there are enough of them (a pool's threads
+     * cost more than a small file's re-layout); without a pool, on this thread alone */
+    int64_t weights = 0;
+    for (size_t i = 0; i < ck->gguf->n_tensors; i++)
+        if (ck->gguf->tensors[i].ndim == 2)
+            weights += ck->gguf->tensors[i].ne[0] * ck->gguf->tensors[i].ne[1];
+    threadpool *pool =
+        weights >= ((int64_t)1 << 22) ? threadpool_create(threadpool_cpu_count()) : NULL;
+    s = build_tensors(ck, ck->gguf, arch, pool, e);
+    threadpool_destroy(pool);
+    if (s != CELER_OK) goto fail;
     return CELER_OK;
 fail:
     checkpoint_close(ck);
