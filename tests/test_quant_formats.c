@@ -11,9 +11,10 @@
  * (the ratio printed per fixture); `celer convert` refuses the file in one line, and the
  * model's logits on the reference kernels and on the fast ones the CPU picks (packed
  * products) agree, and so do the device's (CELER_TEST_DEVICE, make test-cuda) at a decode's
- * few rows and a prefill's many.
+ * few rows and a prefill's many. Once the fast kernels hold their packed copy, a GGUF file's
+ * converted matrices leave memory, and come back bit for bit for a reference context.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* mincore */
 #include "harness.h"
 
 #include "backend/cpu/pack.h"
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static uint64_t fnv1a64(uint64_t h, const void *p, size_t n) {
@@ -109,13 +111,10 @@ static void check_matrix(const celer_model *m, const char *type, const char *nam
     free(row);
 }
 
-/* Logits of n ids on the given kernels of the device (NULL: the CPU). */
-static float *logits(const char *path, const char *device, const char *kernels, int64_t n,
-                     int64_t *v) {
-    celer_model *model = NULL;
+/* Logits of n ids of model on the given kernels of the device (NULL: the CPU). */
+static float *model_logits(celer_model *model, const char *device, const char *kernels, int64_t n,
+                           int64_t *v) {
     char err[512];
-    if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
-        return NULL;
     celer_context_params p = harness_context_params(n > 64 ? 256 : 64, 1, device);
     p.kernels = kernels;
     celer_context *ctx = NULL;
@@ -132,8 +131,78 @@ static float *logits(const char *path, const char *device, const char *kernels, 
         free(ids);
         celer_context_destroy(ctx);
     }
+    return out;
+}
+
+/* The same, of the model at path. */
+static float *logits(const char *path, const char *device, const char *kernels, int64_t n,
+                     int64_t *v) {
+    celer_model *model = NULL;
+    char err[512];
+    if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
+        return NULL;
+    float *out = model_logits(model, device, kernels, n, v);
     celer_model_close(model);
     return out;
+}
+
+/* The hash of every tensor of m's checkpoint, and how many of the whole pages inside its
+ * U32 code tensors are resident (of *pages). */
+static uint64_t sources_state(const celer_model *m, int64_t *resident, int64_t *pages) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uint64_t h = 0xcbf29ce484222325ull;
+    *resident = *pages = 0;
+    for (size_t i = 0; i < m->ck.n_shards; i++)
+        for (size_t k = 0; k < m->ck.shards[i].n_tensors; k++) {
+            const st_tensor *t = &m->ck.shards[i].tensors[k];
+            if (t->type != DTYPE_U32) continue;
+            const uintptr_t a = ((uintptr_t)t->data + page - 1) / page * page,
+                            b = ((uintptr_t)t->data + t->nbytes) / page * page;
+            unsigned char in[256];
+            for (uintptr_t at = a; at < b; at += page, ++*pages)
+                if (mincore((void *)at, page, in) == 0 && (in[0] & 1)) ++*resident;
+        }
+    /* hashing reads the pages, so it comes after they were counted */
+    for (size_t i = 0; i < m->ck.n_shards; i++)
+        for (size_t k = 0; k < m->ck.shards[i].n_tensors; k++)
+            h = fnv1a64(h, m->ck.shards[i].tensors[k].data, m->ck.shards[i].tensors[k].nbytes);
+    return h;
+}
+
+/* One model, three contexts in turn: the fast kernels pack the matrices and the converted
+ * copies' pages go; a reference context reads them in place, converted again bit for bit;
+ * a second fast context keeps them (a context reads them in place) and computes what the
+ * first did. */
+static void check_sources(const char *type, const char *path) {
+    celer_model *model = NULL;
+    char err[512];
+    if (!CHECK(celer_model_open(path, NULL, &model, err, sizeof err) == CELER_OK, "%s", err))
+        return;
+    int64_t v = 0, resident, pages;
+    const uint64_t h0 = sources_state(model, &resident, &pages);
+    CHECK(pages > 0 && resident == pages, "%s: %lld of %lld code pages resident at open", type,
+          (long long)resident, (long long)pages);
+    float *fast = model_logits(model, NULL, "auto", 6, &v);
+    sources_state(model, &resident, &pages);
+    CHECK(resident == 0, "%s: %lld of %lld code pages resident after packing", type,
+          (long long)resident, (long long)pages);
+    float *ref = model_logits(model, NULL, "ref", 6, &v);
+    CHECK(sources_state(model, &resident, &pages) == h0 && resident == pages,
+          "%s: the converted matrices came back other than they were (%lld of %lld pages)", type,
+          (long long)resident, (long long)pages);
+    float *again = model_logits(model, NULL, "auto", 6, &v);
+    CHECK(sources_state(model, &resident, &pages) == h0 && resident == pages,
+          "%s: a fast context after a reference one let the sources go", type);
+    if (fast && ref && again) {
+        const double d = max_abs_diff(ref, fast, 6 * v), mx = max_abs(ref, 6 * v);
+        CHECK(d <= 2e-3 * mx, "%s: after restoring, the reference differs by %g", type, d);
+        CHECK(!memcmp(fast, again, sizeof(float) * (size_t)(6 * v)),
+              "%s: the second fast context's logits differ from the first's", type);
+    }
+    printf("  %s: %lld code pages let go after packing, converted again for a reference context\n",
+           type, (long long)pages);
+    free(fast), free(ref), free(again);
+    celer_model_close(model);
 }
 
 /* Every matrix of the model at path against want (the expectations of one fixture). */
@@ -229,6 +298,7 @@ static void check_gguf(const char *type) {
         CHECK(system(rm) == 0, "%s", rm);
     }
     check_logits(type, path, true);
+    check_sources(type, path);
 }
 
 /* tests/quants/<name>/, an mlx-lm checkpoint: its matrices, its format mix (want), its logits. */

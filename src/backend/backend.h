@@ -235,6 +235,7 @@ struct backend {
     const char *kernels; /* the kernel set it runs: "avx2", "ref", "cuda" */
     bool kv_f16;         /* the KV pools hold fp16 values (else fp32); fixed at creation */
     bool host;           /* ops address host memory: callers' own buffers may be passed in */
+    bool in_place;       /* reads every weight where it lies: nothing is prepared for it */
     const backend_weights *weights; /* the prepared set ops look matrices up in, or NULL */
     backend_fault fault;            /* zeroed at creation, then backend_fault_init */
 };

@@ -264,8 +264,12 @@ celer_status celer_context_create(celer_model *model, const celer_context_params
     }
     /* a model the backend cannot run is refused before its weights are copied */
     if ((s = model_check_backend(model, ctx->be, &e)) != CELER_OK) goto fail;
-    /* the kernel set is known (and checked) once a backend exists; weights are prepared for it */
-    if ((s = model_prepare(model, ctx->cls, &bp, &w, &e)) != CELER_OK) goto fail;
+    /* the kernel set is known (and checked) once a backend exists; weights are prepared for
+     * it, or kept where they lie for one that reads them there */
+    if (ctx->be->in_place)
+        w = NULL, model_keep_sources(model);
+    else if ((s = model_prepare(model, ctx->cls, &bp, &w, &e)) != CELER_OK)
+        goto fail;
     ctx->be->weights = w;
     ctx->kernels = ctx->be->kernels;
     const int64_t n_blocks = (p.kv_positions + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
@@ -318,11 +322,8 @@ celer_context_memory celer_context_get_memory(const celer_context *ctx) {
     celer_context_memory mem = {0};
     const backend_weights *w = ctx->be->weights;
     if (w) mem.weights = w->bytes;
-    if (!w || !w->whole) { /* the backend also reads the mapped checkpoint */
-        int64_t params = 0, bytes = 0;
-        model_count(ctx->model, &params, &bytes);
-        mem.weights += bytes;
-    }
+    if (!w || !w->whole) /* the backend also reads the checkpoint in place */
+        mem.weights += model_resident_source_bytes(ctx->model);
     const kv_cache *kv = &ctx->kv;
     mem.kv = 2 * kv->n_layer * kv->n_blocks * kv->block_size * kv->kvd * kv->elem_bytes;
     mem.buffers = ctx->buffer_bytes + backend_work(ctx->be) + backend_work(ctx->vbe);

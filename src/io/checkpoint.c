@@ -213,6 +213,7 @@ void checkpoint_close(checkpoint *ck) {
     json_decref(ck->config);
     if (ck->gguf) gguf_free(ck->gguf);
     free(ck->gguf);
+    gguf_free_derived(ck);
     mapped_file_close(&ck->gguf_map);
     arena_free(&ck->mem);
     free(ck->config_path);
@@ -351,4 +352,9 @@ void checkpoint_release_pages(const checkpoint *ck) {
 void checkpoint_release_range(const checkpoint *ck, const void *p, size_t n) {
     mapped_file_release_range(&ck->gguf_map, p, n);
     for (size_t i = 0; i < ck->n_shards; i++) mapped_file_release_range(&ck->shards[i].map, p, n);
+    gguf_release_derived(ck, p, n);
+}
+
+void checkpoint_restore(checkpoint *ck) {
+    gguf_restore_derived(ck);
 }

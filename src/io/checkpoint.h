@@ -31,6 +31,8 @@ typedef struct checkpoint {
     /* A GGUF file opened as a checkpoint: its map, parsed header and repacked tensors. */
     struct gguf_file *gguf;
     mapped_file gguf_map;
+    struct gguf_derived *derived; /* its converted matrices (gguf_checkpoint.c) */
+    size_t n_derived;
     arena mem;
 } checkpoint;
 
@@ -40,9 +42,12 @@ void checkpoint_close(checkpoint *ck);
 /* Drops the resident pages of every mapped file (see mapped_file_release): after a GGUF
  * file's blocks were converted, or after the weights were repacked. */
 void checkpoint_release_pages(const checkpoint *ck);
-/* The same for the pages of one range, when it lies in one of the mapped files (memory
- * of the checkpoint's own, such as converted GGUF blocks, is left alone). */
+/* The same for the pages of one range, when it lies in one of the mapped files or in a
+ * converted GGUF matrix. A file's pages fault back in when read; converted ones do not:
+ * call checkpoint_restore before anything reads them in place again. */
 void checkpoint_release_range(const checkpoint *ck, const void *p, size_t n);
+/* Converts again, from the file, every GGUF matrix some of whose pages went. */
+void checkpoint_restore(checkpoint *ck);
 
 /* Writes ck (opened from a GGUF file) as an MLX-layout directory dir: config.json with a
  * quantization block, and model.safetensors. */

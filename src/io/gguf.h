@@ -88,11 +88,11 @@ typedef struct gguf_file {
     uint64_t alignment;
 } gguf_file;
 
-/* Parses buf[len] (not copied). label names it in errors. Free with gguf_free (also
- * after a failure). */
 /* ggml's name of tensor type t ("Q4_K", "F32"), or "an unknown type". */
 const char *gguf_type_name(uint32_t t);
 
+/* Parses buf[len] (not copied). label names it in errors. Free with gguf_free (also
+ * after a failure). */
 celer_status gguf_parse(gguf_file *g, const char *label, const uint8_t *buf, size_t len,
                         celer_error *e);
 void gguf_free(gguf_file *g);
@@ -102,5 +102,10 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name);
 
 /* Opens path (a .gguf file) into ck as described above. */
 celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error *e);
+/* The converted matrices' memory (gguf_checkpoint.c): drop the whole pages of [p, p + n)
+ * when they are ck's, fill every dropped matrix again from the file, unmap them all. */
+void gguf_release_derived(const checkpoint *ck, const void *p, size_t n);
+void gguf_restore_derived(checkpoint *ck);
+void gguf_free_derived(checkpoint *ck);
 
 #endif

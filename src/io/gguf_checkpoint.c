@@ -25,8 +25,14 @@
  * IQ4_NL and IQ4_XS map 4-bit codes through a fixed table of 16 values ("<module>.lut", I8)
  * with a zero point of 0: w = d * table[q] (IQ4_NL, Q4_0's block layout) or w = d * (ls -
  * 32) * table[q] (IQ4_XS: 6-bit scales per 32 under d per 256).
+ *
+ * Each converted matrix lives in an anonymous mapping of its own, with the re-layout that
+ * filled it (gguf_derived). Once a backend holds its own copy of a matrix, the pages go
+ * (checkpoint_release_range) as a mapped file's would; unlike a file's they do not fault
+ * back, so whoever reads the tensors in place again first calls checkpoint_restore, which
+ * runs the dropped matrices' re-layouts again from the file.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, madvise */
 #include "io/gguf.h"
 
 #include "base/half.h"
@@ -36,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* IQ4_NL's and IQ4_XS's code values (ggml's kvalues_iq4nl). */
 static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -297,6 +305,7 @@ static int64_t unpermute_row(int64_t r, int64_t rows, int64_t n_head) {
 
 typedef struct table {
     safetensors *st; /* entries appended to st->tensors, counted as they are named */
+    checkpoint *ck;  /* its derived matrices grow as blocks are converted */
     arena *mem;
     const char *path;
     celer_error *e;
@@ -320,15 +329,15 @@ static void rows_task(void *arg, int ith, int nth) {
     while (threadpool_chunk(&run->counter, run->rows, 16, &lo, &hi)) run->fn(run->job, lo, hi);
 }
 
-/* fn over every row of a matrix, on the table's threads. */
-static void for_rows(const table *tb, rows_fn fn, const void *job, int64_t rows) {
-    if (!tb->pool) {
+/* fn over every row of a matrix, on pool's threads (NULL: the caller's alone). */
+static void for_rows(threadpool *pool, rows_fn fn, const void *job, int64_t rows) {
+    if (!pool) {
         fn(job, 0, rows);
         return;
     }
     struct rows_run run = {.fn = fn, .job = job, .rows = rows};
     atomic_store(&run.counter.next, 0);
-    threadpool_run(tb->pool, rows_task, &run);
+    threadpool_run(pool, rows_task, &run);
 }
 
 static st_tensor *add(table *tb, const char *module, const char *suffix, dtype type, int ndim,
@@ -421,6 +430,95 @@ struct blocks_job {
     uint16_t *scales, *biases;
 };
 
+/* One K-quant or IQ4_XS matrix's re-layout (add_kblocks). */
+struct kblocks_job {
+    const gguf_tensor *gt;
+    int64_t n_head;
+    int bits, per;
+    size_t bsize;
+    int64_t words;
+    uint32_t *codes;
+    uint8_t *scales, *mins;
+    uint16_t *fd, *fm;
+};
+
+/* One converted matrix (see the top of the file): its mapping, and the re-layout that
+ * fills it from the file. */
+struct gguf_derived {
+    rows_fn fn;
+    union {
+        struct blocks_job blocks;
+        struct kblocks_job kblocks;
+    } job;
+    int64_t rows;
+    uint32_t *codes; /* OR-ed into: zeroed before the re-layout runs again */
+    size_t code_bytes;
+    uint8_t *base;
+    size_t size, used;
+    bool dropped; /* some of its pages went */
+};
+
+/* A new derived matrix of size bytes (its parts 64-byte aligned), or NULL. */
+static struct gguf_derived *derived_new(table *tb, size_t size) {
+    checkpoint *ck = tb->ck;
+    struct gguf_derived *d = realloc(ck->derived, (ck->n_derived + 1) * sizeof *d);
+    if (!d) return NULL;
+    ck->derived = d;
+    d += ck->n_derived;
+    *d = (struct gguf_derived){.size = size};
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    d->base = p;
+    ck->n_derived++;
+    return d;
+}
+
+/* The bytes of one part, rounded up as derived_take hands them out. */
+static size_t part(size_t n) {
+    return (n + 63) / 64 * 64;
+}
+
+/* The next n bytes of d (zeroed: fresh anonymous memory). */
+static void *derived_take(struct gguf_derived *d, size_t n) {
+    void *p = d->base + d->used;
+    d->used += part(n);
+    CELER_ASSERT(d->used <= d->size);
+    return p;
+}
+
+void gguf_release_derived(const checkpoint *ck, const void *p, size_t n) {
+    const uintptr_t lo = (uintptr_t)p, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < ck->n_derived; i++) {
+        struct gguf_derived *d = &ck->derived[i];
+        const uintptr_t base = (uintptr_t)d->base;
+        if (lo < base || lo - base >= d->size) continue;
+        const uintptr_t hi = lo + (n < d->size - (lo - base) ? n : d->size - (lo - base));
+        const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+        if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) == 0) d->dropped = true;
+        return;
+    }
+}
+
+void gguf_restore_derived(checkpoint *ck) {
+    threadpool *pool = NULL;
+    for (size_t i = 0; i < ck->n_derived; i++) {
+        struct gguf_derived *d = &ck->derived[i];
+        if (!d->dropped) continue;
+        if (!pool) pool = threadpool_create(threadpool_cpu_count()); /* NULL: this thread */
+        memset(d->codes, 0, d->code_bytes);
+        for_rows(pool, d->fn, &d->job, d->rows);
+        d->dropped = false;
+    }
+    threadpool_destroy(pool);
+}
+
+void gguf_free_derived(checkpoint *ck) {
+    for (size_t i = 0; i < ck->n_derived; i++) munmap(ck->derived[i].base, ck->derived[i].size);
+    free(ck->derived);
+    ck->derived = NULL;
+    ck->n_derived = 0;
+}
+
 static void blocks_rows(const void *arg, int64_t r0, int64_t r1) {
     const struct blocks_job *j = arg;
     const int64_t rows = j->gt->ne[1], nb = j->gt->ne[0] / 32;
@@ -458,14 +556,17 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
                          : gtype == GGML_Q5_1                       ? 24
                                                                     : 34;
     const int64_t words = cols * bits / 32;
-    uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
-    uint16_t *scales = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
-    uint16_t *biases =
-        zero_point ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nb));
-    if (!codes || !scales || (!zero_point && !biases)) return oom(tb);
-    memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
-    const struct blocks_job j = {gt, n_head, bits, bsize, words, codes, scales, biases};
-    for_rows(tb, blocks_rows, &j, rows);
+    const size_t code_bytes = sizeof(uint32_t) * (size_t)(rows * words),
+                 scale_bytes = sizeof(uint16_t) * (size_t)(rows * nb);
+    struct gguf_derived *d =
+        derived_new(tb, part(code_bytes) + (zero_point ? 1 : 2) * part(scale_bytes));
+    if (!d) return oom(tb);
+    uint32_t *codes = derived_take(d, code_bytes);
+    uint16_t *scales = derived_take(d, scale_bytes);
+    uint16_t *biases = zero_point ? NULL : derived_take(d, scale_bytes);
+    d->job.blocks = (struct blocks_job){gt, n_head, bits, bsize, words, codes, scales, biases};
+    d->fn = blocks_rows, d->rows = rows, d->codes = codes, d->code_bytes = code_bytes;
+    for_rows(tb->pool, blocks_rows, &d->job, rows);
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
              sizeof(uint32_t) * (size_t)(rows * words)) ||
         !add(tb, module, "scales", DTYPE_F16, 2, rows, nb, scales,
@@ -530,18 +631,6 @@ static int8_t iq4xs_scale(const uint8_t *blk, int j) {
     const int lo = (blk[4 + j / 2] >> (4 * (j % 2))) & 15, hi = (h >> (2 * j)) & 3;
     return (int8_t)((lo | hi << 4) - 32);
 }
-
-/* One K-quant or IQ4_XS matrix's re-layout (add_kblocks). */
-struct kblocks_job {
-    const gguf_tensor *gt;
-    int64_t n_head;
-    int bits, per;
-    size_t bsize;
-    int64_t words;
-    uint32_t *codes;
-    uint8_t *scales, *mins;
-    uint16_t *fd, *fm;
-};
 
 static void kblocks_rows(const void *arg, int64_t r0, int64_t r1) {
     const struct kblocks_job *j = arg;
@@ -609,16 +698,24 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
                          : q6                 ? 210
                                               : 136;
     const int64_t cols = gt->ne[0], rows = gt->ne[1], nsup = cols / 256, words = cols * bits / 32;
-    uint32_t *codes = arena_alloc(tb->mem, sizeof(uint32_t) * (size_t)(rows * words));
-    uint8_t *scales = arena_alloc(tb->mem, (size_t)(rows * nsup * per));
     /* Q2_K's scale and min share a byte: the mins are the same bytes' high nibbles */
-    uint8_t *mins = no_mins || q2 ? NULL : arena_alloc(tb->mem, (size_t)(rows * nsup * per));
-    uint16_t *fd = arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
-    uint16_t *fm = no_mins ? NULL : arena_alloc(tb->mem, sizeof(uint16_t) * (size_t)(rows * nsup));
-    if (!codes || !scales || !fd || (!no_mins && ((!q2 && !mins) || !fm))) return oom(tb);
-    memset(codes, 0, sizeof(uint32_t) * (size_t)(rows * words));
-    const struct kblocks_job j = {gt, n_head, bits, per, bsize, words, codes, scales, mins, fd, fm};
-    for_rows(tb, kblocks_rows, &j, rows);
+    const bool with_mins = !no_mins && !q2;
+    const size_t code_bytes = sizeof(uint32_t) * (size_t)(rows * words),
+                 scale_bytes = (size_t)(rows * nsup * per),
+                 factor_bytes = sizeof(uint16_t) * (size_t)(rows * nsup);
+    struct gguf_derived *d =
+        derived_new(tb, part(code_bytes) + (with_mins ? 2 : 1) * part(scale_bytes) +
+                            (no_mins ? 1 : 2) * part(factor_bytes));
+    if (!d) return oom(tb);
+    uint32_t *codes = derived_take(d, code_bytes);
+    uint8_t *scales = derived_take(d, scale_bytes);
+    uint8_t *mins = with_mins ? derived_take(d, scale_bytes) : NULL;
+    uint16_t *fd = derived_take(d, factor_bytes);
+    uint16_t *fm = no_mins ? NULL : derived_take(d, factor_bytes);
+    d->job.kblocks =
+        (struct kblocks_job){gt, n_head, bits, per, bsize, words, codes, scales, mins, fd, fm};
+    d->fn = kblocks_rows, d->rows = rows, d->codes = codes, d->code_bytes = code_bytes;
+    for_rows(tb->pool, kblocks_rows, &d->job, rows);
     const dtype st = no_mins ? DTYPE_I8 : q2 ? DTYPE_U4LO : DTYPE_U8;
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
              sizeof(uint32_t) * (size_t)(rows * words)) ||
@@ -651,7 +748,7 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
     if (!(st->path = strdup(ck->config_path)) ||
         !(st->tensors = calloc(6 * g->n_tensors + 1, sizeof *st->tensors)))
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
-    table tb = {st, &ck->mem, ck->config_path, e, pool};
+    table tb = {st, ck, &ck->mem, ck->config_path, e, pool};
     double heads = 0, kv_heads = 0;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count", arch);
@@ -701,6 +798,8 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
                         gt->ggml_type == GGML_Q6_K || gt->ggml_type == GGML_IQ4_XS
                     ? add_kblocks(&tb, gt, module, n_head)
                     : add_blocks(&tb, gt, module, n_head);
+            /* the blocks are read again only if the converted pages go and come back */
+            mapped_file_release_range(&ck->gguf_map, gt->data, gt->nbytes);
         }
     }
     safetensors_index(st);

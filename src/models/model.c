@@ -194,7 +194,8 @@ const float *celer_logits_at_position(const float *hidden, int64_t n, int64_t d,
 /* A weight set's done hook: the backend no longer reads w's source pages. */
 static void release_source(void *arg, const matview *w) {
     celer_model *m = arg;
-    if (!w->quant_bits) return;
+    if (!w->quant_bits || m->sources_pinned) return;
+    m->released_bytes += matview_bytes(w);
     const size_t groups = (size_t)(w->rows * (w->cols / w->group));
     checkpoint_release_range(&m->ck, w->data, (size_t)(w->rows * w->cols * w->quant_bits / 8));
     checkpoint_release_range(&m->ck, w->scales, groups * dtype_size(w->scale_type));
@@ -204,6 +205,19 @@ static void release_source(void *arg, const matview *w) {
         checkpoint_release_range(&m->ck, w->super_scales, supers);
         if (w->super_biases) checkpoint_release_range(&m->ck, w->super_biases, supers);
     }
+}
+
+/* Every source in memory again (m->prep_mu held). */
+static void restore_sources(celer_model *m) {
+    checkpoint_restore(&m->ck);
+    m->released_bytes = 0;
+}
+
+void model_keep_sources(celer_model *m) {
+    pthread_mutex_lock(&m->prep_mu);
+    restore_sources(m);
+    m->sources_pinned = true;
+    pthread_mutex_unlock(&m->prep_mu);
 }
 
 celer_status model_prepare(celer_model *m, const backend_class *cls, const backend_params *p,
@@ -228,6 +242,8 @@ celer_status model_prepare(celer_model *m, const backend_class *cls, const backe
         goto done;
     }
     model_matrices(m, mats, n);
+    /* converted GGUF matrices another class's prepare let go are read again here */
+    restore_sources(m);
     const arena *vectors[2] = {&m->vectors, m->text ? &m->text->vectors : NULL};
     const weight_set ws = {.mats = mats,
                            .n_mats = n,
@@ -238,7 +254,9 @@ celer_status model_prepare(celer_model *m, const backend_class *cls, const backe
     backend_weights *w = NULL;
     s = cls->prepare(&ws, p, &w, e);
     free(mats);
-    /* nothing prepared (the kernels read the weights in place): a later call asks again */
+    /* nothing prepared (the kernels read the weights in place): a later call asks again,
+     * and no later prepare may let the sources go */
+    if (s == CELER_OK && !w) m->sources_pinned = true;
     if (s != CELER_OK || !w) goto done;
     m->prepared[m->n_prepared++] = (struct model_prepared){cls, p->device, w};
     *out = w;
@@ -248,6 +266,15 @@ celer_status model_prepare(celer_model *m, const backend_class *cls, const backe
 done:
     pthread_mutex_unlock(&m->prep_mu);
     return s;
+}
+
+int64_t model_resident_source_bytes(celer_model *m) {
+    int64_t params, bytes;
+    model_count(m, &params, &bytes);
+    pthread_mutex_lock(&m->prep_mu);
+    bytes -= m->released_bytes;
+    pthread_mutex_unlock(&m->prep_mu);
+    return bytes;
 }
 
 void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms) {

@@ -138,6 +138,8 @@ struct celer_model {
         backend_weights *w;
     } prepared[MODEL_MAX_PREPARED];
     int n_prepared;
+    bool sources_pinned;    /* a backend reads the weights in place: prepares keep the sources */
+    int64_t released_bytes; /* of the weights' sources, what the last prepare let go */
 };
 
 /* The tiles of one image and where their features go (see vision.h for how an image
@@ -257,11 +259,18 @@ void model_close(celer_model *m);
 
 /* *out = cls's prepared copy of m's weights for p->device, made on the first call and
  * shared afterwards (safe from several threads); NULL when cls reads the weights where
- * they lie. Once a copy is made, the checkpoint's file pages are let go. */
+ * they lie. Once a copy is made, the pages of the sources it holds are let go: the file's,
+ * and the converted GGUF matrices' (converted again before the next prepare). */
 celer_status model_prepare(celer_model *m, const backend_class *cls, const backend_params *p,
                            const backend_weights **out, celer_error *e);
+/* For a backend that reads the weights where they lie: every source back in memory (see
+ * model_prepare), and kept there by later prepares. */
+void model_keep_sources(celer_model *m);
 /* Bytes of every prepared copy and the milliseconds making them took. */
 void model_prepared_info(const celer_model *m, int64_t *bytes, double *ms);
+/* Bytes of the checkpoint's weights still resident for backends that read them in place:
+ * all of them less the sources every prepared copy let go. */
+int64_t model_resident_source_bytes(celer_model *m);
 
 /* The distinct RoPE parameter sets the forward passes (at least 1). */
 int model_rope_kinds(const celer_model *m);

@@ -301,6 +301,7 @@ backend *backend_ref_create(int n_threads, int64_t max_cols, int64_t max_keys, b
     rb->base.kv_f16 = kv_f16;
     rb->base.host = true;
     rb->base.kernels = "ref";
+    rb->base.in_place = true;
     rb->max_cols = max_cols;
     rb->max_keys = max_keys;
     rb->pool = threadpool_create(n_threads);
