@@ -194,12 +194,12 @@ static int list_fixtures(char **names, int cap, bool vlm) {
         if (de->d_name[0] == '.' || de->d_name[0] == '_' || stat(path, &sb) != 0 ||
             !S_ISDIR(sb.st_mode))
             continue;
-        /* a checkpoint: config.json or model.gguf (vision/ and the like hold other goldens) */
-        char ck[4300], gg[4300], pre[4300];
+        /* a checkpoint: config.json, model.gguf or a split GGUF's first part (vision/ and the
+         * like hold other goldens) */
+        char ck[4300], pre[4300];
         snprintf(ck, sizeof ck, "%s/config.json", path);
-        snprintf(gg, sizeof gg, "%s/model.gguf", path);
         snprintf(pre, sizeof pre, "%s/preprocessor_config.json", path);
-        if (stat(ck, &sb) != 0 && stat(gg, &sb) != 0) continue;
+        if (stat(ck, &sb) != 0 && fixture_model_path(path) == path) continue;
         if ((stat(pre, &sb) == 0) == vlm) names[k++] = strdup(de->d_name);
     }
     closedir(d);
@@ -216,11 +216,21 @@ int vlm_fixture_names(char **names, int cap) {
 
 const char *fixture_model_path(const char *dir) {
     static char path[4200];
+    struct stat sb;
     snprintf(path, sizeof path, "%s/model.gguf", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dir;
-    fclose(f);
-    return path;
+    if (stat(path, &sb) == 0) return path;
+    DIR *d = opendir(dir); /* a split GGUF: its first part, model-00001-of-NNNNN.gguf */
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const size_t n = strlen(de->d_name);
+        if (n == 25 && !strncmp(de->d_name, "model-00001-of-", 15) &&
+            !strcmp(de->d_name + n - 5, ".gguf")) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            closedir(d);
+            return path;
+        }
+    }
+    if (d) closedir(d);
+    return dir;
 }
 
 /* ==== Real tokenizers ==== */

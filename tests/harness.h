@@ -51,8 +51,8 @@ const char *fixture_path(const char *name);
 int fixture_names(char **names, int cap);
 /* The same for the vision-language fixtures (those with preprocessor_config.json). */
 int vlm_fixture_names(char **names, int cap);
-/* A fixture's model: dir/model.gguf when it exists, else dir (a checkpoint directory).
- * Static buffer. */
+/* A fixture's model: dir/model.gguf when it exists, or the first part of a split GGUF
+ * (dir/model-00001-of-NNNNN.gguf), else dir (a checkpoint directory). Static buffer. */
 const char *fixture_model_path(const char *dir);
 
 /* The default model's GGUF: $CELER_REAL_MODEL, else in ${CELER_CACHE_DIR:-~/.cache/celer}

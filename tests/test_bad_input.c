@@ -185,6 +185,48 @@ static const char *gguf_variant(const char *fixture, const char *tag,
     return dst;
 }
 
+/* work/tag/ holding the split fixture's parts as named: parts[i] is the part (1 to 3) written
+ * as file i + 1 of 3, 0 for none; returns the first part's path, or first_as when set. */
+static const char *split_variant(const char *tag, const int parts[3], const char *first_as) {
+    static char first[700];
+    char src[4200], dst[700];
+    for (int i = 0; i < 3; i++) {
+        if (!parts[i]) continue;
+        size_t len;
+        snprintf(src, sizeof src, "%s/model-%05d-of-00003.gguf",
+                 fixture_path("llama-tied-gguf-q4_1-split"), parts[i]);
+        char *buf = read_all(src, &len);
+        if (!CHECK(buf != NULL, "read %s", src)) continue;
+        snprintf(dst, sizeof dst, "mkdir -p '%s/%s'", work, tag);
+        if (system(dst) != 0) CHECK(false, "mkdir");
+        if (i == 0 && first_as)
+            snprintf(dst, sizeof dst, "%s/%s/%s", work, tag, first_as);
+        else
+            snprintf(dst, sizeof dst, "%s/%s/model-%05d-of-00003.gguf", work, tag, i + 1);
+        write_all(dst, buf, len);
+        free(buf);
+        if (i == 0) snprintf(first, sizeof first, "%s", dst);
+    }
+    return first;
+}
+
+/* A split GGUF opened from another part than the first, with a part missing, with the parts
+ * out of order, or with its first part renamed: one line each, naming the file. */
+static void split_cases(void) {
+    char second[4300];
+    snprintf(second, sizeof second, "%s/model-00002-of-00003.gguf",
+             fixture_path("llama-tied-gguf-q4_1-split"));
+    expect_error("gguf split: second part", second,
+                 NEEDLES("model-00002-of-00003.gguf", "part 2 of 3", "open the first part"));
+    expect_error("gguf split: part missing", split_variant("split_missing", (int[]){1, 2, 0}, NULL),
+                 NEEDLES("model-00003-of-00003.gguf", "cannot open", "part 3 of 3"));
+    expect_error("gguf split: parts swapped", split_variant("split_swap", (int[]){1, 3, 2}, NULL),
+                 NEEDLES("model-00002-of-00003.gguf", "split.no 3", "expected part 2 of 3"));
+    expect_error("gguf split: first renamed",
+                 split_variant("split_renamed", (int[]){1, 2, 3}, "first.gguf"),
+                 NEEDLES("first.gguf", "split.count says 3 parts", "-00001-of-00003.gguf"));
+}
+
 static char *find(char *buf, size_t len, const char *needle) {
     return memmem(buf, len, needle, strlen(needle));
 }
@@ -519,6 +561,7 @@ int main(void) {
                  gguf_variant("llama-tied-gguf-q4_1", "count", gguf_header_count),
                  NEEDLES("count.gguf", "cannot fit"));
 
+    split_cases();
     spm_cases();
 
     snprintf(path, sizeof path, "rm -rf '%s'", work);

@@ -215,6 +215,8 @@ void checkpoint_close(checkpoint *ck) {
     free(ck->gguf);
     gguf_free_derived(ck);
     mapped_file_close(&ck->gguf_map);
+    for (size_t i = 0; i < ck->n_gguf_parts; i++) mapped_file_close(&ck->gguf_parts[i]);
+    free(ck->gguf_parts);
     arena_free(&ck->mem);
     free(ck->config_path);
     free(ck->dir);
@@ -346,11 +348,14 @@ celer_status config_str(const checkpoint *ck, const json_t *obj, const char *key
 
 void checkpoint_release_pages(const checkpoint *ck) {
     mapped_file_release(&ck->gguf_map);
+    for (size_t i = 0; i < ck->n_gguf_parts; i++) mapped_file_release(&ck->gguf_parts[i]);
     for (size_t i = 0; i < ck->n_shards; i++) mapped_file_release(&ck->shards[i].map);
 }
 
 void checkpoint_release_range(const checkpoint *ck, const void *p, size_t n) {
     mapped_file_release_range(&ck->gguf_map, p, n);
+    for (size_t i = 0; i < ck->n_gguf_parts; i++)
+        mapped_file_release_range(&ck->gguf_parts[i], p, n);
     for (size_t i = 0; i < ck->n_shards; i++) mapped_file_release_range(&ck->shards[i].map, p, n);
     gguf_release_derived(ck, p, n);
 }

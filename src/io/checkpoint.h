@@ -31,6 +31,8 @@ typedef struct checkpoint {
     /* A GGUF file opened as a checkpoint: its map, parsed header and repacked tensors. */
     struct gguf_file *gguf;
     mapped_file gguf_map;
+    mapped_file *gguf_parts; /* a split file's other parts (their tensors are in gguf's) */
+    size_t n_gguf_parts;
     struct gguf_derived *derived; /* its converted matrices (gguf_checkpoint.c) */
     size_t n_derived;
     arena mem;

@@ -22,6 +22,10 @@
  * a 4-bit scale and min in one byte, w = d*sc*q - dmin*m) keeps its bytes as they are: the
  * scales read their low nibbles (U4LO), the mins the high ones (U4HI), 2.625 bits a weight.
  *
+ * A split file (llama.cpp's gguf-split: NAME-00001-of-0000N.gguf, split.no, split.count and
+ * split.tensors.count in each part's metadata, the model's metadata in the first) opens from
+ * its first part: the other parts' tensors join the first's table, their maps kept beside it.
+ *
  * IQ4_NL and IQ4_XS map 4-bit codes through a fixed table of 16 values ("<module>.lut", I8)
  * with a zero point of 0: w = d * table[q] (IQ4_NL, Q4_0's block layout) or w = d * (ls -
  * 32) * table[q] (IQ4_XS: 6-bit scales per 32 under d per 256).
@@ -37,6 +41,7 @@
 
 #include "base/half.h"
 #include "base/threadpool.h"
+#include "io/hf_cache.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -799,11 +804,95 @@ static celer_status build_tensors(checkpoint *ck, const gguf_file *g, const char
                     ? add_kblocks(&tb, gt, module, n_head)
                     : add_blocks(&tb, gt, module, n_head);
             /* the blocks are read again only if the converted pages go and come back */
-            mapped_file_release_range(&ck->gguf_map, gt->data, gt->nbytes);
+            checkpoint_release_range(ck, gt->data, gt->nbytes);
         }
     }
     safetensors_index(st);
     return s;
+}
+
+/* A part's split.no and split.count; an error naming label when either is missing or not a
+ * count. */
+static celer_status split_fields(const gguf_file *g, const char *label, int64_t *no, int64_t *count,
+                                 celer_error *e) {
+    double n = -1, c = -1;
+    if (!kv_number(g, "split.no", &n) || !kv_number(g, "split.count", &c) || n < 0 || c < 1 ||
+        n != (double)(int64_t)n || c != (double)(int64_t)c || c > 99999)
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: split.no and split.count: expected the part's number and the "
+                         "count of parts of a split GGUF",
+                         label);
+    *no = (int64_t)n, *count = (int64_t)c;
+    return CELER_OK;
+}
+
+/* The other parts of a split file whose first part ck->gguf is: mapped, parsed, checked, and
+ * their tensors moved into ck->gguf's table. */
+static celer_status open_parts(checkpoint *ck, const char *path, celer_error *e) {
+    gguf_file *g = ck->gguf;
+    if (!gguf_find_kv(g, "split.count")) return CELER_OK;
+    int64_t no, count;
+    celer_status s = split_fields(g, path, &no, &count, e);
+    if (s != CELER_OK) return s;
+    if (no != 0)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "%s: part %lld of %lld of a split GGUF: open the first part "
+                         "(-00001-of-%05lld.gguf)",
+                         path, (long long)no + 1, (long long)count, (long long)count);
+    int part, parts;
+    if (count > 1 && (!hf_gguf_shard(path, &part, &parts) || part != 1 || parts != count))
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: split.count says %lld parts, but the name does not end in "
+                         "-00001-of-%05lld.gguf, which names them",
+                         path, (long long)count, (long long)count);
+    if (!(ck->gguf_parts = calloc((size_t)count, sizeof *ck->gguf_parts)))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    const size_t at = strlen(path) - 19; /* where the part number starts */
+    for (int64_t k = 1; k < count; k++) {
+        char name[4096];
+        snprintf(name, sizeof name, "%.*s%05lld%s", (int)at, path, (long long)k + 1, path + at + 5);
+        mapped_file *map = &ck->gguf_parts[ck->n_gguf_parts];
+        celer_error pe = {{0}};
+        if ((s = mapped_file_open(name, map, &pe)) != CELER_OK)
+            return error_set(e, s, "%s (part %lld of %lld of %s)", pe.msg, (long long)k + 1,
+                             (long long)count, path);
+        ck->n_gguf_parts++;
+        gguf_file pg;
+        s = gguf_parse(&pg, name, map->data, map->size, e);
+        int64_t pno = 0, pcount = 0;
+        if (s == CELER_OK) s = split_fields(&pg, name, &pno, &pcount, e);
+        if (s == CELER_OK && (pno != k || pcount != count))
+            s = error_set(e, CELER_STATUS_BAD_FILE,
+                          "%s: split.no %lld of split.count %lld, expected part %lld of %lld "
+                          "(the parts of %s)",
+                          name, (long long)pno + 1, (long long)pcount, (long long)k + 1,
+                          (long long)count, path);
+        gguf_tensor *t =
+            s == CELER_OK
+                ? realloc(g->tensors, (g->n_tensors + pg.n_tensors + 1) * sizeof *g->tensors)
+                : NULL;
+        if (s == CELER_OK && !t) s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        if (s == CELER_OK) { /* the names move with the entries */
+            g->tensors = t;
+            memcpy(t + g->n_tensors, pg.tensors, pg.n_tensors * sizeof *t);
+            g->n_tensors += pg.n_tensors;
+            pg.n_tensors = 0;
+        }
+        gguf_free(&pg);
+        if (s != CELER_OK) return s;
+    }
+    double want = 0;
+    if (kv_number(g, "split.tensors.count", &want) && want != (double)g->n_tensors)
+        return error_set(e, CELER_STATUS_BAD_FILE,
+                         "%s: split.tensors.count says %.0f tensors, the %lld parts hold %zu", path,
+                         want, (long long)count, g->n_tensors);
+    for (size_t i = 0; i < g->n_tensors; i++) /* a name twice across parts */
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(g->tensors[i].name, g->tensors[j].name))
+                return error_set(e, CELER_STATUS_BAD_FILE,
+                                 "%s: tensor %s is in more than one part of the split file", path,
+                                 g->tensors[i].name);
+    return CELER_OK;
 }
 
 celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error *e) {
@@ -814,7 +903,8 @@ celer_status gguf_open_checkpoint(checkpoint *ck, const char *path, celer_error 
         goto fail;
     }
     if ((s = mapped_file_open(path, &ck->gguf_map, e)) != CELER_OK) goto fail;
-    if ((s = gguf_parse(ck->gguf, path, ck->gguf_map.data, ck->gguf_map.size, e)) != CELER_OK)
+    if ((s = gguf_parse(ck->gguf, path, ck->gguf_map.data, ck->gguf_map.size, e)) != CELER_OK ||
+        (s = open_parts(ck, path, e)) != CELER_OK)
         goto fail;
     const gguf_kv *a = gguf_find_kv(ck->gguf, "general.architecture");
     char arch[32] = "";
