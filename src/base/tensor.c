@@ -91,6 +91,11 @@ void matview_codes(uint8_t *out, const matview *w, int64_t r) {
         memcpy(out, row, (size_t)w->cols);
         return;
     }
+    if (bits == 4) { /* two codes a byte, the low nibble first */
+        for (int64_t c = 0; c < w->cols; c += 2)
+            out[c] = row[c / 2] & 15u, out[c + 1] = (uint8_t)(row[c / 2] >> 4);
+        return;
+    }
     /* a bit buffer refilled a byte at a time: codes come out in order */
     uint32_t acc = 0;
     int have = 0;

@@ -402,6 +402,35 @@ static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *modu
                                                                                  : oom(tb);
 }
 
+/* n codes q[n] into a row's bit string from code first on (code c at bits c*bits): whole
+ * words streamed when the codes start and end on word boundaries (4-bit ones unrolled),
+ * else OR-ed in a code at a time. */
+static void put_codes(uint32_t *row, int64_t first, const uint8_t *q, int n, int bits) {
+    if (bits == 4 && first % 8 == 0 && n % 8 == 0) { /* the common case, unrolled */
+        for (int k = 0; k < n; k += 8)
+            row[(first + k) / 8] = (uint32_t)q[k] | (uint32_t)q[k + 1] << 4 |
+                                   (uint32_t)q[k + 2] << 8 | (uint32_t)q[k + 3] << 12 |
+                                   (uint32_t)q[k + 4] << 16 | (uint32_t)q[k + 5] << 20 |
+                                   (uint32_t)q[k + 6] << 24 | (uint32_t)q[k + 7] << 28;
+        return;
+    }
+    if (first * bits % 32 == 0 && n * bits % 32 == 0) { /* whole words, streamed */
+        uint32_t *out = row + first * bits / 32;
+        uint64_t acc = 0;
+        int have = 0;
+        for (int k = 0; k < n; k++) {
+            acc |= (uint64_t)q[k] << have, have += bits;
+            if (have >= 32) *out++ = (uint32_t)acc, acc >>= 32, have -= 32;
+        }
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        const int64_t bit = (first + k) * bits;
+        row[bit / 32] |= (uint32_t)q[k] << (bit % 32);
+        if (bit % 32 + bits > 32) row[bit / 32 + 1] |= (uint32_t)q[k] >> (32 - bit % 32);
+    }
+}
+
 /* The codes (0 .. 2^bits - 1) of one 32-element block, its scale and its bias; bias is
  * untouched for the types with a zero point. */
 static void decode_block(uint32_t gtype, const uint8_t *blk, uint8_t q[32], uint16_t *d,
@@ -536,11 +565,7 @@ static void blocks_rows(const void *arg, int64_t r0, int64_t r1) {
             uint8_t q[32];
             uint16_t d, m = 0;
             decode_block(j->gt->ggml_type, src + (size_t)b * j->bsize, q, &d, &m);
-            for (int k = 0; k < 32; k++) { /* code c at bits c*bits of the row's bit string */
-                const int64_t bit = (b * 32 + k) * bits;
-                row[bit / 32] |= (uint32_t)q[k] << (bit % 32);
-                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= (uint32_t)q[k] >> (32 - bit % 32);
-            }
+            put_codes(row, b * 32, q, 32, bits);
             j->scales[r * nb + b] = d;
             if (j->biases) j->biases[r * nb + b] = m;
         }
@@ -614,6 +639,31 @@ static uint8_t kquant_code(uint32_t gtype, const uint8_t *blk, int e) {
     return (uint8_t)(lo | (five ? ((blk[16 + i] >> g) & 1) << 4 : 0));
 }
 
+/* The 256 codes of a super-block, the type's own loop each (kquant_code's formulas). */
+static void kquant_codes(uint32_t gtype, const uint8_t *blk, uint8_t q[256]) {
+    switch (gtype) {
+    case GGML_Q4_K:
+    case GGML_Q5_K: {
+        const bool five = gtype == GGML_Q5_K;
+        const uint8_t *qs = blk + 16 + (five ? 32 : 0);
+        for (int g = 0; g < 8; g++)
+            for (int i = 0; i < 32; i++)
+                q[32 * g + i] = (uint8_t)(((qs[32 * (g / 2) + i] >> (4 * (g % 2))) & 15) |
+                                          (five ? ((blk[16 + i] >> g) & 1) << 4 : 0));
+        return;
+    }
+    case GGML_Q6_K:
+        for (int h = 0; h < 2; h++)
+            for (int w = 0; w < 128; w++)
+                q[128 * h + w] =
+                    (uint8_t)(((blk[64 * h + w % 64] >> (4 * (w / 64))) & 15) |
+                              ((blk[128 + 32 * h + w % 32] >> (2 * (w / 32))) & 3) << 4);
+        return;
+    default:
+        for (int e = 0; e < 256; e++) q[e] = kquant_code(gtype, blk, e);
+    }
+}
+
 /* Group j's 6-bit scale and min of a Q4_K / Q5_K super-block (its 12 packed bytes). */
 static void kquant_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
@@ -651,12 +701,9 @@ static void kblocks_rows(const void *arg, int64_t r0, int64_t r1) {
         for (int64_t b = 0; b < nsup; b++) {
             const uint8_t *blk = src + (size_t)b * j->bsize;
             const int64_t k = r * nsup + b;
-            for (int e = 0; e < 256; e++) { /* code c at bits c*bits of the row's bit string */
-                const uint32_t q = kquant_code(gtype, blk, e);
-                const int64_t bit = (b * 256 + e) * bits;
-                row[bit / 32] |= q << (bit % 32);
-                if (bit % 32 + bits > 32) row[bit / 32 + 1] |= q >> (32 - bit % 32);
-            }
+            uint8_t q[256];
+            kquant_codes(gtype, blk, q);
+            put_codes(row, b * 256, q, 256, bits);
             uint8_t *sc = j->scales + k * per;
             if (q6) {
                 memcpy(sc, blk + 192, 16);

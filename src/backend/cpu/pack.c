@@ -162,6 +162,25 @@ static void put_row(const packed_mat *p, uint8_t *tile, int i, const uint8_t *q)
     for (int64_t b = 0; b < p->cols / QBLOCK; b++) {
         uint8_t *blk = tile + b * block;
         const uint8_t *qb = q + b * QBLOCK;
+        if (L == 4) /* nibble planes: vector s's byte j of row i is runs 2s and 2s + 1 */
+            for (int pl = 0; pl < p->planes; pl++) {
+                const int sh = (p->planes - 1 - pl) * L;
+                for (int s = 0; s < 4; s++)
+                    for (int j = 0; j < 4; j++)
+                        blk[pl * plane + s * PACK_STEP + i * 4 + j] =
+                            (uint8_t)((qb[8 * s + j] >> sh & 15u) | (qb[8 * s + 4 + j] >> sh & 15u)
+                                                                        << 4);
+            }
+        if (L == 4) { /* bit planes: run e's 4 bits of row i are one nibble of a byte */
+            for (int h = 0; h < p->hibits; h++)
+                for (int e = 0; e < QBLOCK / 4; e++) {
+                    unsigned nib = 0;
+                    for (int j = 0; j < 4; j++) nib |= (qb[4 * e + j] >> (L + h) & 1u) << j;
+                    blk[p->planes * plane + h * PACK_STEP + 8 * e + i / 2] |=
+                        (uint8_t)(nib << 4 * (i % 2));
+                }
+            continue;
+        }
         for (int c = 0; c < QBLOCK; c++) {
             const unsigned v = qb[c];
             for (int pl = 0; pl < p->planes; pl++)
