@@ -80,17 +80,6 @@ def run_one(engine, path, n_prompt, n_gen, reps, threads):
     cmd = [tool, "bench", "-m", path] if engine == "celer" else [tool, "-m", path]
     cmd += ["-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps), "-t", str(threads), "-o", "json"]
     return invoke(engine, cmd, n_prompt, n_gen)
-    try:
-        objs = parse_json_array(out)
-    except (ValueError, json.JSONDecodeError) as e:
-        res["error"] = f"unreadable output: {e}"
-        return res
-    for o in objs:
-        if int(o.get("n_prompt", -1)) == n_prompt and int(o.get("n_gen", -1)) == n_gen:
-            res["result"] = o
-    if "result" not in res:
-        res["error"] = f"no result for n_prompt={n_prompt} n_gen={n_gen}"
-    return res
 
 
 def abba(path, n_prompt, n_gen, args, label):
