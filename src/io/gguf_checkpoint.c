@@ -499,8 +499,8 @@ static struct gguf_derived *derived_new(table *tb, size_t size) {
     if (!d) return NULL;
     ck->derived = d;
     d += ck->n_derived;
-    *d = (struct gguf_derived){.size = size};
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *d = (struct gguf_derived){.size = size ? size : 1}; /* a matrix of no rows maps a page */
+    void *p = mmap(NULL, d->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     d->base = p;
     ck->n_derived++;
