@@ -402,11 +402,12 @@ static celer_status add_dense(table *tb, const gguf_tensor *gt, const char *modu
                                                                                  : oom(tb);
 }
 
-/* n codes q[n] into a row's bit string from code first on (code c at bits c*bits): whole
- * words streamed when the codes start and end on word boundaries (4-bit ones unrolled),
- * else OR-ed in a code at a time. */
+/* n codes q[n] into a row's bit string from code first on (code c at bits c*bits), as
+ * whole words: the codes start and end on word boundaries (a block of 32 or 256 codes does
+ * at every width), so every word is written, none OR-ed into. */
 static void put_codes(uint32_t *row, int64_t first, const uint8_t *q, int n, int bits) {
-    if (bits == 4 && first % 8 == 0 && n % 8 == 0) { /* the common case, unrolled */
+    CELER_ASSERT(first * bits % 32 == 0 && n * bits % 32 == 0);
+    if (bits == 4) { /* the common width, unrolled */
         for (int k = 0; k < n; k += 8)
             row[(first + k) / 8] = (uint32_t)q[k] | (uint32_t)q[k + 1] << 4 |
                                    (uint32_t)q[k + 2] << 8 | (uint32_t)q[k + 3] << 12 |
@@ -414,20 +415,12 @@ static void put_codes(uint32_t *row, int64_t first, const uint8_t *q, int n, int
                                    (uint32_t)q[k + 6] << 24 | (uint32_t)q[k + 7] << 28;
         return;
     }
-    if (first * bits % 32 == 0 && n * bits % 32 == 0) { /* whole words, streamed */
-        uint32_t *out = row + first * bits / 32;
-        uint64_t acc = 0;
-        int have = 0;
-        for (int k = 0; k < n; k++) {
-            acc |= (uint64_t)q[k] << have, have += bits;
-            if (have >= 32) *out++ = (uint32_t)acc, acc >>= 32, have -= 32;
-        }
-        return;
-    }
+    uint32_t *out = row + first * bits / 32;
+    uint64_t acc = 0;
+    int have = 0;
     for (int k = 0; k < n; k++) {
-        const int64_t bit = (first + k) * bits;
-        row[bit / 32] |= (uint32_t)q[k] << (bit % 32);
-        if (bit % 32 + bits > 32) row[bit / 32 + 1] |= (uint32_t)q[k] >> (32 - bit % 32);
+        acc |= (uint64_t)q[k] << have, have += bits;
+        if (have >= 32) *out++ = (uint32_t)acc, acc >>= 32, have -= 32;
     }
 }
 
@@ -485,8 +478,6 @@ struct gguf_derived {
         struct kblocks_job kblocks;
     } job;
     int64_t rows;
-    uint32_t *codes; /* OR-ed into: zeroed before the re-layout runs again */
-    size_t code_bytes;
     uint8_t *base;
     size_t size, used;
     bool dropped; /* some of its pages went */
@@ -539,7 +530,6 @@ void gguf_restore_derived(checkpoint *ck) {
         struct gguf_derived *d = &ck->derived[i];
         if (!d->dropped) continue;
         if (!pool) pool = threadpool_create(threadpool_cpu_count()); /* NULL: this thread */
-        memset(d->codes, 0, d->code_bytes);
         for_rows(pool, d->fn, &d->job, d->rows);
         d->dropped = false;
     }
@@ -595,7 +585,7 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
     uint16_t *scales = derived_take(d, scale_bytes);
     uint16_t *biases = zero_point ? NULL : derived_take(d, scale_bytes);
     d->job.blocks = (struct blocks_job){gt, n_head, bits, bsize, words, codes, scales, biases};
-    d->fn = blocks_rows, d->rows = rows, d->codes = codes, d->code_bytes = code_bytes;
+    d->fn = blocks_rows, d->rows = rows;
     for_rows(tb->pool, blocks_rows, &d->job, rows);
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,
              sizeof(uint32_t) * (size_t)(rows * words)) ||
@@ -610,57 +600,37 @@ static celer_status add_blocks(table *tb, const gguf_tensor *gt, const char *mod
     return CELER_OK;
 }
 
-/* Element e (0..255) of a K-quant super-block: its code, and the group it is in. */
-static uint8_t kquant_code(uint32_t gtype, const uint8_t *blk, int e) {
-    if (gtype == GGML_Q2_K) { /* scales[16], qs[64], d, dmin */
-        const int h = e / 128, w = e % 128;
-        return (uint8_t)((blk[16 + 32 * h + w % 32] >> (2 * (w / 32))) & 3);
-    }
-    if (gtype == GGML_Q3_K) { /* hmask[32], qs[64], scales[12], d */
-        const int h = e / 128, w = e % 128;
-        const int lo = (blk[32 + 32 * h + w % 32] >> (2 * (w / 32))) & 3;
-        return (uint8_t)(lo | ((blk[e % 32] >> (e / 32)) & 1) << 2);
-    }
-    if (gtype == GGML_IQ4_XS) { /* d, scales_h (u16), scales_l[4], qs[128]: Q4_0's order per 32 */
-        const int g = e / 32, i = e % 32;
-        return (uint8_t)((blk[8 + 16 * g + i % 16] >> (4 * (i / 16))) & 15);
-    }
-    if (gtype == GGML_Q6_K) { /* ql[128], qh[64], then scales and d */
-        const int h = e / 128, w = e % 128;
-        const int lo = (blk[64 * h + w % 64] >> (4 * (w / 64))) & 15;
-        const int hi = (blk[128 + 32 * h + w % 32] >> (2 * (w / 32))) & 3;
-        return (uint8_t)(lo | hi << 4);
-    }
-    /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs */
-    const bool five = gtype == GGML_Q5_K;
-    const uint8_t *qs = blk + 16 + (five ? 32 : 0);
-    const int g = e / 32, i = e % 32;
-    const int lo = (qs[32 * (g / 2) + i] >> (4 * (g % 2))) & 15;
-    return (uint8_t)(lo | (five ? ((blk[16 + i] >> g) & 1) << 4 : 0));
-}
-
-/* The 256 codes of a super-block, the type's own loop each (kquant_code's formulas). */
+/* The 256 codes of a K-quant or IQ4_XS super-block, in element order. */
 static void kquant_codes(uint32_t gtype, const uint8_t *blk, uint8_t q[256]) {
     switch (gtype) {
-    case GGML_Q4_K:
-    case GGML_Q5_K: {
-        const bool five = gtype == GGML_Q5_K;
-        const uint8_t *qs = blk + 16 + (five ? 32 : 0);
-        for (int g = 0; g < 8; g++)
-            for (int i = 0; i < 32; i++)
-                q[32 * g + i] = (uint8_t)(((qs[32 * (g / 2) + i] >> (4 * (g % 2))) & 15) |
-                                          (five ? ((blk[16 + i] >> g) & 1) << 4 : 0));
+    case GGML_Q2_K: /* scales[16], qs[64], d, dmin */
+        for (int e = 0; e < 256; e++)
+            q[e] = (uint8_t)((blk[16 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3);
         return;
-    }
-    case GGML_Q6_K:
+    case GGML_Q3_K: /* hmask[32], qs[64], scales[12], d */
+        for (int e = 0; e < 256; e++)
+            q[e] = (uint8_t)(((blk[32 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3) |
+                             ((blk[e % 32] >> (e / 32)) & 1) << 2);
+        return;
+    case GGML_IQ4_XS: /* d, scales_h (u16), scales_l[4], qs[128]: Q4_0's order per 32 */
+        for (int e = 0; e < 256; e++)
+            q[e] = (uint8_t)((blk[8 + 16 * (e / 32) + e % 16] >> (4 * (e % 32 / 16))) & 15);
+        return;
+    case GGML_Q6_K: /* ql[128], qh[64], then scales and d */
         for (int h = 0; h < 2; h++)
             for (int w = 0; w < 128; w++)
                 q[128 * h + w] =
                     (uint8_t)(((blk[64 * h + w % 64] >> (4 * (w / 64))) & 15) |
                               ((blk[128 + 32 * h + w % 32] >> (2 * (w / 32))) & 3) << 4);
         return;
-    default:
-        for (int e = 0; e < 256; e++) q[e] = kquant_code(gtype, blk, e);
+    default: { /* Q4_K: d, dmin, scales[12], qs[128]; Q5_K: the same with qh[32] before qs */
+        const bool five = gtype == GGML_Q5_K;
+        const uint8_t *qs = blk + 16 + (five ? 32 : 0);
+        for (int g = 0; g < 8; g++)
+            for (int i = 0; i < 32; i++)
+                q[32 * g + i] = (uint8_t)(((qs[32 * (g / 2) + i] >> (4 * (g % 2))) & 15) |
+                                          (five ? ((blk[16 + i] >> g) & 1) << 4 : 0));
+    }
     }
 }
 
@@ -766,7 +736,7 @@ static celer_status add_kblocks(table *tb, const gguf_tensor *gt, const char *mo
     uint16_t *fm = no_mins ? NULL : derived_take(d, factor_bytes);
     d->job.kblocks =
         (struct kblocks_job){gt, n_head, bits, per, bsize, words, codes, scales, mins, fd, fm};
-    d->fn = kblocks_rows, d->rows = rows, d->codes = codes, d->code_bytes = code_bytes;
+    d->fn = kblocks_rows, d->rows = rows;
     for_rows(tb->pool, kblocks_rows, &d->job, rows);
     const dtype st = no_mins ? DTYPE_I8 : q2 ? DTYPE_U4LO : DTYPE_U8;
     if (!add(tb, module, "weight", DTYPE_U32, 2, rows, words, codes,

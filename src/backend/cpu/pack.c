@@ -146,49 +146,39 @@ void packed_group_scales(const packed_mat *p, const uint16_t *sb, int64_t c, flo
     }
 }
 
-/* Row i of a tile from its codes q[cols]: packed_code's inverse. A column's place in a
- * block (its field's byte and shift in the low planes, its bit in the high planes) is the
- * same in every block, so it is worked out once for the QBLOCK columns. */
+/* Row i of a tile from its codes q[cols]: packed_code's inverse. Nibble planes take a row's
+ * bytes whole (vector s's byte j of row i holds runs 2s and 2s + 1); crumb planes place each
+ * code by its field's byte and shift, worked out once for the QBLOCK columns of a block; bit
+ * planes take a run's 4 bits of row i as one nibble of a byte. */
 static void put_row(const packed_mat *p, uint8_t *tile, int i, const uint8_t *q) {
     const int per = 8 / p->lowbits, L = p->lowbits;
     const unsigned low = (1u << L) - 1u;
     const int64_t plane = packed_plane_bytes(p), block = packed_block_bytes(p);
-    int at[QBLOCK], shift[QBLOCK], hi_at[QBLOCK], hi_bit[QBLOCK];
-    for (int c = 0; c < QBLOCK; c++) {
-        const int e = c / 4, j = c % 4;
-        at[c] = e / per * PACK_STEP + i * 4 + j, shift[c] = e % per * L;
-        hi_at[c] = p->planes * (int)plane + 8 * e + (i * 4 + j) / 8, hi_bit[c] = (i * 4 + j) % 8;
-    }
+    int at[QBLOCK], shift[QBLOCK];
+    for (int c = 0; c < QBLOCK; c++)
+        at[c] = c / 4 / per * PACK_STEP + i * 4 + c % 4, shift[c] = c / 4 % per * L;
     for (int64_t b = 0; b < p->cols / QBLOCK; b++) {
         uint8_t *blk = tile + b * block;
         const uint8_t *qb = q + b * QBLOCK;
-        if (L == 4) /* nibble planes: vector s's byte j of row i is runs 2s and 2s + 1 */
-            for (int pl = 0; pl < p->planes; pl++) {
-                const int sh = (p->planes - 1 - pl) * L;
+        for (int pl = 0; pl < p->planes; pl++) {
+            const int sh = (p->planes - 1 - pl) * L;
+            if (L == 4)
                 for (int s = 0; s < 4; s++)
                     for (int j = 0; j < 4; j++)
                         blk[pl * plane + s * PACK_STEP + i * 4 + j] =
                             (uint8_t)((qb[8 * s + j] >> sh & 15u) | (qb[8 * s + 4 + j] >> sh & 15u)
                                                                         << 4);
+            else
+                for (int c = 0; c < QBLOCK; c++)
+                    blk[pl * plane + at[c]] |= (uint8_t)((qb[c] >> sh & low) << shift[c]);
+        }
+        for (int h = 0; h < p->hibits; h++)
+            for (int e = 0; e < QBLOCK / 4; e++) {
+                unsigned nib = 0;
+                for (int j = 0; j < 4; j++) nib |= (qb[4 * e + j] >> (L + h) & 1u) << j;
+                blk[p->planes * plane + h * PACK_STEP + 8 * e + i / 2] |=
+                    (uint8_t)(nib << 4 * (i % 2));
             }
-        if (L == 4) { /* bit planes: run e's 4 bits of row i are one nibble of a byte */
-            for (int h = 0; h < p->hibits; h++)
-                for (int e = 0; e < QBLOCK / 4; e++) {
-                    unsigned nib = 0;
-                    for (int j = 0; j < 4; j++) nib |= (qb[4 * e + j] >> (L + h) & 1u) << j;
-                    blk[p->planes * plane + h * PACK_STEP + 8 * e + i / 2] |=
-                        (uint8_t)(nib << 4 * (i % 2));
-                }
-            continue;
-        }
-        for (int c = 0; c < QBLOCK; c++) {
-            const unsigned v = qb[c];
-            for (int pl = 0; pl < p->planes; pl++)
-                blk[pl * plane + at[c]] |=
-                    (uint8_t)((v >> (p->planes - 1 - pl) * L & low) << shift[c]);
-            for (int h = 0; h < p->hibits; h++)
-                blk[hi_at[c] + h * PACK_STEP] |= (uint8_t)((v >> (L + h) & 1u) << hi_bit[c]);
-        }
     }
 }
 
