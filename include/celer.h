@@ -233,6 +233,11 @@ const char *celer_context_last_error(const celer_context *ctx);
 celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id);
 /* Positions sequence seq_id holds in the cache. */
 int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id);
+/* Rolls sequence seq_id back to its first len positions (len <= its length), e.g. to keep
+ * the accepted prefix of drafted tokens. *kept (may be NULL) gets the positions it holds
+ * after: len, or less when the block holding position len is shared with another sequence
+ * (then the sequence ends at that block's start and the caller computes the rest again). */
+celer_status celer_seq_truncate(celer_context *ctx, int32_t seq_id, int64_t len, int64_t *kept);
 
 /* ==== Batches and the model contract (docs/architecture.md, "The model contract") ====
  *

@@ -6,7 +6,8 @@
  * and must NOT equal row last_pos - 1, so a slice shifted by one row is caught. Then:
  * prefill + one decode step equals the full forward of n + 1 tokens; two sequences in
  * one context do not disturb each other; a mixed batch (prefill beside decode) equals
- * separate calls; a full context is a clean error that changes nothing; the memory a context
+ * separate calls; a sequence rolled back (celer_seq_truncate) and decoded again gives the
+ * same rows; a full context is a clean error that changes nothing; the memory a context
  * reports (celer_context_get_memory) holds its KV pools exactly.
  *
  * The vision-language wrapper (every fixture with preprocessor_config.json): a prompt
@@ -126,6 +127,49 @@ static void check_cache(const int32_t *ids, int64_t n) {
            (long long)(n + 1), d);
     CHECK(d <= 1e-5, "prefill+decode differs from full forward by %g", d);
     free(all), free(row);
+    celer_context_destroy(ctx);
+}
+
+/* Rolling a sequence back (a rejected draft): prefill n tokens, decode the rest of ids[m]
+ * one at a time, truncate to keep, decode from there again: each logits row equals the
+ * first pass's (the same calls on the same cache rows, so bit for bit on the CPU). keep
+ * values cut inside a block and on a block boundary; keeping more than is held is refused
+ * and changes nothing. */
+static void check_truncate(const int32_t *ids, int64_t n, int64_t m) {
+    float *first = malloc(sizeof(float) * (size_t)(m * V)),
+          *row = malloc(sizeof(float) * (size_t)V);
+    celer_context *ctx = ctx_new(64, 1);
+    celer_batch b = celer_batch_tokens(ids, n);
+    CHECK(celer_forward_last_logits(ctx, &b, n - 1, first + (n - 1) * V) == CELER_OK, "prefill");
+    for (int64_t t = n; t < m; t++) {
+        celer_batch step = celer_batch_tokens(ids + t, 1);
+        CHECK(celer_forward_last_logits(ctx, &step, 0, first + t * V) == CELER_OK, "decode %lld",
+              (long long)t);
+    }
+    int64_t kept = -1;
+    CHECK(celer_seq_truncate(ctx, 0, m + 1, &kept) == CELER_STATUS_INVALID_ARGUMENT &&
+              celer_seq_length(ctx, 0) == m,
+          "truncate past the end: refused, length %lld", (long long)celer_seq_length(ctx, 0));
+    const int64_t keeps[] = {m - 2, 16, n + 1};
+    for (int k = 0; k < 3; k++) {
+        const int64_t keep = keeps[k];
+        CHECK(celer_seq_truncate(ctx, 0, keep, &kept) == CELER_OK && kept == keep &&
+                  celer_seq_length(ctx, 0) == keep,
+              "truncate to %lld: kept %lld", (long long)keep, (long long)kept);
+        double worst = 0;
+        for (int64_t t = keep; t < m; t++) {
+            celer_batch step = celer_batch_tokens(ids + t, 1);
+            CHECK(celer_forward_last_logits(ctx, &step, 0, row) == CELER_OK, "decode %lld again",
+                  (long long)t);
+            const double d = rel_diff(row, first + t * V);
+            worst = d > worst ? d : worst;
+        }
+        printf("  truncate to %lld of %lld, decode again: rel %.3g\n", (long long)keep,
+               (long long)m, worst);
+        CHECK(worst <= (strcmp(device, "cpu") ? same : 0.0),
+              "after truncating to %lld the logits differ by %g", (long long)keep, worst);
+    }
+    free(first), free(row);
     celer_context_destroy(ctx);
 }
 
@@ -463,6 +507,7 @@ static void run_all(void) {
         check_entry_points(ids, 7);
         check_entry_points(ids, 13);
         check_cache(ids, 12);
+        check_truncate(ids, 7, 24);
         check_two_sequences(ids, 13);
         check_decode_ids(ids, 13);
         check_memory();

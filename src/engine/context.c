@@ -388,6 +388,19 @@ celer_status celer_seq_reset(celer_context *ctx, int32_t seq_id) {
     return CELER_OK;
 }
 
+celer_status celer_seq_truncate(celer_context *ctx, int32_t seq_id, int64_t len, int64_t *kept) {
+    if (seq_id < 0 || seq_id >= ctx->kv.n_seq)
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT, "sequence id %d outside [0, %d)",
+                         seq_id, ctx->kv.n_seq);
+    if (len < 0 || len > ctx->kv.len[seq_id])
+        return error_set(&ctx->err, CELER_STATUS_INVALID_ARGUMENT,
+                         "truncate: sequence %d holds %lld positions, cannot keep %lld", seq_id,
+                         (long long)ctx->kv.len[seq_id], (long long)len);
+    const int64_t k = kv_cache_seq_truncate(&ctx->kv, seq_id, len);
+    if (kept) *kept = k;
+    return CELER_OK;
+}
+
 int64_t celer_seq_length(const celer_context *ctx, int32_t seq_id) {
     if (seq_id < 0 || seq_id >= ctx->kv.n_seq) return -1;
     return ctx->kv.len[seq_id];

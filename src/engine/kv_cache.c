@@ -79,10 +79,14 @@ void kv_cache_destroy(kv_cache *kv) {
 
 static void lru_remove(kv_cache *kv, int32_t b) {
     kv_block *m = &kv->meta[b];
-    if (m->lru_prev >= 0) kv->meta[m->lru_prev].lru_next = m->lru_next;
-    else kv->lru_head = m->lru_next;
-    if (m->lru_next >= 0) kv->meta[m->lru_next].lru_prev = m->lru_prev;
-    else kv->lru_tail = m->lru_prev;
+    if (m->lru_prev >= 0)
+        kv->meta[m->lru_prev].lru_next = m->lru_next;
+    else
+        kv->lru_head = m->lru_next;
+    if (m->lru_next >= 0)
+        kv->meta[m->lru_next].lru_prev = m->lru_prev;
+    else
+        kv->lru_tail = m->lru_prev;
     kv->n_lru--;
 }
 
@@ -90,8 +94,10 @@ static void lru_push(kv_cache *kv, int32_t b) {
     kv_block *m = &kv->meta[b];
     m->lru_prev = kv->lru_tail;
     m->lru_next = -1;
-    if (kv->lru_tail >= 0) kv->meta[kv->lru_tail].lru_next = b;
-    else kv->lru_head = b;
+    if (kv->lru_tail >= 0)
+        kv->meta[kv->lru_tail].lru_next = b;
+    else
+        kv->lru_head = b;
     kv->lru_tail = b;
     kv->n_lru++;
 }
@@ -127,8 +133,10 @@ static void hold_block(kv_cache *kv, int32_t b) {
 
 static void release_block(kv_cache *kv, int32_t b) {
     if (--kv->meta[b].ref > 0) return;
-    if (kv->meta[b].published) lru_push(kv, b);
-    else kv->free_blocks[kv->n_free++] = b;
+    if (kv->meta[b].published)
+        lru_push(kv, b);
+    else
+        kv->free_blocks[kv->n_free++] = b;
 }
 
 /* ==== Sequences ==== */
@@ -164,7 +172,8 @@ void kv_cache_commit(kv_cache *kv, const int64_t *add) {
 void kv_cache_unreserve(kv_cache *kv, const int64_t *add) {
     for (int32_t s = 0; s < kv->n_seq; s++) {
         const int32_t *table = kv_cache_table(kv, s);
-        for (int64_t b = kv_cache_blocks_for(kv, kv->len[s]); b < kv_cache_blocks_for(kv, kv->len[s] + add[s]); b++)
+        for (int64_t b = kv_cache_blocks_for(kv, kv->len[s]);
+             b < kv_cache_blocks_for(kv, kv->len[s] + add[s]); b++)
             release_block(kv, table[b]);
     }
 }
@@ -173,6 +182,23 @@ void kv_cache_seq_reset(kv_cache *kv, int32_t seq) {
     int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
     for (int64_t b = 0; b < kv_cache_blocks_for(kv, kv->len[seq]); b++) release_block(kv, table[b]);
     kv->len[seq] = 0;
+}
+
+int64_t kv_cache_seq_truncate(kv_cache *kv, int32_t seq, int64_t len) {
+    int32_t *table = kv->tables + (int64_t)seq * kv->max_blocks;
+    const int64_t held = kv_cache_blocks_for(kv, kv->len[seq]);
+    if (len < 0) len = 0;
+    if (len >= kv->len[seq]) return kv->len[seq];
+    if (len % kv->block_size) { /* the block holding the cut will be written again */
+        const int32_t b = table[len / kv->block_size];
+        if (kv->meta[b].ref > 1)
+            len -= len % kv->block_size;
+        else if (kv->meta[b].published)
+            unpublish(kv, b);
+    }
+    for (int64_t b = kv_cache_blocks_for(kv, len); b < held; b++) release_block(kv, table[b]);
+    kv->len[seq] = len;
+    return len;
 }
 
 /* ==== Prefix cache ==== */
@@ -184,7 +210,8 @@ uint64_t kv_cache_hash(const kv_cache *kv, uint64_t parent, const int32_t *token
     for (int i = 0; i < 8; i++) h = (h ^ ((parent >> (8 * i)) & 0xff)) * 0x100000001b3ull;
     for (int i = 0; extra && i < 8; i++) h = (h ^ ((extra >> (8 * i)) & 0xff)) * 0x100000001b3ull;
     for (int64_t t = 0; t < kv->block_size; t++)
-        for (int i = 0; i < 4; i++) h = (h ^ (((uint32_t)tokens[t] >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+        for (int i = 0; i < 4; i++)
+            h = (h ^ (((uint32_t)tokens[t] >> (8 * i)) & 0xff)) * 0x100000001b3ull;
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 27;
@@ -216,7 +243,8 @@ void kv_cache_publish(kv_cache *kv, int32_t seq, int64_t b, uint64_t hash, const
     const int32_t blk = kv_cache_table(kv, seq)[b];
     kv_block *m = &kv->meta[blk];
     if (m->published || kv_cache_lookup(kv, hash, tokens, extra) >= 0) return;
-    memcpy(kv->block_tokens + blk * kv->block_size, tokens, sizeof *tokens * (size_t)kv->block_size);
+    memcpy(kv->block_tokens + blk * kv->block_size, tokens,
+           sizeof *tokens * (size_t)kv->block_size);
     m->hash = hash;
     m->extra = extra;
     m->published = true;

@@ -95,6 +95,13 @@ static inline int32_t kv_cache_slot(const kv_cache *kv, int32_t seq, int64_t pos
  * published and nobody else holds it); its length becomes 0. */
 void kv_cache_seq_reset(kv_cache *kv, int32_t seq);
 
+/* Keeps the first len positions of seq (len <= its length) and lets go of the blocks past
+ * them, so a caller can roll back tokens it decided not to keep (a rejected draft). A kept
+ * block that is cut in the middle must be writable: one that another sequence also holds
+ * is let go too, and the sequence ends at that block's start; one only seq holds leaves
+ * the prefix cache, since its tail will be rewritten. Returns the length kept (<= len). */
+int64_t kv_cache_seq_truncate(kv_cache *kv, int32_t seq, int64_t len);
+
 /* ==== Prefix cache ==== */
 
 /* The chained hash of a block of tokens[block_size] whose parent block hashed to parent
