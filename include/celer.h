@@ -644,12 +644,23 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
  * yet ended gets a CELER_FINISH_CANCELLED event at the next step. */
 celer_status celer_engine_cancel(celer_engine *eng, uint64_t id);
 
-/* Runs one scheduler step and calls fn for each event. A failure of the model step ends
- * the affected requests (never the engine): every choice of each request that had rows in
- * the step ends with CELER_FINISH_ERROR, nothing of the step is kept, and the step returns
- * the status with the last error. Other requests go on at the next step (after
- * CELER_STATUS_DEVICE_LOST, they fail there in turn). */
+/* Runs one scheduler step and calls fn for each event: celer_engine_run, then
+ * celer_engine_emit. A failure of the model step ends the affected requests (never the
+ * engine): every choice of each request that had rows in the step ends with
+ * CELER_FINISH_ERROR, nothing of the step is kept, and the step returns the status with the
+ * last error. Other requests go on at the next step (after CELER_STATUS_DEVICE_LOST, they
+ * fail there in turn). */
 celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user);
+
+/* The two halves of a step, for an owner that serializes calls with a lock.
+ * celer_engine_run plans the batch, runs the model and picks every choice's token (under
+ * the lock). celer_engine_emit then detokenizes those tokens, matches stop strings and calls
+ * fn for each event; it touches nothing that celer_engine_submit, celer_engine_cancel or
+ * celer_engine_get_stats do, so the owner may let go of its lock first, but only the
+ * thread that ran the step calls it, once, before the next run. A choice a stop string ends
+ * gets its final event from emit and leaves its sequence at the start of the next run. */
+celer_status celer_engine_run(celer_engine *eng);
+void celer_engine_emit(celer_engine *eng, celer_event_fn fn, void *user);
 
 /* Whether any request is waiting or running. */
 bool celer_engine_pending(const celer_engine *eng);

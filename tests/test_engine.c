@@ -462,6 +462,26 @@ static void test_real_text(void) {
         CHECK(!strcmp(rs2.out[0].text[0], before) && rs2.out[0].finish[0] == CELER_FINISH_STOP,
               "stop \"%s\": got \"%s\" (finish %d), want \"%s\"", stop, rs2.out[0].text[0],
               rs2.out[0].finish[0], before);
+        /* The same through the two halves of a step, as a server drives them: the text stage
+         * (emit) finds the stop string and sends the final event; a cancellation before the
+         * next run adds no second one; that run gives the blocks back. */
+        run_state rs4 = {0};
+        submit(eng, &rs4, &rp);
+        for (int i = 0; i < 64 && !rs4.out[0].ended; i++) {
+            celer_engine_run(eng);
+            celer_engine_emit(eng, on_event, &rs4);
+        }
+        CHECK(rs4.out[0].ended == 1 && rs4.out[0].finish[0] == CELER_FINISH_STOP &&
+                  !strcmp(rs4.out[0].text[0], before) &&
+                  rs4.out[0].completion_tokens[0] == rs2.out[0].completion_tokens[0],
+              "run + emit, stop \"%s\": got \"%s\" (finish %d, %lld tokens)", stop,
+              rs4.out[0].text[0], rs4.out[0].finish[0], (long long)rs4.out[0].completion_tokens[0]);
+        CHECK(celer_engine_cancel(eng, rs4.out[0].id) == CELER_OK,
+              "the ended request is there until the next run");
+        celer_engine_run(eng);
+        celer_engine_emit(eng, on_event, &rs4);
+        CHECK(rs4.out[0].ended == 1, "a choice a stop string ended got %d final events",
+              rs4.out[0].ended);
     }
     /* A stop string that the end of the text begins but never completes: held back while
      * it could, then released when the length limit ends the choice. */

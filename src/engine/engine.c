@@ -3,14 +3,20 @@
  * "Engine").
  *
  * A request has n choices; each choice is one sequence of the engine's context while it
- * runs. Every step: cancelled choices end, then one batch is planned (a decode row for
- * each running choice that has sampled a token, prefill chunks for the rest, new choices
- * admitted from the queue while sequences, blocks and the token budget allow), run, and
- * each row that ends a choice's known tokens is sampled. When the running choices'
- * decode rows do not fit the pool, the youngest is pre-empted: its blocks go back and it
- * waits at the head of the queue with its prompt and what it generated so far, to be
- * recomputed (mostly from the prefix cache). The engine does not lock: its owner
- * serializes calls.
+ * runs. A step is plan, run, apply, then the text stage:
+ *   - plan: cancelled choices end, then one batch is built: a decode row for each running
+ *     choice that has chosen a token, prefill chunks for the rest, new choices admitted
+ *     from the queue while sequences, blocks and the token budget allow; each row says
+ *     whether its logits are wanted. When the running choices' decode rows do not fit the
+ *     pool, the youngest is pre-empted: its blocks go back and it waits at the head of the
+ *     queue with its prompt and what it generated so far, to be recomputed (mostly from
+ *     the prefix cache).
+ *   - run: one forward of the batch.
+ *   - apply: each choice is handed its rows of logits; its logits processors and sampler
+ *     (sampling/logits_proc.h) choose the token, and the step records an event.
+ *   - the text stage (celer_engine_emit): detokenizing, stop strings and the callbacks, on
+ *     state of its own, so a server runs it outside its engine lock.
+ * The engine does not lock: its owner serializes calls.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "celer.h"
@@ -18,7 +24,7 @@
 #include "base/error.h"
 #include "engine/context.h"
 #include "engine/stop.h"
-#include "sampling/sampling.h"
+#include "sampling/logits_proc.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,16 +44,15 @@ typedef struct choice {
     int64_t cached; /* prompt positions attached from the cache at first admission */
     bool admitted_once;
     uint64_t order; /* admission order: the youngest is pre-empted first */
-    sampler *smp;
+    logits_proc *lp;
+    celer_finish_reason finish;
+    bool reported;       /* its final event is decided (recorded, or sent by the text stage) */
+    struct choice *next; /* in the wait queue */
+    /* The text stage's own (celer_engine_emit): */
     celer_detok_stream *ds;
-    int32_t *counts; /* [v] occurrences in the completion (presence/frequency), or NULL */
-    int32_t *uniq;   /* [n_ctx] the distinct ids counts has seen */
-    int64_t n_uniq;
     char *text; /* generated text, of which text[0, sent) was released */
     size_t len, cap, sent;
-    celer_finish_reason finish;
-    bool reported;       /* the final event went out */
-    struct choice *next; /* in the wait queue */
+    bool text_done; /* a stop string ended it: the next run retires it */
 } choice;
 
 /* The rows of one image block inside a prompt: an image's, or one of its blocks (Gemma 3's
@@ -59,6 +64,18 @@ typedef struct image_span {
     int32_t block;    /* this span's place among its image's blocks */
     float *rows;      /* first span: [blocks * n, d] once encoded, else NULL */
 } image_span;
+
+/* What the run of a step decided for one choice, for the text stage to detokenize and
+ * report: a chosen token, or only the choice's end. */
+typedef struct step_event {
+    choice *c;
+    int32_t token;              /* -1: the event only ends the choice */
+    celer_finish_reason finish; /* the run's; the text stage may end it by a stop string */
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[CELER_MAX_TOP_LOGPROBS];
+    float top_lp[CELER_MAX_TOP_LOGPROBS];
+} step_event;
 
 struct request {
     uint64_t id;
@@ -91,13 +108,13 @@ struct celer_engine {
     int8_t *b_logits;
     float *b_embd; /* [batch_tokens, d] image rows of the step, or NULL (text models) */
     bool b_has_embd;
-    bool blocks_whole; /* the model's image blocks run whole in one step (Gemma 3) */
-    choice **b_owner;  /* [batch_tokens] the choice of each row */
-    int64_t *take;     /* [n_seq_max] rows each sequence has in the step */
-    float *logits;     /* [n_seq_max, v] */
-    int32_t *ids;      /* [n_seq_max] the argmax of each row that wants one */
-    int32_t *top_ids;
-    float *top_lp;
+    bool blocks_whole;  /* the model's image blocks run whole in one step (Gemma 3) */
+    choice **b_owner;   /* [batch_tokens] the choice of each row */
+    int64_t *take;      /* [n_seq_max] rows each sequence has in the step */
+    float *logits;      /* [n_seq_max, v] the rows that want logits, in batch order */
+    int32_t *ids;       /* [n_seq_max] the argmax of each row that wants one */
+    step_event *events; /* what the last run decided, for celer_engine_emit */
+    int64_t n_events, cap_events;
     celer_engine_stats st;
     celer_error err;
 };
@@ -170,13 +187,13 @@ celer_status celer_engine_create(celer_model *model, const celer_tokenizer *tok,
     eng->take = malloc(ns * sizeof *eng->take);
     eng->logits = malloc(ns * (size_t)eng->v * sizeof *eng->logits);
     eng->ids = malloc(ns * sizeof *eng->ids);
-    eng->top_ids = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_ids);
-    eng->top_lp = malloc(CELER_MAX_TOP_LOGPROBS * sizeof *eng->top_lp);
+    eng->cap_events = (int64_t)ns;
+    eng->events = malloc(ns * sizeof *eng->events);
     if (celer_model_has_vision(model) &&
         !(eng->b_embd = malloc(nb * (size_t)celer_model_n_embd(model) * sizeof *eng->b_embd)))
         goto oom;
     if (!eng->running || !eng->b_token || !eng->b_seq || !eng->b_logits || !eng->b_owner ||
-        !eng->take || !eng->logits || !eng->ids || !eng->top_ids || !eng->top_lp)
+        !eng->take || !eng->logits || !eng->ids || !eng->events)
         goto oom;
     eng->next_id = 1;
     eng->st.kv_blocks_total = eng->kv->n_blocks;
@@ -191,11 +208,9 @@ fail:
 }
 
 static void choice_free(choice *c) {
-    sampler_destroy(c->smp);
+    logits_proc_destroy(c->lp);
     celer_detok_stream_destroy(c->ds);
     free(c->tokens);
-    free(c->counts);
-    free(c->uniq);
     free(c->text);
 }
 
@@ -237,8 +252,7 @@ void celer_engine_destroy(celer_engine *eng) {
     free(eng->take);
     free(eng->logits);
     free(eng->ids);
-    free(eng->top_ids);
-    free(eng->top_lp);
+    free(eng->events);
     free(eng->b_embd);
     free(eng);
 }
@@ -254,7 +268,10 @@ static int32_t running_count(const celer_engine *eng) {
 }
 
 bool celer_engine_pending(const celer_engine *eng) {
-    return eng->requests != NULL;
+    /* requests whose every end went out only wait for the next run to free them */
+    for (const request *r = eng->requests; r; r = r->next)
+        if (r->n_open > 0) return true;
+    return false;
 }
 
 celer_engine_stats celer_engine_get_stats(const celer_engine *eng) {
@@ -358,28 +375,25 @@ static void *dup_array(const void *src, size_t bytes, bool *ok) {
 static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
     choice *c = &r->choices[i];
     const celer_sampler_params *sp = &r->p.sampling;
-    const sampler_params smp = {sp->temp,
-                                sp->top_k,
-                                sp->top_p,
-                                sp->min_p,
-                                sp->repeat_penalty,
-                                sp->repeat_last_n,
-                                sp->seed + (uint64_t)i};
+    const logits_proc_params lpp = {.bias_ids = r->bias_ids,
+                                    .bias = r->bias,
+                                    .n_bias = r->p.n_bias,
+                                    .presence_penalty = r->p.presence_penalty,
+                                    .frequency_penalty = r->p.frequency_penalty,
+                                    .sampler = {sp->temp, sp->top_k, sp->top_p, sp->min_p,
+                                                sp->repeat_penalty, sp->repeat_last_n,
+                                                sp->seed + (uint64_t)i}};
     c->req = r;
     c->index = i;
     c->seq = -1;
     c->tokens = malloc(sizeof *c->tokens * (size_t)eng->p.n_ctx);
-    c->smp = sampler_create(&smp, eng->v);
-    if (r->p.presence_penalty != 0 || r->p.frequency_penalty != 0)
-        if (!(c->counts = calloc((size_t)eng->v, sizeof *c->counts)) ||
-            !(c->uniq = malloc(sizeof *c->uniq * (size_t)eng->p.n_ctx)))
-            return CELER_STATUS_OUT_OF_MEMORY;
-    if (!c->tokens || !c->smp) return CELER_STATUS_OUT_OF_MEMORY;
+    c->lp = logits_proc_create(&lpp, eng->v, eng->p.n_ctx);
+    if (!c->tokens || !c->lp) return CELER_STATUS_OUT_OF_MEMORY;
     if (eng->tok && celer_detok_stream_create(eng->tok, true, &c->ds, NULL, 0) != CELER_OK)
         return CELER_STATUS_OUT_OF_MEMORY;
     memcpy(c->tokens, r->prompt, sizeof *c->tokens * (size_t)r->p.n_prompt);
     c->n_tokens = r->p.n_prompt;
-    for (int64_t t = 0; t < r->p.n_prompt; t++) sampler_accept(c->smp, r->prompt[t]);
+    for (int64_t t = 0; t < r->p.n_prompt; t++) logits_proc_accept_prompt(c->lp, r->prompt[t]);
     return CELER_OK;
 }
 
@@ -680,9 +694,7 @@ static int64_t whole_blocks(const celer_engine *eng, request *r, const choice *c
  * logits (bias, penalties), no log-probabilities. Its row asks the context for the argmax
  * alone, which a GPU takes where the logits are. */
 static bool choice_greedy(const choice *c) {
-    const request *r = c->req;
-    return r->p.sampling.temp <= 0.0f && r->p.sampling.repeat_penalty == 1.0f && r->p.n_bias == 0 &&
-           !c->counts && r->p.top_logprobs < 0;
+    return logits_proc_greedy(c->lp) && c->req->p.top_logprobs < 0;
 }
 
 /* Appends rows for c's tokens [n_done, n_done + k) to the batch: ids, or an image's rows
@@ -824,7 +836,107 @@ static int64_t plan(celer_engine *eng, int64_t *take) {
     return n;
 }
 
-/* ==== Sampling and events ==== */
+/* ==== Apply: each choice's rows ==== */
+
+/* A new event of the step for c (the list grows in whole doublings, rarely: it holds one
+ * event per running choice and the ends of the others); NULL when out of memory. */
+static step_event *event_new(celer_engine *eng, choice *c) {
+    if (eng->n_events == eng->cap_events) {
+        const int64_t cap = eng->cap_events * 2;
+        step_event *ev = realloc(eng->events, sizeof *ev * (size_t)cap);
+        if (!ev) return NULL;
+        eng->events = ev, eng->cap_events = cap;
+    }
+    step_event *ev = &eng->events[eng->n_events++];
+    *ev = (step_event){.c = c, .token = -1};
+    return ev;
+}
+
+/* Decides c's end: off its sequence and out of the queue, its final event recorded (or, out
+ * of memory, counted as sent). */
+static void choice_end(celer_engine *eng, choice *c, step_event *ev) {
+    choice_stop_running(eng, c);
+    queue_remove(eng, c);
+    if (!ev && (ev = event_new(eng, c))) ev->finish = c->finish;
+    c->reported = true;
+    c->req->n_open--;
+}
+
+/* log-softmax of the raw logits l[v]: the k most likely ids and their log-probabilities
+ * into ev; returns the normalizer. */
+static float log_normalizer(int64_t v, const float *l, int32_t k, step_event *ev) {
+    float mx = l[0];
+    for (int64_t i = 1; i < v; i++) mx = l[i] > mx ? l[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < v; i++) sum += exp((double)l[i] - mx);
+    const float lse = mx + (float)log(sum);
+    int32_t *top = ev->top_ids;
+    for (int32_t j = 0; j < k; j++) top[j] = -1;
+    for (int64_t i = 0; i < v; i++) {
+        int32_t j = k;
+        while (j > 0 && (top[j - 1] < 0 || l[i] > l[top[j - 1]])) j--;
+        if (j == k) continue;
+        memmove(top + j + 1, top + j, sizeof *top * (size_t)(k - j - 1));
+        top[j] = (int32_t)i;
+    }
+    for (int32_t j = 0; j < k; j++) ev->top_lp[j] = l[top[j]] - lse;
+    ev->n_top = k;
+    return lse;
+}
+
+static bool is_stop_id(const celer_engine *eng, const request *r, int32_t tok) {
+    if (!r->p.ignore_eos && celer_model_is_eos(eng->model, tok)) return true;
+    for (int32_t i = 0; i < r->p.n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return true;
+    return false;
+}
+
+/* Hands c the logits rows the step computed for it: rows[n_rows, v] (NULL for a
+ * choice_greedy row, whose token is argmax[0]). The plan asks one row of a choice, the one
+ * after its last known token; c samples its next token from it and records the event.
+ * Log-probabilities are the model's own (before bias and penalties), as OpenAI reports. */
+static void choice_apply(celer_engine *eng, choice *c, float *rows, const int32_t *argmax,
+                         int64_t n_rows) {
+    const request *r = c->req;
+    step_event *ev = event_new(eng, c);
+    float *l = rows ? rows + (n_rows - 1) * eng->v : NULL;
+    int32_t tok = argmax[n_rows - 1];
+    if (l) {
+        step_event scratch;
+        step_event *top = ev ? ev : &scratch;
+        const int32_t n_top = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
+        const float lse = r->p.top_logprobs >= 0 ? log_normalizer(eng->v, l, n_top, top) : 0;
+        tok = logits_proc_sample(c->lp, l);
+        if (r->p.top_logprobs >= 0)
+            top->logprob = l[tok] - logits_proc_adjustment(c->lp, tok) - lse;
+    }
+    logits_proc_accept(c->lp, tok);
+    c->tokens[c->n_tokens++] = tok;
+    c->n_gen++;
+    eng->st.generation_tokens_total++;
+    if (ev) ev->token = tok;
+    if (is_stop_id(eng, r, tok))
+        c->finish = CELER_FINISH_STOP;
+    else if ((r->p.max_tokens > 0 && c->n_gen >= r->p.max_tokens) || c->n_tokens >= eng->p.n_ctx)
+        c->finish = CELER_FINISH_LENGTH;
+    if (ev) ev->finish = c->finish;
+    if (c->finish != CELER_FINISH_NONE) choice_end(eng, c, ev);
+}
+
+/* Frees requests whose every choice has reported its end. */
+static void reap(celer_engine *eng) {
+    for (request **link = &eng->requests; *link;) {
+        request *r = *link;
+        if (r->n_open > 0) {
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        request_free(r);
+    }
+}
+
+/* ==== The text stage ==== */
 
 static bool text_append(choice *c, const char *s, size_t n) {
     if (c->len + n + 1 > c->cap) {
@@ -841,112 +953,38 @@ static bool text_append(choice *c, const char *s, size_t n) {
     return true;
 }
 
-/* log-softmax of the raw logits l[v]: writes the k most likely ids and their
- * log-probabilities to the engine's top buffers and returns the normalizer. */
-static float log_normalizer(celer_engine *eng, const float *l, int32_t k) {
-    const int64_t v = eng->v;
-    float mx = l[0];
-    for (int64_t i = 1; i < v; i++) mx = l[i] > mx ? l[i] : mx;
-    double sum = 0;
-    for (int64_t i = 0; i < v; i++) sum += exp((double)l[i] - mx);
-    const float lse = mx + (float)log(sum);
-    for (int32_t j = 0; j < k; j++) eng->top_ids[j] = -1;
-    for (int64_t i = 0; i < v; i++) {
-        int32_t j = k;
-        while (j > 0 && (eng->top_ids[j - 1] < 0 || l[i] > l[eng->top_ids[j - 1]])) j--;
-        if (j == k) continue;
-        memmove(eng->top_ids + j + 1, eng->top_ids + j, sizeof *eng->top_ids * (size_t)(k - j - 1));
-        eng->top_ids[j] = (int32_t)i;
-    }
-    for (int32_t j = 0; j < k; j++) eng->top_lp[j] = l[eng->top_ids[j]] - lse;
-    return lse;
-}
-
-/* What the logit bias and the presence/frequency penalties add to token id's logit. */
-static float adjustment(const choice *c, int32_t id) {
+/* Detokenizes one event's token, matches the stop strings, and reports it. Touches only
+ * what the text stage owns (the last group of struct choice), what the run wrote before
+ * it, and the request's fixed parameters: never what submit and cancel change. */
+static void event_emit(celer_engine *eng, const step_event *se, celer_event_fn fn, void *user) {
+    choice *c = se->c;
     const request *r = c->req;
-    float d = 0;
-    for (int32_t i = 0; i < r->p.n_bias; i++)
-        if (r->bias_ids[i] == id) d += r->bias[i];
-    if (c->counts && c->counts[id] > 0)
-        d -= r->p.frequency_penalty * (float)c->counts[id] + r->p.presence_penalty;
-    return d;
-}
-
-static bool is_stop_id(const celer_engine *eng, const request *r, int32_t tok) {
-    if (!r->p.ignore_eos && celer_model_is_eos(eng->model, tok)) return true;
-    for (int32_t i = 0; i < r->p.n_stop_ids; i++)
-        if (r->stop_ids[i] == tok) return true;
-    return false;
-}
-
-static void emit_final(celer_engine *eng, choice *c, celer_event *ev, celer_event_fn fn,
-                       void *user) {
-    ev->finish = c->finish;
-    if (c->finish == CELER_FINISH_ERROR)
-        ev->error = c->req->error ? c->req->error : "out of memory";
-    ev->prompt_tokens = c->req->p.n_prompt;
-    ev->cached_tokens = c->cached;
-    ev->completion_tokens = c->n_gen;
-    c->reported = true;
-    c->req->n_open--;
-    fn(user, ev);
-}
-
-/* Samples the next token of c from its row of logits l (modified in place), or takes
- * argmax, the argmax of its raw logits (l NULL: a choice_greedy row), and reports it.
- * Log-probabilities are the model's own (before bias and penalties), as OpenAI reports. */
-static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax, celer_event_fn fn,
-                          void *user) {
-    const request *r = c->req;
-    celer_event ev = {.request = r->id, .index = c->index, .token = -1, .text = ""};
-    int32_t tok = argmax;
-    if (l) {
-        const int32_t n_top = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
-        const float lse = r->p.top_logprobs >= 0 ? log_normalizer(eng, l, n_top) : 0;
-        for (int32_t i = 0; i < r->p.n_bias; i++) l[r->bias_ids[i]] += r->bias[i];
-        for (int64_t i = 0; c->counts && i < c->n_uniq; i++) {
-            const int32_t id = c->uniq[i];
-            l[id] -= r->p.frequency_penalty * (float)c->counts[id] + r->p.presence_penalty;
-        }
-        tok = sampler_sample(c->smp, l);
-        if (r->p.top_logprobs >= 0) {
-            ev.logprob = l[tok] - adjustment(c, tok) - lse;
-            ev.n_top = n_top;
-            ev.top_ids = eng->top_ids;
-            ev.top_logprobs = eng->top_lp;
-        }
-    }
-    sampler_accept(c->smp, tok);
-    c->tokens[c->n_tokens++] = tok;
-    c->n_gen++;
-    eng->st.generation_tokens_total++;
-    if (c->counts && c->counts[tok]++ == 0) c->uniq[c->n_uniq++] = tok;
-    ev.token = tok;
+    celer_event ev = {.request = r->id,
+                      .index = c->index,
+                      .token = se->token,
+                      .text = "",
+                      .logprob = se->logprob,
+                      .n_top = se->n_top,
+                      .top_ids = se->n_top ? se->top_ids : NULL,
+                      .top_logprobs = se->n_top ? se->top_lp : NULL,
+                      .finish = se->finish};
     const size_t from = c->sent;
-    bool release_all = false; /* the choice ends without a stop string */
-    if (is_stop_id(eng, r, tok)) {
-        c->finish = CELER_FINISH_STOP;
-        release_all = true;
-    } else if (c->ds) {
+    bool matched = false;
+    if (se->token >= 0 && c->ds && se->finish != CELER_FINISH_STOP) {
         const char *piece;
         size_t n;
-        if (celer_detok_stream_push(c->ds, tok, &piece, &n, NULL, 0) == CELER_OK)
+        if (celer_detok_stream_push(c->ds, se->token, &piece, &n, NULL, 0) == CELER_OK)
             text_append(c, piece, n);
-        bool matched = false;
-        size_t end = stop_scan((const char *const *)r->stop, r->p.n_stop, c->text ? c->text : "",
-                               c->len, c->sent, &matched);
-        if (matched) c->finish = CELER_FINISH_STOP;
-        c->sent = end;
+        c->sent = stop_scan((const char *const *)r->stop, r->p.n_stop, c->text ? c->text : "",
+                            c->len, c->sent, &matched);
+        if (matched) {
+            ev.finish = CELER_FINISH_STOP;
+            c->text_done = !c->reported; /* the run has not ended it: the next one retires it */
+        }
     }
-    if (c->finish == CELER_FINISH_NONE &&
-        ((r->p.max_tokens > 0 && c->n_gen >= r->p.max_tokens) || c->n_tokens >= eng->p.n_ctx)) {
-        c->finish = CELER_FINISH_LENGTH;
-        release_all = true;
-    }
-    if (release_all) {
-        /* No stop string can complete now: release what was held back, and any bytes the
-         * detokenizer still holds. */
+    if (se->token >= 0 && ev.finish != CELER_FINISH_NONE && !matched) {
+        /* Ended without a stop string, none can complete now: release what was held back,
+         * and any bytes the detokenizer still holds. */
         const char *rest;
         size_t n;
         if (c->ds && celer_detok_stream_flush(c->ds, &rest, &n, NULL, 0) == CELER_OK)
@@ -955,45 +993,45 @@ static void choice_sample(celer_engine *eng, choice *c, float *l, int32_t argmax
     }
     ev.text = c->text ? c->text + from : "";
     ev.text_len = c->sent - from;
-    if (c->finish == CELER_FINISH_NONE) {
-        fn(user, &ev);
-        return;
+    if (ev.finish != CELER_FINISH_NONE) {
+        if (ev.finish == CELER_FINISH_ERROR) ev.error = r->error ? r->error : "out of memory";
+        ev.prompt_tokens = r->p.n_prompt;
+        ev.cached_tokens = c->cached;
+        ev.completion_tokens = c->n_gen;
     }
-    choice_stop_running(eng, c);
-    emit_final(eng, c, &ev, fn, user);
+    fn(user, &ev);
 }
 
-/* Frees requests whose every choice has reported its end. */
-static void reap(celer_engine *eng) {
-    for (request **link = &eng->requests; *link;) {
-        request *r = *link;
-        if (r->n_open > 0) {
-            link = &r->next;
-            continue;
-        }
-        *link = r->next;
-        request_free(r);
-    }
+void celer_engine_emit(celer_engine *eng, celer_event_fn fn, void *user) {
+    for (int64_t i = 0; i < eng->n_events; i++) event_emit(eng, &eng->events[i], fn, user);
+    eng->n_events = 0;
 }
 
-/* ==== The step ==== */
+/* ==== The step: plan, run, apply ==== */
 
-/* The final events of choices that ended without one (cancelled, out of room while
- * planning, failed), then the requests that are done go. */
-static void report_ended(celer_engine *eng, celer_event_fn fn, void *user) {
+/* Ends the choices the text stage ended by a stop string (their final event went out), and
+ * records the final events of choices that ended without one (cancelled, out of room while
+ * planning, failed); then the requests that are done go. */
+static void settle(celer_engine *eng) {
     for (request *r = eng->requests; r; r = r->next)
         for (int32_t i = 0; i < r->p.n; i++) {
             choice *c = &r->choices[i];
-            if (c->finish != CELER_FINISH_NONE && !c->reported) {
-                celer_event ev = {.request = r->id, .index = c->index, .token = -1, .text = ""};
-                emit_final(eng, c, &ev, fn, user);
+            if (c->text_done && !c->reported) {
+                if (c->finish == CELER_FINISH_NONE) c->finish = CELER_FINISH_STOP;
+                choice_stop_running(eng, c);
+                queue_remove(eng, c);
+                c->reported = true;
+                r->n_open--;
+            } else if (c->finish != CELER_FINISH_NONE && !c->reported) {
+                choice_end(eng, c, NULL);
             }
         }
-    reap(eng);
 }
 
-celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user) {
-    report_ended(eng, fn, user); /* ended outside a step: their end goes first */
+celer_status celer_engine_run(celer_engine *eng) {
+    eng->n_events = 0;
+    reap(eng);   /* requests whose last final event the previous step's text stage sent */
+    settle(eng); /* ended outside a step: their end goes first */
     int64_t *take = eng->take, n = plan(eng, take);
     /* Prefills that each wait for blocks the others hold: pre-empt the youngest until one
      * can move. */
@@ -1001,7 +1039,10 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
         preempt(eng, youngest_running(eng));
         n = plan(eng, take);
     }
-    if (n == 0) return CELER_OK;
+    if (n == 0) {
+        settle(eng); /* choices planning ended */
+        return CELER_OK;
+    }
     const celer_batch b = {.n = n,
                            .token = eng->b_token,
                            .embd = eng->b_has_embd ? eng->b_embd : NULL,
@@ -1020,7 +1061,7 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
                 if (r->choices[i].finish == CELER_FINISH_NONE)
                     choice_fail(eng, &r->choices[i], eng->err.msg);
         }
-        report_ended(eng, fn, user);
+        settle(eng);
         return s;
     }
     for (int32_t q = 0; q < eng->p.n_seq_max; q++) {
@@ -1030,15 +1071,27 @@ celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user)
         c->n_done += take[q];
         choice_publish(eng, c, from);
     }
-    int64_t k = 0; /* the row's place among the rows that want something */
-    for (int64_t r = 0; r < n; r++) {
-        if (!eng->b_logits[r]) continue;
+    /* Each choice's wanted rows are consecutive in the batch, so in the logits too. */
+    for (int64_t r = 0, k = 0; r < n;) {
+        if (!eng->b_logits[r]) {
+            r++;
+            continue;
+        }
         choice *c = eng->b_owner[r];
-        float *row = eng->b_logits[r] == CELER_ROW_ARGMAX ? NULL : eng->logits + k * eng->v;
-        if (c->finish == CELER_FINISH_NONE) choice_sample(eng, c, row, eng->ids[k], fn, user);
-        k++;
+        const bool argmax_only = eng->b_logits[r] == CELER_ROW_ARGMAX;
+        const int64_t k0 = k;
+        for (; r < n && eng->b_owner[r] == c; r++) k += eng->b_logits[r] != 0;
+        if (c->finish == CELER_FINISH_NONE)
+            choice_apply(eng, c, argmax_only ? NULL : eng->logits + k0 * eng->v, eng->ids + k0,
+                         k - k0);
     }
-    reap(eng);
+    settle(eng); /* choices planning ended (out of room) */
     eng->err.msg[0] = '\0';
     return CELER_OK;
+}
+
+celer_status celer_engine_step(celer_engine *eng, celer_event_fn fn, void *user) {
+    const celer_status s = celer_engine_run(eng);
+    celer_engine_emit(eng, fn, user);
+    return s;
 }

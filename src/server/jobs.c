@@ -2,14 +2,17 @@
  * jobs.c - the engine thread, its lock, and the routing of engine events to the jobs
  * that HTTP threads wait on (jobs.h).
  *
- * One mutex guards the engine and the list of jobs. The engine thread holds it while it
- * steps; an HTTP thread that wants it announces itself in `waiters`, and the engine
- * thread steps aside (waits on `turn`) before its next step, so a submission or a
- * cancellation waits at most one step. Events of a step are gathered per job and
- * published when the step returns, under the job's own small mutex: an HTTP thread
- * draining pieces never contends with the engine for the big lock, and a step that
- * failed can add its error before anyone sees the job as done. This file does not
- * format anything for the wire and does not time out requests.
+ * The engine lock guards the engine. The engine thread holds it while it runs a step
+ * (plan, forward, token choice: celer_engine_run); an HTTP thread that wants it announces
+ * itself in `waiters`, and the engine thread steps aside (waits on `turn`) before its next
+ * step, so a submission or a cancellation waits at most one step. The step's text stage
+ * (celer_engine_emit: detokenizing, stop strings, events) runs after the engine thread has
+ * let go, under the list lock only, which guards the list of jobs and the metrics. Events
+ * of a step are gathered per job and published when the text stage returns, under the
+ * job's own small mutex: an HTTP thread draining pieces never contends with the engine,
+ * and a step that failed can add its error before anyone sees the job as done. Locks are
+ * taken in the order engine, list, job. This file does not format anything for the wire
+ * and does not time out requests.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "server/jobs.h"
@@ -31,7 +34,7 @@ struct job {
     bool failed; /* a choice ended with CELER_FINISH_ERROR */
     double t_submit, t_first;
     double *t_last;                   /* [n_choices] time of each choice's last token */
-    job_piece *step_head, *step_tail; /* gathered during a step (engine lock) */
+    job_piece *step_head, *step_tail; /* gathered during a step's text stage (list lock) */
     pthread_mutex_t mu;               /* guards what follows */
     pthread_cond_t cv;
     job_piece *head, *tail; /* published, not yet taken */
@@ -42,17 +45,18 @@ struct job {
 struct jobs {
     celer_model *model;
     celer_engine *eng;
-    pthread_mutex_t mu;  /* the engine, list, metrics, quit */
-    pthread_cond_t work; /* something was submitted or cancelled */
-    pthread_cond_t turn; /* an HTTP thread let go of mu */
-    atomic_int waiters;  /* HTTP threads waiting for mu */
+    pthread_mutex_t mu;      /* the engine lock: the engine, quit */
+    pthread_mutex_t list_mu; /* the list of jobs, n_active, metrics, each job's step pieces */
+    pthread_cond_t work;     /* something was submitted or cancelled */
+    pthread_cond_t turn;     /* an HTTP thread let go of mu */
+    atomic_int waiters;      /* HTTP threads waiting for mu */
     pthread_t thread;
     bool started, quit;
     job *list;
     int n_active;
     server_metrics metrics;
-    atomic_bool lost;          /* a step answered CELER_STATUS_DEVICE_LOST: lost_msg says why */
-    char lost_msg[512];        /* written once, before lost is set */
+    atomic_bool lost;   /* a step answered CELER_STATUS_DEVICE_LOST: lost_msg says why */
+    char lost_msg[512]; /* written once, before lost is set */
 };
 
 static double now_s(void) {
@@ -109,7 +113,7 @@ static void step_append(job *j, job_piece *p) {
     j->step_tail = p;
 }
 
-/* Turns one engine event into a piece of its job (engine lock held). Out of memory, the
+/* Turns one engine event into a piece of its job (list lock held). Out of memory, the
  * piece (or its text) is dropped, but the job's bookkeeping still sees the event. */
 static void on_event(void *user, const celer_event *ev) {
     jobs *js = user;
@@ -140,7 +144,8 @@ static void on_event(void *user, const celer_event *ev) {
         p->prompt_tokens = ev->prompt_tokens;
         p->cached_tokens = ev->cached_tokens;
         p->completion_tokens = ev->completion_tokens;
-        if (ev->finish == CELER_FINISH_ERROR && !(p->error = strdup(ev->error ? ev->error : "the model failed"))) {
+        if (ev->finish == CELER_FINISH_ERROR &&
+            !(p->error = strdup(ev->error ? ev->error : "the model failed"))) {
             free(p->text);
             free(p); /* without its error the piece would read as a normal end */
             p = NULL;
@@ -199,19 +204,26 @@ static void *engine_main(void *arg) {
             pthread_cond_wait(&js->work, &js->mu);
             continue;
         }
-        const celer_status s = celer_engine_step(js->eng, on_event, js);
+        const celer_status s = celer_engine_run(js->eng);
+        char why[512] = "";
+        if (s != CELER_OK) snprintf(why, sizeof why, "%s", celer_engine_last_error(js->eng));
+        pthread_mutex_unlock(&js->mu);
+        pthread_mutex_lock(&js->list_mu);
+        celer_engine_emit(js->eng, on_event, js);
         if (s != CELER_OK) {
             js->metrics.step_failures_total++;
             /* a lost device: every later step fails the same way; say it once */
             if (s != CELER_STATUS_DEVICE_LOST || !atomic_load(&js->lost))
                 fprintf(stderr, "celer serve: a model step failed (%s): %s\n", celer_status_str(s),
-                        celer_engine_last_error(js->eng));
+                        why);
             if (s == CELER_STATUS_DEVICE_LOST && !atomic_load(&js->lost)) {
-                snprintf(js->lost_msg, sizeof js->lost_msg, "%s", celer_engine_last_error(js->eng));
+                snprintf(js->lost_msg, sizeof js->lost_msg, "%s", why);
                 atomic_store(&js->lost, true);
             }
         }
         publish(js);
+        pthread_mutex_unlock(&js->list_mu);
+        pthread_mutex_lock(&js->mu);
     }
     pthread_mutex_unlock(&js->mu);
     return NULL;
@@ -229,6 +241,7 @@ jobs *jobs_create(celer_model *model, const celer_tokenizer *tok, const celer_en
     js->model = model;
     metrics_init(&js->metrics);
     pthread_mutex_init(&js->mu, NULL);
+    pthread_mutex_init(&js->list_mu, NULL);
     pthread_cond_init(&js->work, NULL);
     pthread_cond_init(&js->turn, NULL);
     if (celer_engine_create(model, tok, params, &js->eng, err, err_size) != CELER_OK) goto fail;
@@ -262,6 +275,7 @@ void jobs_destroy(jobs *js) {
     celer_engine_destroy(js->eng);
     pthread_cond_destroy(&js->turn);
     pthread_cond_destroy(&js->work);
+    pthread_mutex_destroy(&js->list_mu);
     pthread_mutex_destroy(&js->mu);
     free(js);
 }
@@ -299,9 +313,11 @@ celer_status jobs_submit(jobs *js, const celer_request_params *rp, int32_t stop_
     j->t_submit = now_s();
     const celer_status s = celer_engine_submit(js->eng, &p, &j->id, err, err_size);
     if (s == CELER_OK) {
+        pthread_mutex_lock(&js->list_mu);
         j->next = js->list;
         js->list = j;
         js->n_active++;
+        pthread_mutex_unlock(&js->list_mu);
         pthread_cond_signal(&js->work);
     }
     jobs_unlock(js);
@@ -331,6 +347,7 @@ job_piece *job_wait(job *j, int timeout_ms, bool *done) {
 void job_release(jobs *js, job *j) {
     if (!j) return;
     jobs_lock(js);
+    pthread_mutex_lock(&js->list_mu);
     if (j->n_open > 0) celer_engine_cancel(js->eng, j->id); /* its blocks go back now */
     for (job **link = &js->list; *link; link = &(*link)->next)
         if (*link == j) {
@@ -338,24 +355,31 @@ void job_release(jobs *js, job *j) {
             js->n_active--;
             break;
         }
+    pthread_mutex_unlock(&js->list_mu);
     jobs_unlock(js);
     job_free(j);
 }
 
 void jobs_cancel_all(jobs *js) {
     jobs_lock(js);
+    pthread_mutex_lock(&js->list_mu);
     for (job *j = js->list; j; j = j->next)
         if (j->n_open > 0) celer_engine_cancel(js->eng, j->id);
+    pthread_mutex_unlock(&js->list_mu);
     pthread_cond_signal(&js->work);
     jobs_unlock(js);
 }
 
-const char *jobs_lost(jobs *js) { return atomic_load(&js->lost) ? js->lost_msg : NULL; }
+const char *jobs_lost(jobs *js) {
+    return atomic_load(&js->lost) ? js->lost_msg : NULL;
+}
 
 char *jobs_metrics(jobs *js) {
     jobs_lock(js);
     const celer_engine_stats st = celer_engine_get_stats(js->eng);
-    char *text = metrics_format(&js->metrics, &st);
     jobs_unlock(js);
+    pthread_mutex_lock(&js->list_mu);
+    char *text = metrics_format(&js->metrics, &st);
+    pthread_mutex_unlock(&js->list_mu);
     return text;
 }
