@@ -19,7 +19,8 @@ static float logits[V];
 
 static sampler_params params(float temp, int top_k, float top_p, float min_p) {
     sampler_params p = sampler_default_params();
-    p.temp = temp, p.top_k = top_k, p.top_p = top_p, p.min_p = min_p, p.repeat_penalty = 1.0f, p.seed = 7;
+    p.temp = temp, p.top_k = top_k, p.top_p = top_p, p.min_p = min_p, p.repeat_penalty = 1.0f,
+    p.seed = 7;
     return p;
 }
 
@@ -48,7 +49,8 @@ static void check_filters(void) {
     int64_t n = sampler_distribution(s, logits, ids, probs);
     double diff = 0, z = 0;
     for (int i = 0; i < 5; i++) z += rp[i];
-    for (int i = 0; i < 5 && n == 5; i++) diff = fmax(diff, fabs(probs[i] - rp[i] / z) + (ids[i] != rid[i]));
+    for (int i = 0; i < 5 && n == 5; i++)
+        diff = fmax(diff, fabs(probs[i] - rp[i] / z) + (ids[i] != rid[i]));
     CHECK(n == 5 && diff < 1e-6, "top-k 5: %lld kept, max diff %g", (long long)n, diff);
     sampler_destroy(s);
 
@@ -60,8 +62,10 @@ static void check_filters(void) {
     z = 0;
     for (int64_t i = 0; i < want; i++) z += rp[i];
     diff = 0;
-    for (int64_t i = 0; i < n && n == want; i++) diff = fmax(diff, fabs(probs[i] - rp[i] / z) + (ids[i] != rid[i]));
-    CHECK(n == want && diff < 1e-6, "top-p 0.6: %lld kept (expected %lld), diff %g", (long long)n, (long long)want, diff);
+    for (int64_t i = 0; i < n && n == want; i++)
+        diff = fmax(diff, fabs(probs[i] - rp[i] / z) + (ids[i] != rid[i]));
+    CHECK(n == want && diff < 1e-6, "top-p 0.6: %lld kept (expected %lld), diff %g", (long long)n,
+          (long long)want, diff);
     sampler_destroy(s);
 
     p = params(0.7f, 0, 1.0f, 0.2f);
@@ -94,7 +98,37 @@ static void check_penalty(void) {
     sampler_destroy(s);
 }
 
+/* Draws without top-k sort only the head of the list that the draw, top-p or min-p needs
+ * (sampling.c, filter): their frequencies must still follow the whole distribution, which
+ * at temperature 1 puts a good share of draws past the first head. */
+static void check_head_draws(float temp, float top_p, float min_p) {
+    sampler_params p = params(temp, 0, top_p, min_p);
+    sampler *a = sampler_create(&p, V);
+    int32_t ids[V];
+    float probs[V];
+    const int64_t n = sampler_distribution(a, logits, ids, probs);
+    int counts[V] = {0};
+    const int draws = 40000;
+    for (int i = 0; i < draws; i++) counts[sampler_sample(a, logits)]++;
+    double worst = 0;
+    int outside = draws;
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)counts[ids[i]] / draws - probs[i]));
+        outside -= counts[ids[i]];
+    }
+    CHECK(outside == 0 && worst < 0.01,
+          "temp %.1f top-p %.2f min-p %.2f: draws follow the distribution of %lld tokens (max freq "
+          "error %.4f, %d outside)",
+          temp, top_p, min_p, (long long)n, worst, outside);
+    sampler_destroy(a);
+}
+
 static void check_draws(void) {
+    check_head_draws(3.0f, 1.0f, 0.0f);
+    check_head_draws(1.0f, 0.9f, 0.0f);
+    check_head_draws(1.0f, 1.0f, 0.0f);
+    check_head_draws(3.0f, 1.0f, 0.3f);
+    check_head_draws(0.7f, 1.0f, 0.0f);
     sampler_params p = params(1.0f, 4, 1.0f, 0.0f);
     sampler *a = sampler_create(&p, V), *b = sampler_create(&p, V);
     int32_t ids[V];
@@ -115,7 +149,8 @@ static void check_draws(void) {
         worst = fmax(worst, fabs((double)counts[ids[i]] / draws - probs[i]));
         outside -= counts[ids[i]];
     }
-    CHECK(outside == 0 && worst < 0.015, "draws follow the distribution (max freq error %.4f, %d outside)", worst, outside);
+    CHECK(outside == 0 && worst < 0.015,
+          "draws follow the distribution (max freq error %.4f, %d outside)", worst, outside);
     p.seed = 8;
     sampler *c = sampler_create(&p, V);
     sampler_reset(a);

@@ -35,15 +35,20 @@ typedef struct candidate {
 struct sampler {
     sampler_params p;
     int64_t n_vocab;
-    candidate *cand; /* [n_vocab] */
+    candidate *cand;  /* [n_vocab] */
     int32_t *history; /* ring of repeat_last_n */
     int64_t n_hist, hist_pos;
     uint64_t rng[4];
 };
 
 sampler_params sampler_default_params(void) {
-    return (sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                            .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+    return (sampler_params){.temp = 0.8f,
+                            .top_k = 40,
+                            .top_p = 0.95f,
+                            .min_p = 0.05f,
+                            .repeat_penalty = 1.0f,
+                            .repeat_last_n = 64,
+                            .seed = 0};
 }
 
 /* ==== xoshiro256**, seeded by splitmix64 ==== */
@@ -55,7 +60,9 @@ static uint64_t splitmix64(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t rng_next(uint64_t *s) {
     const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
@@ -69,7 +76,9 @@ static uint64_t rng_next(uint64_t *s) {
 }
 
 /* Uniform in [0, 1) with 53 bits. */
-static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double rng_uniform(uint64_t *s) {
+    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 void sampler_reset(sampler *s) {
     uint64_t x = s->p.seed;
@@ -160,8 +169,29 @@ static int64_t keep_top(candidate *c, int64_t n, int64_t k) {
     return k;
 }
 
-/* Runs the chain; leaves c[0..n) as (id, probability), descending, summing to 1. */
-static int64_t filter(sampler *s, const float *logits) {
+/* Moves the candidates c[from, n) whose probability is at least floor to the front of that
+ * range (in no order); returns the end of them, and adds their probability to *mass. */
+static int64_t gather_above(candidate *c, int64_t from, int64_t n, float floor, double *mass) {
+    int64_t k = from;
+    for (int64_t i = from; i < n; i++)
+        if (c[i].v >= floor) {
+            *mass += c[i].v;
+            const candidate t = c[k];
+            c[k++] = c[i];
+            c[i] = t;
+        }
+    return k;
+}
+
+/* Runs the chain; leaves c[0..n) as (id, probability), summing to 1, and returns n. The
+ * first *sorted of them are the most likely in descending order; the rest, when there are
+ * any, follow in no order. Without top-k the probabilities come from one pass over the
+ * vocabulary, and only as much of the list is sorted as top-p, min-p and the draw need:
+ * the candidates above a probability floor, lowered until they hold that mass. Tokens above
+ * a floor all precede those below it in the sorted order, so that head is exactly the
+ * sorted list's head. need: the probability mass the sorted head must hold for a draw, or
+ * a negative value to sort the whole list. */
+static int64_t filter(sampler *s, const float *logits, double need, int64_t *sorted) {
     load(s, logits);
     candidate *c = s->cand;
     int64_t n = s->n_vocab;
@@ -170,20 +200,40 @@ static int64_t filter(sampler *s, const float *logits) {
         for (int64_t i = 1; i < n; i++)
             if (c[i].v > c[best].v || c[best].v != c[best].v) best = i;
         c[0] = (candidate){c[best].id, 1.0f};
-        return 1;
+        return *sorted = 1;
     }
-    n = keep_top(c, n, s->p.top_k);
-    /* softmax at temperature, in double for a stable cumulative sum */
-    const double t = s->p.temp, mx = c[0].v;
+    const bool top_k = s->p.top_k > 0 && s->p.top_k < n;
+    if (top_k) n = keep_top(c, n, s->p.top_k);
+    /* softmax at temperature: each weight once in float, their sum in double */
+    const float inv_t = 1.0f / s->p.temp;
+    float mx = c[0].v;
+    for (int64_t i = 1; !top_k && i < n; i++) mx = c[i].v > mx ? c[i].v : mx;
     double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += exp(((double)c[i].v - mx) / t);
-    for (int64_t i = 0; i < n; i++) c[i].v = (float)(exp(((double)c[i].v - mx) / t) / sum);
+    for (int64_t i = 0; i < n; i++) sum += c[i].v = expf((c[i].v - mx) * inv_t);
+    const float scale = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) c[i].v *= scale;
+    int64_t head = n;
+    if (!top_k) {
+        /* the mass the sorted head must hold: the nucleus, the tokens min-p keeps, or the draw */
+        const float top = (float)(1.0 / sum);
+        double cover = s->p.top_p < 1.0f ? s->p.top_p : need < 0 ? 2.0 : need;
+        float floor = top * 0.05f;
+        if (s->p.top_p >= 1.0f && s->p.min_p > 0.0f) floor = s->p.min_p * top, cover = 0;
+        double mass = 0;
+        head = 0;
+        for (;;) {
+            head = gather_above(c, head, n, floor, &mass);
+            if (mass >= cover || head == n) break;
+            floor = floor > 1e-30f ? floor * 0.01f : 0.0f;
+        }
+        qsort(c, (size_t)head, sizeof *c, cmp_desc);
+    }
     if (s->p.top_p < 1.0f) {
         double cum = 0;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < head; i++) {
             cum += c[i].v;
             if (cum >= s->p.top_p) {
-                n = i + 1;
+                n = head = i + 1;
                 break;
             }
         }
@@ -191,17 +241,19 @@ static int64_t filter(sampler *s, const float *logits) {
     if (s->p.min_p > 0.0f) {
         const float floor = s->p.min_p * c[0].v;
         int64_t keep = 1;
-        while (keep < n && c[keep].v >= floor) keep++;
-        n = keep;
+        while (keep < head && c[keep].v >= floor) keep++;
+        n = head = keep;
     }
     double total = 0;
     for (int64_t i = 0; i < n; i++) total += c[i].v;
     for (int64_t i = 0; i < n; i++) c[i].v = (float)(c[i].v / total);
+    *sorted = head;
     return n;
 }
 
 int64_t sampler_distribution(sampler *s, const float *logits, int32_t *ids, float *probs) {
-    const int64_t n = filter(s, logits);
+    int64_t sorted;
+    const int64_t n = filter(s, logits, -1.0, &sorted);
     for (int64_t i = 0; i < n; i++) {
         ids[i] = s->cand[i].id;
         probs[i] = s->cand[i].v;
@@ -210,13 +262,23 @@ int64_t sampler_distribution(sampler *s, const float *logits, int32_t *ids, floa
 }
 
 int32_t sampler_sample(sampler *s, const float *logits) {
-    if (s->p.temp <= 0.0f && s->p.repeat_penalty == 1.0f) return sampling_argmax(logits, s->n_vocab);
-    const int64_t n = filter(s, logits);
+    if (s->p.temp <= 0.0f && s->p.repeat_penalty == 1.0f)
+        return sampling_argmax(logits, s->n_vocab);
     const double u = rng_uniform(s->rng);
+    int64_t sorted;
+    const int64_t n = filter(s, logits, u, &sorted);
+    /* the first token of the sorted list whose cumulative probability passes u */
     double cum = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < sorted; i++) {
         cum += s->cand[i].v;
         if (u < cum) return s->cand[i].id;
+    }
+    if (sorted < n) { /* rounding left u past the head: the rest, in order */
+        qsort(s->cand + sorted, (size_t)(n - sorted), sizeof *s->cand, cmp_desc);
+        for (int64_t i = sorted; i < n; i++) {
+            cum += s->cand[i].v;
+            if (u < cum) return s->cand[i].id;
+        }
     }
     return s->cand[n - 1].id;
 }
