@@ -28,34 +28,6 @@ static const char tools_json[] =
     " {\"type\": \"function\", \"function\": {\"name\": \"lookup\"}}]";
 static json_t *tools;
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-/* A golden's template source ("shared:<name>" is a real tokenizer's), malloc'd or NULL. */
-static char *template_of(const char *src) {
-    char path[4096];
-    if (!strncmp(src, "shared:", 7)) {
-        if (!tokenizer_dir(src + 7, path, sizeof path)) return NULL;
-        char *t = NULL, *bos = NULL, *eos = NULL;
-        celer_error e;
-        if (chat_template_from_dir(path, &t, &bos, &eos, &e) != CELER_OK) return NULL;
-        free(bos), free(eos);
-        return t;
-    }
-    snprintf(path, sizeof path, "tests/templates/%s", src);
-    return slurp(path);
-}
-
 /* ==== Stream == complete ==== */
 
 /* Feeds text[len] cut at cuts[n_cuts] (ascending) and compares the result with the
@@ -268,9 +240,11 @@ static void check_goldens(json_t *convs) {
         json_t *g = json_load_file(path, 0, NULL);
         if (!CHECK(g, "cannot read %s", path)) continue;
         const char *tsrc = json_string_value(json_object_get(g, "template"));
-        char *src = tsrc ? template_of(tsrc) : NULL;
+        char why[4096] = "";
+        char *src = tsrc ? golden_template_source(tsrc, why) : NULL;
         if (!src) {
-            SKIP_REQUIRED("%s: template %s unavailable", detections[d].golden, tsrc ? tsrc : "?");
+            SKIP_REQUIRED("%s: template %s unavailable %s", detections[d].golden, tsrc ? tsrc : "?",
+                          why);
             json_decref(g);
             continue;
         }
@@ -302,7 +276,7 @@ static void check_goldens(json_t *convs) {
 /* Command R7B's template renders tool calls only with documents: no golden has one, so the
  * turn comes from celer's renderer. */
 static void check_command_r7b_render(void) {
-    char *src = slurp("tests/templates/cohere2.jinja");
+    char *src = read_text_file("tests/templates/cohere2.jinja");
     if (!CHECK(src, "cohere2.jinja")) return;
     json_t *msgs = json_loads(
         "[{\"role\": \"user\", \"content\": \"Weather and time in Oslo?\"},"

@@ -525,8 +525,9 @@ static bool block_accept(tool_stream *s, size_t after) {
 out:
     calls_free(got, n_got);
     free(m);
+    if (problem) block_fail(s, problem, what); /* what lives in v */
     json_decref(v);
-    if (problem) return block_fail(s, problem, what);
+    if (problem) return true;
     s->pos = after;
     s->mode = M_TEXT;
     s->skip_ws = true;
