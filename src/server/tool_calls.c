@@ -828,10 +828,12 @@ celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *
     tbuf b = {0};
     bool ok = tb_puts(&b, "root ::= ");
     if (allow_response) ok = ok && tb_puts(&b, "tc-calls | tc-response\ntc-calls ::= ");
-    ok = ok && gbnf_literal(&b, fr->open) && tb_puts(&b, " tc-call");
+    if (*fr->open) ok = ok && gbnf_literal(&b, fr->open) && tb_puts(&b, " ");
+    ok = ok && tb_puts(&b, "tc-call");
     if (parallel)
         ok = ok && tb_puts(&b, " (") && gbnf_literal(&b, fr->sep) && tb_puts(&b, " tc-call)*");
-    ok = ok && tb_puts(&b, " ") && gbnf_literal(&b, fr->close) && tb_puts(&b, "\ntc-call ::=");
+    if (*fr->close) ok = ok && tb_puts(&b, " ") && gbnf_literal(&b, fr->close);
+    ok = ok && tb_puts(&b, "\ntc-call ::=");
     size_t i, n_alt = 0;
     const json_t *t;
     json_array_foreach(tools, i, t) {
