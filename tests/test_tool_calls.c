@@ -40,7 +40,7 @@ static bool stream_matches(tool_format f, const char *text, size_t len, const si
     char args[64][512] = {{0}};
     bool ok = s && content && reasoning, deltas_ok = true;
     for (int i = 0; ok && i <= n_cuts + 1; i++) {
-        size_t a = i == 0 ? 0 : cuts[i - 1], b = i < n_cuts ? cuts[i] : len;
+        size_t a = i == 0 || i > n_cuts ? 0 : cuts[i - 1], b = i < n_cuts ? cuts[i] : len;
         const tool_stream_out *o =
             i <= n_cuts ? tool_stream_push(s, text + a, b - a) : tool_stream_finish(s);
         if (!(ok = o != NULL)) break;
