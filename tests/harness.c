@@ -1,9 +1,12 @@
 /*
  * harness.c - check and skip counting, fixture and .npy readers, and the in-repository
- * tokenizers (decompressed into build/tokenizers) for the tests.
+ * tokenizers (decompressed into build/tokenizers), whole-file and golden-template readers
+ * for the tests.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
+
+#include "tokenizer/chat_template.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -310,4 +313,34 @@ celer_context_params harness_context_params(int64_t n_ctx, int32_t n_seq, const 
     cp.n_threads = 2;
     cp.device = device;
     return cp;
+}
+
+char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+char *golden_template_source(const char *src, char *why) {
+    char path[4096];
+    if (!strncmp(src, "shared:", 7)) {
+        if (!tokenizer_dir(src + 7, path, sizeof path)) {
+            snprintf(why, 4096, "%s", path);
+            return NULL;
+        }
+        char *t, *bos, *eos;
+        celer_error e;
+        if (chat_template_from_dir(path, &t, &bos, &eos, &e) != CELER_OK) return NULL;
+        free(bos), free(eos);
+        return t;
+    }
+    snprintf(path, sizeof path, "tests/templates/%s", src);
+    return read_text_file(path);
 }

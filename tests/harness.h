@@ -69,6 +69,15 @@ const char *real_gemma3_path(void);
  * in out[cap]; false with the reason in out[cap]. */
 bool tokenizer_dir(const char *name, char *out, size_t cap);
 
+/* A whole file as a NUL-terminated string (malloc'd); NULL when it cannot be read. */
+char *read_text_file(const char *path);
+
+/* The chat template a golden file of tests/templates names (malloc'd): "shared:<name>" is
+ * the chat template of a real tokenizer (tokenizer_dir), anything else a file of
+ * tests/templates. NULL when missing; when the real tokenizer itself is unavailable, the
+ * reason is in why[4096]. */
+char *golden_template_source(const char *src, char *why);
+
 /* Reads a float32 2-D .npy file (malloc'd); NULL on any problem. */
 float *npy_read_f32(const char *path, int64_t *rows, int64_t *cols);
 

@@ -20,46 +20,13 @@
 #include <string.h>
 #include <unistd.h>
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-/* The template source a golden file names (malloc'd): "shared:<name>" is the chat template
- * of a real tokenizer (tokenizer_dir), anything else a file of tests/templates. NULL when
- * missing; when the real tokenizer itself is unavailable, the reason is in why[4096]. */
-static char *template_source(const char *src, char *why) {
-    char path[4096];
-    if (!strncmp(src, "shared:", 7)) {
-        if (!tokenizer_dir(src + 7, path, sizeof path)) {
-            snprintf(why, 4096, "%s", path);
-            return NULL;
-        }
-        char *t, *bos, *eos;
-        celer_error e;
-        if (chat_template_from_dir(path, &t, &bos, &eos, &e) != CELER_OK) return NULL;
-        free(bos), free(eos);
-        return t;
-    }
-    snprintf(path, sizeof path, "tests/templates/%s", src);
-    return slurp(path);
-}
-
 static void check_goldens(const char *name, json_t *convs) {
     char path[256];
     snprintf(path, sizeof path, "tests/templates/golden_%s.json", name);
     json_t *g = json_load_file(path, 0, NULL);
     if (!CHECK(g, "%s: cannot read %s", name, path)) return;
     char why[4096] = "";
-    char *src = template_source(json_string_value(json_object_get(g, "template")), why);
+    char *src = golden_template_source(json_string_value(json_object_get(g, "template")), why);
     if (!src && *why) {
         SKIP_REQUIRED("%s: %s", name, why);
         json_decref(g);

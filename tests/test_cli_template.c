@@ -97,19 +97,6 @@ static void check_fails(const char *what, const char *args, const char *needle) 
           what, rc, out);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 int main(void) {
     json_t *convs = json_load_file("tests/templates/conversations.json", 0, NULL);
     if (!CHECK(json_is_array(convs), "conversations.json")) return harness_done("test_cli_template");
@@ -131,7 +118,7 @@ int main(void) {
     if (!CHECK(mkdtemp(dir), "mkdtemp")) return harness_done("test_cli_template");
 
     /* chat_template.jinja beside a tokenizer_config.json whose template must lose */
-    char *src = slurp("tests/templates/llama3_2.jinja");
+    char *src = read_text_file("tests/templates/llama3_2.jinja");
     snprintf(p, sizeof p, "%s/chat_template.jinja", dir);
     write_text(p, src ? src : "");
     free(src);
@@ -144,7 +131,7 @@ int main(void) {
     unlink(p);
 
     /* a list of named templates: "default" is used */
-    src = slurp("tests/templates/cohere2.jinja");
+    src = read_text_file("tests/templates/cohere2.jinja");
     snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
     write_json(p, json_pack("{sss{ss}s[{ssss}{ssss}]}", "bos_token", "<BOS_TOKEN>", "eos_token", "content",
                             "<|END_OF_TURN_TOKEN|>", "chat_template", "name", "rag", "template", "WRONG", "name",
