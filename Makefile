@@ -13,6 +13,8 @@
 #                   LLaVA-NeXT with random weights (VISION_ARGS, docs/benchmarks.md)
 #   make bench-gguf celer against llama.cpp on the same GGUF files on the CPU: Gemma 3 270M
 #                   Q4_K_M, a 1B-shaped Q4_K_M and Q4_0 made by llama-quantize (GGUF_ARGS)
+#   make bench-grammar  grammar mask time (p50/p99/max) on SmolLM2's and Llama 3.1's
+#                   vocabularies while replaying JSON documents (tools/grammar_bench.c)
 #   make bench-cuda celer's CUDA backend against llama.cpp's CUDA build on the same values, on
 #                   the GPU machine (CUDA_BENCH_ARGS, docs/benchmarks.md)
 
@@ -74,7 +76,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 .PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision \
-        bench-cuda bench-gguf soak
+        bench-cuda bench-gguf bench-grammar soak
 
 all: $(BUILD)/celer
 
@@ -249,6 +251,16 @@ bench-cuda: deps
 	bash bench/setup_cuda.sh
 	@$(MAKE) --no-print-directory all
 	build/bench-cuda-venv/bin/python bench/cuda.py --celer build/celer $(CUDA_BENCH_ARGS)
+
+# Grammar mask benchmark (not part of test): one core, a fresh matcher per document.
+$(BUILD)/tools/grammar_bench: tools/grammar_bench.c $(BUILD)/libceler.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libceler.a $(LDLIBS) $(MODULE_LDFLAGS)
+
+bench-grammar: deps model $(BUILD)/tools/grammar_bench $(BUILD)/tests/test_grammar
+	@$(BUILD)/tests/test_grammar >/dev/null || true
+	$(BUILD)/tools/grammar_bench "$$(bash tools/fetch_model.sh)"
+	$(BUILD)/tools/grammar_bench build/tokenizers/llama3_1
 
 bench-serve: deps
 	bash bench/setup_serve.sh

@@ -8,13 +8,16 @@
  * answers "complete sentence" and "prefix of a sentence". Strings come from random
  * derivations of each grammar, their prefixes, and random code-point mutations. The mask
  * is checked against the brute-force mask (each token tried on a clone) for a small
- * made-up vocabulary and for a real tokenizer's. Also deep nesting and hostile grammars.
+ * made-up vocabulary and for a real tokenizer's. A second, outside reference: llama.cpp's
+ * own validator's verdicts on a few hundred strings (tests/grammar/golden_*.json, written by
+ * tools/make_grammar_goldens.py). Also deep nesting and hostile grammars.
  */
 #include "harness.h"
 
 #include "sampling/grammar_impl.h"
 #include "tokenizer/tokenizer.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -635,12 +638,54 @@ static void test_deep_json(void) {
     grammar_vocab_free(v), grammar_free(g);
 }
 
+/* ==== llama.cpp's verdicts ==== */
+
+static void test_goldens(void) {
+    static const char *names[] = {"json", "arithmetic", "list", "chess", "japanese", "c"};
+    const char *t[1] = {"a"};
+    size_t l[1] = {1};
+    grammar_vocab *v;
+    celer_error e;
+    grammar_vocab_create(t, l, 1, NULL, 0, &v, &e);
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/grammar/golden_%s.json", names[k]);
+        json_error_t je;
+        json_t *doc = json_load_file(path, 0, &je);
+        if (!CHECK(doc != NULL, "%s: %s", path, je.text)) continue;
+        grammar *g = parse_file(names[k]);
+        json_t *recs = json_object_get(doc, "records");
+        size_t n = json_array_size(recs), agree = 0, valid = 0;
+        for (size_t i = 0; g && i < n; i++) {
+            json_t *r = json_array_get(recs, i);
+            const char *in = json_string_value(json_object_get(r, "input"));
+            size_t in_n = json_string_length(json_object_get(r, "input"));
+            bool want_valid = json_is_true(json_object_get(r, "valid"));
+            bool want_prefix = json_is_true(json_object_get(r, "prefix"));
+            grammar_matcher *m = grammar_matcher_create(g, v);
+            bool alive = grammar_matcher_accept_bytes(m, in, in_n);
+            bool end = alive && grammar_matcher_can_end(m);
+            grammar_matcher_free(m);
+            bool ok = alive == want_prefix && end == want_valid;
+            agree += ok, valid += want_valid;
+            CHECK(ok, "%s: '%s': celer prefix %d complete %d, llama.cpp prefix %d complete %d",
+                  names[k], in, alive, end, want_prefix, want_valid);
+        }
+        CHECK(n >= 30 && valid > 0, "%s: %zu records, %zu valid", path, n, valid);
+        printf("%s: %zu of %zu llama.cpp verdicts agree (%zu valid)\n", path, agree, n, valid);
+        grammar_free(g);
+        json_decref(doc);
+    }
+    grammar_vocab_free(v);
+}
+
 /* ==== Real vocabulary ==== */
 
-static void test_real_vocab(void) {
+static void real_vocab_masks(const char *tok_name, const char *grammar_name, const char *eos_text,
+                             int n_sent, int every) {
     char dir[512];
-    if (!tokenizer_dir("llama3_1", dir, sizeof dir)) {
-        SKIP_REQUIRED("llama3_1 tokenizer: %s", dir);
+    if (!tokenizer_dir(tok_name, dir, sizeof dir)) {
+        SKIP_REQUIRED("%s tokenizer: %s", tok_name, dir);
         return;
     }
     tokenizer *t;
@@ -651,14 +696,18 @@ static void test_real_vocab(void) {
     }
     char **bytes;
     size_t *len;
-    CHECK(tok_vocab_bytes(t, &bytes, &len, &e) == CELER_OK, "tok_vocab_bytes: %s", e.msg);
-    int64_t n = tok_vocab_size(t);
-    int32_t eos = tok_token_to_id(t, "<|eot_id|>", 10);
-    grammar *g = parse_file("json");
-    rng = 12345;
-    test_mask_sentences("json/llama3.1", g, (const char *const *)bytes, len, n, &eos, 1, 3, 7);
-    grammar_free(g);
-    tok_vocab_bytes_free(bytes, len);
+    if (CHECK(tok_vocab_bytes(t, &bytes, &len, &e) == CELER_OK, "tok_vocab_bytes: %s", e.msg)) {
+        int32_t eos = tok_token_to_id(t, eos_text, strlen(eos_text));
+        CHECK(eos >= 0, "%s: eos token %s", tok_name, eos_text);
+        grammar *g = parse_file(grammar_name);
+        char name[64];
+        snprintf(name, sizeof name, "%s/%s", grammar_name, tok_name);
+        rng = 12345;
+        test_mask_sentences(name, g, (const char *const *)bytes, len, tok_vocab_size(t), &eos, 1,
+                            n_sent, every);
+        grammar_free(g);
+        tok_vocab_bytes_free(bytes, len);
+    }
     tok_free(t);
 }
 
@@ -729,8 +778,10 @@ int main(void) {
         grammar_matcher_free(m);
         grammar_vocab_free(v), grammar_free(g);
     }
+    test_goldens();
     test_deep_json();
-    test_real_vocab();
+    real_vocab_masks("llama3_1", "json", "<|eot_id|>", 4, 5);
+    real_vocab_masks("qwen3", "japanese", "<|im_end|>", 3, 4);
     free(minlen);
     return harness_done("test_grammar");
 }

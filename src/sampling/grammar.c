@@ -35,16 +35,35 @@
 
 /* ==== Vocabulary trie ==== */
 
-/* Nodes in depth-first preorder: node i reads byte[i] at depth[i] (1 = first byte), its
- * subtree ends before skip[i], and tok[i] is the first token ending there (tok_next
- * chains tokens with equal bytes). */
+/* Nodes in depth-first preorder: node i reads byte at depth (1 = first byte), its subtree
+ * is nodes i .. skip - 1, and tok is the first token ending there (-1: none). sub[i] is the set of
+ * bytes read anywhere in node i's subtree, and the tokens of that subtree are ptok[first[i] ..
+ * first[skip]): together they let the mask allow a whole subtree at once where every byte in it
+ * leaves the configuration as it is (the inside of a string). */
+typedef struct trie_node {
+    uint32_t skip;
+    int32_t tok;
+    uint16_t depth;
+    uint8_t byte, flags; /* TRIE_* */
+} trie_node;
+
+#define TRIE_DUP 1u /* more tokens with the same bytes (tok_next) */
+#define TRIE_UTF8                                                                                  \
+    2u /* every path down from here, read from a character boundary, is valid                      \
+        * UTF-8 (possibly cut inside its last character) */
+
+typedef struct byteset {
+    uint64_t w[4];
+} byteset;
+
 struct grammar_vocab {
     int64_t n_vocab;
     uint32_t n_nodes;
-    uint8_t *byte;
-    uint16_t *depth;
-    uint32_t *skip;
-    int32_t *tok, *tok_next;
+    trie_node *node; /* [n_nodes] */
+    byteset *sub;    /* [n_nodes] */
+    uint32_t *first; /* [n_nodes + 1] */
+    int32_t *ptok;   /* tokens in preorder */
+    int32_t *tok_next;
     uint16_t max_depth;
     char *text;       /* every token's bytes */
     size_t *text_off; /* [n_vocab + 1] */
@@ -52,6 +71,38 @@ struct grammar_vocab {
     int32_t *eos;
     int32_t n_eos;
 };
+
+/* UTF-8 validation as a small automaton: 0 = at a character boundary, 1-3 = that many
+ * continuation bytes due, 4 = after E0 (A0-BF due), 5 = after ED (80-9F), 6 = after F0
+ * (90-BF), 7 = after F4 (80-8F). The next state, or -1 when b is invalid there. */
+#define UTF8_STATES 8
+static int utf8_next_state(int st, uint8_t b) {
+    switch (st) {
+    case 0:
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        if (b == 0xF4) return 7;
+        return -1;
+    case 1:
+    case 2:
+    case 3:
+        return b >= 0x80 && b <= 0xBF ? st - 1 : -1;
+    case 4:
+        return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 5:
+        return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 6:
+        return b >= 0x90 && b <= 0xBF ? 2 : -1;
+    case 7:
+        return b >= 0x80 && b <= 0x8F ? 2 : -1;
+    }
+    return -1;
+}
 
 typedef struct sort_ctx {
     const char *const *bytes;
@@ -70,7 +121,7 @@ static int cmp_tok(const void *a, const void *b) {
 
 void grammar_vocab_free(grammar_vocab *v) {
     if (!v) return;
-    free(v->byte), free(v->depth), free(v->skip), free(v->tok), free(v->tok_next);
+    free(v->node), free(v->sub), free(v->first), free(v->ptok), free(v->tok_next);
     free(v->text), free(v->text_off), free(v->is_eos), free(v->eos);
     free(v);
 }
@@ -90,7 +141,7 @@ celer_status grammar_vocab_create(const char *const *bytes, const size_t *len, i
                          (long long)n_vocab);
     grammar_vocab *v = calloc(1, sizeof *v);
     int32_t *order = malloc((size_t)n_vocab * sizeof *order);
-    uint32_t *path = NULL;
+    uint32_t *path = NULL, *parent = NULL;
     if (!v || !order) goto oom;
     v->n_vocab = n_vocab;
     v->is_eos = calloc((size_t)n_vocab, 1);
@@ -133,11 +184,14 @@ celer_status grammar_vocab_create(const char *const *bytes, const size_t *len, i
     pthread_mutex_unlock(&sort_lock);
     /* nodes: at most the total length */
     size_t cap = total + 1;
-    v->byte = malloc(cap), v->depth = malloc(cap * sizeof *v->depth);
-    v->skip = malloc(cap * sizeof *v->skip), v->tok = malloc(cap * sizeof *v->tok);
+    v->node = malloc(cap * sizeof *v->node);
+    v->sub = calloc(cap, sizeof *v->sub);
+    v->first = malloc((cap + 1) * sizeof *v->first);
+    v->ptok = malloc(((size_t)n_tok + 1) * sizeof *v->ptok);
     path = malloc(65537 * sizeof *path);
-    if (!v->byte || !v->depth || !v->skip || !v->tok || !path) goto oom;
-    uint32_t n = 0;
+    parent = malloc(cap * sizeof *parent);
+    if (!v->node || !v->sub || !v->first || !v->ptok || !path || !parent) goto oom;
+    uint32_t n = 0, n_ptok = 0;
     size_t depth = 0; /* nodes open on the path: path[0 .. depth) */
     int32_t prev = -1;
     for (int64_t k = 0; k < n_tok; k++) {
@@ -149,28 +203,51 @@ celer_status grammar_vocab_create(const char *const *bytes, const size_t *len, i
             size_t pl = len[prev];
             while (lcp < pl && lcp < len[t] && ps[lcp] == s[lcp]) lcp++;
         }
-        while (depth > lcp) v->skip[path[--depth]] = n; /* close what this token leaves */
-        if (lcp == len[t]) {                            /* the same bytes as the previous token */
-            uint32_t at = path[depth - 1];
-            int32_t *link = &v->tok[at];
+        while (depth > lcp) v->node[path[--depth]].skip = n; /* close what t leaves */
+        if (lcp == len[t]) { /* the same bytes as the previous token */
+            trie_node *at = &v->node[path[depth - 1]];
+            int32_t *link = &at->tok;
             while (*link >= 0) link = &v->tok_next[*link];
             *link = t;
+            at->flags |= TRIE_DUP;
         }
         for (size_t d = lcp; d < len[t]; d++) {
-            v->byte[n] = s[d], v->depth[n] = (uint16_t)(d + 1), v->tok[n] = -1;
+            v->node[n] = (trie_node){.byte = s[d], .depth = (uint16_t)(d + 1), .tok = -1};
+            v->first[n] = n_ptok;
+            parent[n] = depth ? path[depth - 1] : UINT32_MAX;
             path[depth++] = n++;
         }
-        if (lcp < len[t]) v->tok[n - 1] = t;
+        if (lcp < len[t]) v->node[n - 1].tok = t;
+        v->ptok[n_ptok++] = t;
         if (len[t] > v->max_depth) v->max_depth = (uint16_t)len[t];
         prev = t;
     }
-    while (depth) v->skip[path[--depth]] = n;
+    while (depth) v->node[path[--depth]].skip = n;
+    v->first[n] = n_ptok;
+    /* children follow their parent in preorder: fold them up in reverse */
+    uint8_t *kids_ok = malloc((size_t)n + 1);
+    if (!kids_ok) goto oom;
+    memset(kids_ok, 0xFF, (size_t)n + 1);
+    for (uint32_t i = n; i-- > 0;) {
+        uint8_t b = v->node[i].byte, ok = 0;
+        v->sub[i].w[b >> 6] |= 1ull << (b & 63);
+        for (int st = 0; st < UTF8_STATES; st++) {
+            int next = utf8_next_state(st, b);
+            if (next >= 0 && (kids_ok[i] >> next & 1)) ok |= (uint8_t)(1u << st);
+        }
+        if (ok & 1) v->node[i].flags |= TRIE_UTF8;
+        if (parent[i] != UINT32_MAX) {
+            for (int w = 0; w < 4; w++) v->sub[parent[i]].w[w] |= v->sub[i].w[w];
+            kids_ok[parent[i]] &= ok;
+        }
+    }
+    free(kids_ok);
     v->n_nodes = n;
-    free(path), free(order);
+    free(path), free(parent), free(order);
     *out = v;
     return CELER_OK;
 oom:
-    free(path), free(order);
+    free(path), free(parent), free(order);
     grammar_vocab_free(v);
     return error_set(e, CELER_STATUS_OUT_OF_MEMORY,
                      "out of memory building the grammar vocabulary");
@@ -182,6 +259,9 @@ typedef struct cfg {
     uint32_t off, n; /* nodes cpool[off .. off + n), sorted */
     uint32_t hash;
     uint32_t accept;
+    byteset loop; /* bytes known to lead back to this configuration */
+    bool has_loop;
+    uint8_t utf8_loop; /* every valid UTF-8 character leads back here: 0 unknown, 1 yes, 2 no */
 } cfg;
 
 struct grammar_matcher {
@@ -381,6 +461,11 @@ static uint32_t step_slow(grammar_matcher *m, uint32_t c, int cls) {
     }
     uint32_t r = top ? closure(m, top) : CFG_DEAD;
     m->trans[(size_t)c * (size_t)g->n_classes + (size_t)cls] = r;
+    if (r == c) {
+        for (int x = 0; x < 256; x++)
+            if (g->byte_class[x] == cls) m->cfgs[c].loop.w[x >> 6] |= 1ull << (x & 63);
+        m->cfgs[c].has_loop = true;
+    }
     return r;
 }
 
@@ -388,6 +473,42 @@ static inline uint32_t step(grammar_matcher *m, uint32_t c, uint8_t byte) {
     int cls = m->g->byte_class[byte];
     uint32_t r = m->trans[(size_t)c * (size_t)m->g->n_classes + (size_t)cls];
     return r != NONE ? r : step_slow(m, c, cls);
+}
+
+/* Whether every valid multi-byte UTF-8 character read from c leads back to c (the inside
+ * of a string that takes any non-ASCII character), level by level over the set of
+ * configurations reached, each byte class tried once. */
+static bool utf8_loops(grammar_matcher *m, uint32_t c) {
+    const grammar *g = m->g;
+    for (int lead = 0xC2; lead <= 0xF4; lead++) {
+        uint32_t set[64], n = 1, next[64];
+        int st = utf8_next_state(0, (uint8_t)lead);
+        set[0] = step(m, c, (uint8_t)lead);
+        if (set[0] == CFG_DEAD) return false;
+        while (st) {
+            uint32_t nn = 0;
+            int nst = -1;
+            bool seen[256] = {0};
+            for (int b = 0x80; b <= 0xBF; b++) {
+                int ns = utf8_next_state(st, (uint8_t)b);
+                if (ns < 0 || seen[g->byte_class[b]]) continue;
+                seen[g->byte_class[b]] = true, nst = ns;
+                for (uint32_t k = 0; k < n; k++) {
+                    uint32_t y = step(m, set[k], (uint8_t)b), j = 0;
+                    if (y == CFG_DEAD) return false;
+                    while (j < nn && next[j] != y) j++;
+                    if (j == nn) {
+                        if (nn == 64) return false;
+                        next[nn++] = y;
+                    }
+                }
+            }
+            memcpy(set, next, nn * sizeof *set);
+            n = nn, st = nst;
+        }
+        if (n != 1 || set[0] != c) return false;
+    }
+    return true;
 }
 
 /* ==== Lifetime ==== */
@@ -534,27 +655,50 @@ bool grammar_matcher_mask(grammar_matcher *m, uint32_t *allowed) {
     if (m->ended) return false;
     matcher_trim(m);
     const grammar *g = m->g;
-    const uint8_t *byte = v->byte, *cls = g->byte_class;
-    const uint16_t *depth = v->depth;
-    const int nc = g->n_classes;
+    const trie_node *node = v->node;
+    const uint8_t *cls = g->byte_class;
+    const size_t nc = (size_t)g->n_classes;
     uint32_t *walk = m->walk;
     bool any = false;
     walk[0] = m->cur;
     if (m->cfgs[m->cur].n) {
-        /* Performance: this loop is the mask. One cached lookup per trie node; a dead byte
-         * skips its whole subtree. */
+        /* Performance: this loop is the mask. A subtree whose bytes all loop back to the
+         * configuration it starts from is allowed whole from the preorder token list;
+         * elsewhere one cached lookup per trie node, and a dead byte skips its subtree. */
         for (uint32_t i = 0; i < v->n_nodes;) {
-            uint32_t c = walk[depth[i] - 1];
-            uint32_t nx = m->trans[(size_t)c * (size_t)nc + cls[byte[i]]];
-            if (nx == NONE) nx = step_slow(m, c, cls[byte[i]]);
+            trie_node nd = node[i];
+            uint32_t c = walk[nd.depth - 1];
+            cfg *cf = &m->cfgs[c];
+            if (cf->has_loop) {
+                const byteset *sb = &v->sub[i];
+                if (!cf->utf8_loop) {
+                    bool yes = utf8_loops(m, c);
+                    cf = &m->cfgs[c];
+                    cf->utf8_loop = yes ? 1 : 2;
+                }
+                bool high = !(sb->w[2] & ~cf->loop.w[2]) && !(sb->w[3] & ~cf->loop.w[3]);
+                if (!high && cf->utf8_loop == 1 && (nd.flags & TRIE_UTF8)) high = true;
+                if (high && !(sb->w[0] & ~cf->loop.w[0]) && !(sb->w[1] & ~cf->loop.w[1])) {
+                    for (uint32_t k = v->first[i], end = v->first[nd.skip]; k < end; k++)
+                        allowed[v->ptok[k] >> 5] |= 1u << (v->ptok[k] & 31);
+                    any = true;
+                    i = nd.skip;
+                    continue;
+                }
+            }
+            uint32_t nx = m->trans[(size_t)c * nc + cls[nd.byte]];
+            if (nx == NONE) nx = step_slow(m, c, cls[nd.byte]);
             if (nx == CFG_DEAD) {
-                i = v->skip[i];
+                i = nd.skip;
                 continue;
             }
-            walk[depth[i]] = nx;
-            for (int32_t t = v->tok[i]; t >= 0; t = v->tok_next[t]) {
-                allowed[t >> 5] |= 1u << (t & 31);
+            walk[nd.depth] = nx;
+            if (nd.tok >= 0) {
+                allowed[nd.tok >> 5] |= 1u << (nd.tok & 31);
                 any = true;
+                if (nd.flags & TRIE_DUP)
+                    for (int32_t t = v->tok_next[nd.tok]; t >= 0; t = v->tok_next[t])
+                        allowed[t >> 5] |= 1u << (t & 31);
             }
             i++;
         }
