@@ -76,6 +76,15 @@ static bool fail_at(parser *p, size_t pos, celer_status st, const char *fmt, ...
 #define FAIL(p, pos, ...) fail_at((p), (pos), CELER_STATUS_INVALID_ARGUMENT, __VA_ARGS__)
 #define OOM(p)            fail_at((p), (p)->pos, CELER_STATUS_OUT_OF_MEMORY, "out of memory")
 
+/* A byte of the input as it may appear in a one-line message. */
+static const char *show(int c, char *buf) {
+    if (c > 0x20 && c < 0x7F)
+        snprintf(buf, 8, "%c", c);
+    else
+        snprintf(buf, 8, "\\x%02X", (unsigned)c & 0xFF);
+    return buf;
+}
+
 static int peek(const parser *p) {
     return p->pos < p->n ? (unsigned char)p->s[p->pos] : -1;
 }
@@ -198,7 +207,7 @@ static bool parse_char(parser *p, uint32_t *cp) {
         case -1:
             return FAIL(p, at, "unexpected end of input after '\\'");
         default:
-            return FAIL(p, at, "unknown escape '\\%c'", x);
+            return FAIL(p, at, "unknown escape '\\%s'", show(x, (char[8]){0}));
         }
     }
     static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
@@ -447,7 +456,8 @@ static bool parse_rule(parser *p) {
     if (peek(p) == '\n')
         p->pos++;
     else if (peek(p) >= 0)
-        return FAIL(p, p->pos, "unexpected '%c' in rule '%s'", peek(p), gr->name);
+        return FAIL(p, p->pos, "unexpected '%s' in rule '%s'", show(peek(p), (char[8]){0}),
+                    gr->name);
     skip_space(p, true);
     return true;
 }
