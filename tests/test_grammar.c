@@ -212,12 +212,7 @@ static bool ref_check(const grammar *g, const uint32_t *cp, int n, bool *complet
     r.memo = calloc(cells * (size_t)r.W, 8), r.state = calloc(cells, 1), r.part = calloc(cells, 1);
     uint64_t *out = calloc((size_t)r.W, 8);
     bool partial = false;
-    gnode root = {.kind = GN_REF, .ref = g->root};
-    /* the root as a reference: a temporary node appended to the tree is not needed */
-    size_t at = (size_t)g->root * (size_t)(n + 1);
-    (void)root;
     ref_match(&r, g->rules[g->root].body, 0, out, &partial);
-    (void)at;
     *complete = out[n / 64] >> (n % 64) & 1;
     free(r.memo), free(r.state), free(r.part), free(out);
     return *complete || partial;
