@@ -18,6 +18,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,6 +453,8 @@ static void test_against_reference(const char *name, grammar *g, int n_strings) 
 
 /* ==== Mask against brute force ==== */
 
+static uint32_t cache_limit; /* when set, matchers trim their caches past this many entries */
+
 static int mask_check(const grammar_vocab *v, grammar_matcher *m, const char *const *bytes,
                       const size_t *len, int64_t n_vocab, const int32_t *eos, int n_eos) {
     int64_t W = (n_vocab + 31) / 32;
@@ -500,6 +503,7 @@ static void test_mask_sentences(const char *name, grammar *g, const char *const 
         int tn = 0;
         for (int i = 0; i < s.n; i++) tn += enc(s.v[i], text + tn);
         grammar_matcher *m = grammar_matcher_create(g, v);
+        if (cache_limit) grammar_matcher_limit_caches(m, cache_limit, cache_limit);
         for (int at = 0; at <= tn; at++) {
             if (at % every == 0 || at == tn)
                 bad += mask_check(v, m, bytes, len, n_vocab, eos, n_eos) != 0, positions++;
@@ -706,6 +710,67 @@ static void real_vocab_masks(const char *tok_name, const char *grammar_name, con
     tok_free(t);
 }
 
+/* ==== Threads ==== */
+
+/* Matchers over one grammar and vocabulary on four threads at once: each thread's masks
+ * along the same text equal those computed alone beforehand. */
+typedef struct thread_job {
+    const grammar *g;
+    const grammar_vocab *v;
+    const char *text;
+    int n_text, n_words;
+    const uint32_t *want;
+    int bad;
+} thread_job;
+
+static void *thread_run(void *arg) {
+    thread_job *j = arg;
+    for (int round = 0; round < 20; round++) {
+        grammar_matcher *m = grammar_matcher_create(j->g, j->v);
+        uint32_t mask[8];
+        for (int at = 0; at <= j->n_text; at++) {
+            grammar_matcher_mask(m, mask);
+            j->bad += memcmp(mask, j->want + (size_t)at * (size_t)j->n_words,
+                             (size_t)j->n_words * 4) != 0;
+            if (at < j->n_text) grammar_matcher_accept_bytes(m, j->text + at, 1);
+        }
+        grammar_matcher_free(m);
+    }
+    return NULL;
+}
+
+static void test_threads(const char *const *bytes, const size_t *len, int n_vocab) {
+    grammar *g = parse_file("json");
+    if (!g) return;
+    grammar_vocab *v;
+    celer_error e;
+    int32_t eos = 0;
+    grammar_vocab_create(bytes, len, n_vocab, &eos, 1, &v, &e);
+    const char *text =
+        "{\"k\u00e9y\": [1, -2.5e3, {\"s\": \"caf\xC3\xA9 \\\" \xE3\x81\x82\"}], \"t\": true}";
+    int n_text = (int)strlen(text), n_words = (n_vocab + 31) / 32;
+    uint32_t *want = calloc((size_t)(n_text + 1) * (size_t)n_words, 4);
+    grammar_matcher *m = grammar_matcher_create(g, v);
+    bool ok = true;
+    for (int at = 0; at <= n_text && ok; at++) {
+        grammar_matcher_mask(m, want + (size_t)at * (size_t)n_words);
+        if (at < n_text) ok = grammar_matcher_accept_bytes(m, text + at, 1);
+    }
+    CHECK(ok && grammar_matcher_can_end(m), "threads: the text is a sentence");
+    grammar_matcher_free(m);
+    thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thread_job){g, v, text, n_text, n_words, want, 0};
+        pthread_create(&th[i], NULL, thread_run, &jobs[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL), bad += jobs[i].bad;
+    CHECK(bad == 0, "threads: %d masks differ from the single-threaded ones", bad);
+    free(want);
+    grammar_vocab_free(v), grammar_free(g);
+}
+
 /* ==== Main ==== */
 
 int main(void) {
@@ -754,6 +819,15 @@ int main(void) {
             test_mask_sentences("own", g, bytes, len, N_TINY + 2, &eos, 1, 20, 1);
             grammar_free(g);
         }
+        test_threads(bytes, len, N_TINY + 2);
+        /* the same masks with caches trimmed nearly every call */
+        cache_limit = 8;
+        for (size_t i = 0; i < sizeof mask_files / sizeof *mask_files; i++) {
+            grammar *g = parse_file(mask_files[i]);
+            test_mask_sentences("trimmed caches", g, bytes, len, N_TINY + 2, &eos, 1, 10, 1);
+            grammar_free(g);
+        }
+        cache_limit = 0;
         /* must_end: a finished fixed sentence */
         grammar *g = parse_str("root ::= \"ab\" (\"c\")?\n");
         grammar_vocab *v;

@@ -279,6 +279,7 @@ struct grammar_matcher {
     uint32_t cap_work, cap_res;
     uint32_t *walk; /* [max_depth + 1] configurations along the trie path */
     uint32_t cur;
+    uint32_t max_nodes, max_cfgs; /* trim limits: MATCHER_MAX_* unless a test lowers them */
     bool ended, oom;
 };
 
@@ -369,7 +370,7 @@ static uint32_t cfg_get(grammar_matcher *m, uint32_t *ids, uint32_t n, bool acce
         if (x == NONE) break;
         const cfg *c = &m->cfgs[x];
         if (c->hash == h && c->n == n && c->accept == accept &&
-            !memcmp(m->cpool + c->off, ids, (size_t)n * sizeof *ids))
+            (!n || !memcmp(m->cpool + c->off, ids, (size_t)n * sizeof *ids)))
             return x;
     }
     int nc = m->g->n_classes;
@@ -384,7 +385,7 @@ static uint32_t cfg_get(grammar_matcher *m, uint32_t *ids, uint32_t n, bool acce
     }
     if (!grow32(&m->cpool, &m->cap_cpool, (uint64_t)m->n_cpool + n)) return m->oom = true, CFG_DEAD;
     uint32_t id = m->n_cfgs++;
-    memcpy(m->cpool + m->n_cpool, ids, (size_t)n * sizeof *ids);
+    if (n) memcpy(m->cpool + m->n_cpool, ids, (size_t)n * sizeof *ids);
     m->cfgs[id] = (cfg){.off = m->n_cpool, .n = n, .hash = h, .accept = accept};
     m->n_cpool += n;
     memset(m->trans + (size_t)id * (size_t)nc, 0xFF, (size_t)nc * sizeof *m->trans);
@@ -536,6 +537,7 @@ static bool matcher_init(grammar_matcher *m, const grammar *g, const grammar_voc
     memset(m->ntab, 0xFF, 64 * sizeof *m->ntab);
     memset(m->ctab, 0xFF, 64 * sizeof *m->ctab);
     m->ntab_mask = m->ctab_mask = 63;
+    m->max_nodes = MATCHER_MAX_NODES, m->max_cfgs = MATCHER_MAX_CFGS;
     return cfg_get(m, NULL, 0, false) == CFG_DEAD && !m->oom;
 }
 
@@ -589,6 +591,7 @@ grammar_matcher *grammar_matcher_clone(const grammar_matcher *src) {
     if (!matcher_init(m, src->g, src->v)) goto fail;
     m->cur = cfg_import(m, src, src->cur);
     m->ended = src->ended;
+    m->max_nodes = src->max_nodes, m->max_cfgs = src->max_cfgs;
     if (m->oom) goto fail;
     return m;
 fail:
@@ -598,8 +601,8 @@ fail:
 
 /* Bounds the caches: past a limit, start afresh from the current configuration. */
 static void matcher_trim(grammar_matcher *m) {
-    if (m->n_nodes < MATCHER_MAX_NODES && m->n_cfgs < MATCHER_MAX_CFGS &&
-        m->n_cpool < MATCHER_MAX_POOL && !m->oom)
+    if (m->n_nodes < m->max_nodes && m->n_cfgs < m->max_cfgs && m->n_cpool < MATCHER_MAX_POOL &&
+        !m->oom)
         return;
     grammar_matcher fresh;
     if (!matcher_init(&fresh, m->g, m->v)) {
@@ -612,8 +615,13 @@ static void matcher_trim(grammar_matcher *m) {
         return;
     }
     fresh.ended = m->ended;
+    fresh.max_nodes = m->max_nodes, fresh.max_cfgs = m->max_cfgs;
     matcher_release(m);
     *m = fresh;
+}
+
+void grammar_matcher_limit_caches(grammar_matcher *m, uint32_t max_nodes, uint32_t max_cfgs) {
+    m->max_nodes = max_nodes, m->max_cfgs = max_cfgs;
 }
 
 /* ==== Public operations ==== */

@@ -83,4 +83,8 @@ struct grammar {
     int n_classes;
 };
 
+/* Lowers the cache sizes past which a matcher starts afresh from its current position
+ * (tests use it to run that path often). */
+void grammar_matcher_limit_caches(grammar_matcher *m, uint32_t max_nodes, uint32_t max_cfgs);
+
 #endif
