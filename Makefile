@@ -13,6 +13,8 @@
 #                   LLaVA-NeXT with random weights (VISION_ARGS, docs/benchmarks.md)
 #   make bench-gguf celer against llama.cpp on the same GGUF files on the CPU: Gemma 3 270M
 #                   Q4_K_M, a 1B-shaped Q4_K_M and Q4_0 made by llama-quantize (GGUF_ARGS)
+#   make bench-grammar  grammar mask time (p50/p99/max) on SmolLM2's and Llama 3.1's
+#                   vocabularies while replaying JSON documents (tools/grammar_bench.c)
 #   make bench-cuda celer's CUDA backend against llama.cpp's CUDA build on the same values, on
 #                   the GPU machine (CUDA_BENCH_ARGS, docs/benchmarks.md)
 
@@ -74,7 +76,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 .PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision \
-        bench-cuda bench-gguf soak
+        bench-cuda bench-gguf bench-grammar soak
 
 all: $(BUILD)/celer
 
@@ -193,7 +195,7 @@ fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	    clang -O1 -g -std=c11 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	        $(shell pkg-config --cflags $(PKGS)) -o $(BUILD)/fuzz/$$t tests/fuzz/$$t.c \
-	        $(filter src/io/% src/base/% src/tokenizer/% src/vision/% src/server/request.c src/server/tool_calls.c,$(LIB_SRC)) $(LDLIBS); \
+	        $(filter src/io/% src/base/% src/tokenizer/% src/vision/% src/sampling/% src/server/request.c src/server/tool_calls.c,$(LIB_SRC)) $(LDLIBS); \
 	    mkdir -p $(BUILD)/fuzz/$$t-new; \
 	    $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	        -rss_limit_mb=2048 $(BUILD)/fuzz/$$t-new tests/fuzz/corpus/$$t; \
@@ -249,6 +251,18 @@ bench-cuda: deps
 	bash bench/setup_cuda.sh
 	@$(MAKE) --no-print-directory all
 	build/bench-cuda-venv/bin/python bench/cuda.py --celer build/celer $(CUDA_BENCH_ARGS)
+
+# Grammar mask benchmark (not part of test): one core, a fresh matcher per document.
+$(BUILD)/tools/grammar_bench: tools/grammar_bench.c $(BUILD)/libceler.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libceler.a $(LDLIBS) $(MODULE_LDFLAGS)
+
+bench-grammar: deps $(BUILD)/tools/grammar_bench
+	@mkdir -p $(BUILD)/tokenizers/llama3_1
+	@for f in tokenizer.json tokenizer_config.json; do \
+	    xz -dc tests/tokenizers/llama3_1/$$f.xz > $(BUILD)/tokenizers/llama3_1/$$f; done
+	taskset -c 0 $(BUILD)/tools/grammar_bench tests/tokenizer/smollm2
+	taskset -c 0 $(BUILD)/tools/grammar_bench $(BUILD)/tokenizers/llama3_1
 
 bench-serve: deps
 	bash bench/setup_serve.sh
