@@ -26,7 +26,8 @@ static _Thread_local const tokenizer *sort_ctx;
 static int cmp_match(const void *a, const void *b) {
     const tokenizer *t = sort_ctx;
     const added_token *x = &t->added[*(const int32_t *)a], *y = &t->added[*(const int32_t *)b];
-    if ((uint8_t)x->pat[0] != (uint8_t)y->pat[0]) return (uint8_t)x->pat[0] < (uint8_t)y->pat[0] ? -1 : 1;
+    if ((uint8_t)x->pat[0] != (uint8_t)y->pat[0])
+        return (uint8_t)x->pat[0] < (uint8_t)y->pat[0] ? -1 : 1;
     if (x->pat_n != y->pat_n) return x->pat_n > y->pat_n ? -1 : 1;
     return *(const int32_t *)a < *(const int32_t *)b ? -1 : 1;
 }
@@ -62,7 +63,8 @@ celer_status tok_index(tokenizer *t, celer_error *e) {
         }
         t->match_start[k][256] = j;
     }
-    t->n_total = t->model.n_ids > (int64_t)t->max_added_id + 1 ? t->model.n_ids : (int64_t)t->max_added_id + 1;
+    t->n_total = t->model.n_ids > (int64_t)t->max_added_id + 1 ? t->model.n_ids
+                                                               : (int64_t)t->max_added_id + 1;
     if (!(t->added_index = malloc(sizeof(int32_t) * (size_t)(t->n_total ? t->n_total : 1))))
         return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int64_t i = 0; i < t->n_total; i++) t->added_index[i] = -1;
@@ -70,7 +72,8 @@ celer_status tok_index(tokenizer *t, celer_error *e) {
     for (size_t i = 0; i < t->tmpl.n; i++) {
         size_t len;
         if (t->tmpl.ids[i] >= 0 && !id_token(t, t->tmpl.ids[i], &len))
-            return error_set(e, CELER_STATUS_BAD_FILE, "%s: post_processor: template token id %d is not in the vocabulary",
+            return error_set(e, CELER_STATUS_BAD_FILE,
+                             "%s: post_processor: template token id %d is not in the vocabulary",
                              t->name, t->tmpl.ids[i]);
     }
     return CELER_OK;
@@ -78,9 +81,13 @@ celer_status tok_index(tokenizer *t, celer_error *e) {
 
 /* ==== Lookups ==== */
 
-void tok_free(tokenizer *t) { tok_destroy(t); }
+void tok_free(tokenizer *t) {
+    tok_destroy(t);
+}
 
-int64_t tok_vocab_size(const tokenizer *t) { return t->n_total; }
+int64_t tok_vocab_size(const tokenizer *t) {
+    return t->n_total;
+}
 
 int32_t tok_token_to_id(const tokenizer *t, const char *token, size_t len) {
     int32_t a = strmap_get(&t->added_map, token, len);
@@ -104,7 +111,8 @@ const char *tok_id_to_token(const tokenizer *t, int32_t id) {
 }
 
 bool tok_is_special(const tokenizer *t, int32_t id) {
-    return id >= 0 && id < t->n_total && t->added_index[id] >= 0 && t->added[t->added_index[id]].special;
+    return id >= 0 && id < t->n_total && t->added_index[id] >= 0 &&
+           t->added[t->added_index[id]].special;
 }
 
 /* ==== Added tokens ==== */
@@ -180,7 +188,9 @@ static bool split_added(const tokenizer *t, int k, const char *s, size_t n, segs
         if (a->lstrip)
             while (ma > start && unicode_is_space(prev_char(s, ma, &cl))) ma -= cl;
         if (a->rstrip)
-            for (int l; mb < n && (l = utf8_next(s + mb, n - mb, &cp, NULL)) && unicode_is_space(cp);) mb += (size_t)l;
+            for (int l;
+                 mb < n && (l = utf8_next(s + mb, n - mb, &cp, NULL)) && unicode_is_space(cp);)
+                mb += (size_t)l;
         if (ma > start && !segs_add(out, start, ma, -1)) return false;
         if (!segs_add(out, ma, mb, hit)) return false;
         start = i = mb;
@@ -192,22 +202,25 @@ static bool split_added(const tokenizer *t, int k, const char *s, size_t n, segs
 /* ==== Encode ==== */
 
 /* Pre-tokenizes and runs BPE on one normalized text segment. */
-static celer_status encode_text(const tokenizer *t, const char *s, size_t n, bool first, int32_t **ids,
-                                int64_t *nid, int64_t *cap, celer_error *e) {
+static celer_status encode_text(const tokenizer *t, const char *s, size_t n, bool first,
+                                int32_t **ids, int64_t *nid, int64_t *cap, celer_error *e) {
     pieces l = {0};
-    if (!pieces_add(&l, s, n, first)) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    if (!pieces_add(&l, s, n, first))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     celer_status st = pretokenize(t->pre, &l, e);
-    for (size_t i = 0; st == CELER_OK && i < l.n; i++) st = bpe_word(&t->model, l.v[i].s, l.v[i].n, ids, nid, cap, e);
+    for (size_t i = 0; st == CELER_OK && i < l.n; i++)
+        st = bpe_word(&t->model, l.v[i].s, l.v[i].n, ids, nid, cap, e);
     pieces_free(&l);
     return st;
 }
 
-celer_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
-                        int64_t *n, celer_error *e) {
+celer_status tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+                        int32_t **ids, int64_t *n, celer_error *e) {
     *ids = NULL, *n = 0;
     size_t bad = utf8_check(text, len);
     if (bad != len)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "input text is not valid UTF-8 (byte %zu: 0x%02x)", bad,
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "input text is not valid UTF-8 (byte %zu: 0x%02x)", bad,
                          (unsigned)(uint8_t)text[bad]);
     int32_t *out = NULL;
     int64_t nout = 0, cap = 0;
@@ -228,7 +241,8 @@ celer_status tok_encode(const tokenizer *t, const char *text, size_t len, bool a
             if (g->added >= 0) {
                 if (!ids_push(&out, &nout, &cap, t->added[g->added].id)) goto oom;
             } else {
-                st = encode_text(t, nb.p + g->a, g->b - g->a, r->a == 0 && g->a == 0, &out, &nout, &cap, e);
+                st = encode_text(t, nb.p + g->a, g->b - g->a, r->a == 0 && g->a == 0, &out, &nout,
+                                 &cap, e);
             }
         }
     }
@@ -256,7 +270,8 @@ done:
         free(out);
         return st;
     }
-    if (!out && !(out = malloc(sizeof *out))) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    if (!out && !(out = malloc(sizeof *out)))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     *ids = out, *n = nout;
     return CELER_OK;
 oom:
@@ -267,8 +282,8 @@ oom:
 /* ==== Decode ==== */
 
 /* The decoded bytes of ids[n] in *out; raw keeps invalid UTF-8 as it is. */
-static celer_status decode_into(const tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, bool raw,
-                                sbuf *out, celer_error *e) {
+static celer_status decode_into(const tokenizer *t, const int32_t *ids, int64_t n,
+                                bool skip_special, bool raw, sbuf *out, celer_error *e) {
     pieces l = {0};
     out->n = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -276,8 +291,9 @@ static celer_status decode_into(const tokenizer *t, const int32_t *ids, int64_t 
         const char *s = id_token(t, ids[i], &len);
         if (!s) {
             pieces_free(&l);
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "token id %d is outside the vocabulary (%lld ids)",
-                             ids[i], (long long)t->n_total);
+            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                             "token id %d is outside the vocabulary (%lld ids)", ids[i],
+                             (long long)t->n_total);
         }
         if (skip_special && tok_is_special(t, ids[i])) continue;
         if (!pieces_add(&l, s, len, i == 0)) {
@@ -300,14 +316,15 @@ static celer_status decode_into(const tokenizer *t, const int32_t *ids, int64_t 
             *out = joined;
             return CELER_OK;
         }
-        if (!utf8_lossy(out, joined.p, joined.n)) st = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+        if (!utf8_lossy(out, joined.p, joined.n))
+            st = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     free(joined.p);
     return st;
 }
 
-celer_status tok_decode(const tokenizer *t, const int32_t *ids, int64_t n, bool skip_special, char **text,
-                        size_t *len, celer_error *e) {
+celer_status tok_decode(const tokenizer *t, const int32_t *ids, int64_t n, bool skip_special,
+                        char **text, size_t *len, celer_error *e) {
     sbuf b = {0};
     *text = NULL;
     celer_status st = decode_into(t, ids, n, skip_special, false, &b, e);
@@ -315,10 +332,74 @@ celer_status tok_decode(const tokenizer *t, const int32_t *ids, int64_t n, bool 
         free(b.p);
         return st;
     }
-    if (!b.p && !sbuf_add(&b, "", 0)) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    if (!b.p && !sbuf_add(&b, "", 0))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     *text = b.p;
     if (len) *len = b.n;
     return CELER_OK;
+}
+
+/* ==== Token bytes ==== */
+
+/* The raw bytes token id adds in the middle of a stream: decoded after an anchor piece
+ * ("a", which every supported decoder leaves as it is) so that a first-token rule
+ * (Metaspace's prepend scheme, Strip) does not apply, then the anchor cut off. */
+static celer_status token_bytes(const tokenizer *t, int32_t id, sbuf *out, celer_error *e) {
+    size_t len;
+    const char *s = id_token(t, id, &len);
+    out->n = 0;
+    if (!s || tok_is_special(t, id)) return CELER_OK;
+    pieces l = {0};
+    if (!pieces_add(&l, "a", 1, true) || !pieces_add(&l, s, len, false)) {
+        pieces_free(&l);
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    celer_status st = decode_tokens(t->dec, &l, true, e);
+    bool ok = true;
+    for (size_t i = 0; st == CELER_OK && i < l.n; i++) {
+        if (!t->dec && i > 0) ok &= sbuf_addc(out, ' ');
+        ok &= sbuf_add(out, l.v[i].s, l.v[i].n);
+    }
+    pieces_free(&l);
+    if (st != CELER_OK) return st;
+    if (!ok) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+    if (!out->n || out->p[0] != 'a')
+        return error_set(e, CELER_STATUS_UNSUPPORTED,
+                         "%s: the decoder changes the text before token %d", t->name, id);
+    memmove(out->p, out->p + 1, --out->n);
+    return CELER_OK;
+}
+
+celer_status tok_vocab_bytes(const tokenizer *t, char ***bytes, size_t **len, celer_error *e) {
+    *bytes = NULL, *len = NULL;
+    int64_t n = t->n_total;
+    sbuf all = {0}, one = {0};
+    size_t *lens = malloc(((size_t)n + 1) * sizeof *lens);
+    celer_status st = CELER_OK;
+    if (!lens) goto oom;
+    for (int64_t id = 0; id < n; id++) {
+        if ((st = token_bytes(t, (int32_t)id, &one, e)) != CELER_OK) goto fail;
+        if (!sbuf_add(&all, one.p ? one.p : "", one.n)) goto oom;
+        lens[id] = one.n;
+    }
+    char **ptrs = malloc((size_t)n * sizeof *ptrs + all.n + 1);
+    if (!ptrs) goto oom;
+    char *text = (char *)(ptrs + n);
+    if (all.n) memcpy(text, all.p, all.n);
+    for (int64_t id = 0, off = 0; id < n; off += (int64_t)lens[id], id++) ptrs[id] = text + off;
+    free(all.p), free(one.p);
+    *bytes = ptrs, *len = lens;
+    return CELER_OK;
+oom:
+    st = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+fail:
+    free(all.p), free(one.p), free(lens);
+    return st;
+}
+
+void tok_vocab_bytes_free(char **bytes, size_t *len) {
+    free(bytes);
+    free(len);
 }
 
 /* ==== Streaming detokenizer ==== */
@@ -332,8 +413,10 @@ struct tok_stream {
     sbuf text, out;
 };
 
-celer_status tok_stream_create(const tokenizer *t, bool skip_special, tok_stream **out, celer_error *e) {
-    if (!(*out = calloc(1, sizeof **out))) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+celer_status tok_stream_create(const tokenizer *t, bool skip_special, tok_stream **out,
+                               celer_error *e) {
+    if (!(*out = calloc(1, sizeof **out)))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
     (*out)->t = t, (*out)->skip_special = skip_special;
     return CELER_OK;
 }
@@ -354,12 +437,14 @@ static bool utf8_cut_short(const char *s, size_t n) {
     return c >= 0xc2 && c <= 0xf4 && (size_t)bad == n && n < need;
 }
 
-celer_status tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len, celer_error *e) {
+celer_status tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len,
+                             celer_error *e) {
     s->out.n = 0;
     *text = "", *len = 0;
     size_t tl;
     if (!id_token(s->t, id, &tl))
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "token id %d is outside the vocabulary (%lld ids)", id,
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "token id %d is outside the vocabulary (%lld ids)", id,
                          (long long)s->t->n_total);
     if (s->skip_special && tok_is_special(s->t, id)) return CELER_OK;
     if (s->n == s->cap) {
@@ -378,12 +463,14 @@ celer_status tok_stream_push(tok_stream *s, int32_t id, const char **text, size_
         uint32_t cp;
         int bad, l = utf8_next(p + i, n - i, &cp, &bad);
         if (l) {
-            if (!sbuf_add(&s->out, p + i, (size_t)l)) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+            if (!sbuf_add(&s->out, p + i, (size_t)l))
+                return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
             i += (size_t)l;
         } else if (utf8_cut_short(p + i, n - i)) {
             break;
         } else {
-            if (!sbuf_add(&s->out, "\xef\xbf\xbd", 3)) return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
+            if (!sbuf_add(&s->out, "\xef\xbf\xbd", 3))
+                return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "out of memory");
             i += (size_t)bad;
         }
     }

@@ -48,6 +48,14 @@ int32_t tok_token_to_id(const tokenizer *t, const char *token, size_t len);
 const char *tok_id_to_token(const tokenizer *t, int32_t id);
 bool tok_is_special(const tokenizer *t, int32_t id);
 
+/* For every id, the raw bytes it appends to decoded text in the middle of a stream
+ * (ByteLevel's byte map undone, U+2581 -> space, byte-fallback <0xAB> -> that byte; a
+ * special token or an unused id: 0 bytes): (*bytes)[id][(*len)[id]], not NUL-terminated,
+ * for tok_vocab_size(t) ids. What a grammar mask matches tokens against. Free both with
+ * tok_vocab_bytes_free. */
+celer_status tok_vocab_bytes(const tokenizer *t, char ***bytes, size_t **len, celer_error *e);
+void tok_vocab_bytes_free(char **bytes, size_t *len);
+
 /* ==== Streaming detokenizer ==== */
 
 /* Turns ids arriving one at a time into text that never ends inside a UTF-8 sequence:
