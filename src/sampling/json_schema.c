@@ -155,8 +155,11 @@ static const char *prim(jsc *c, enum prim p) {
         gbnf_buf_printf(&b, "( \" \" | \"\\n\" \" \"{0,%d} )?", JSON_SCHEMA_INDENT_MAX);
         break;
     case PRIM_CHAR:
-        gbnf_buf_puts(&b,
-                      "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )");
+        /* a backslash-u escape names a character: surrogates only as a high-low pair */
+        gbnf_buf_puts(
+            &b, "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] "
+                "[0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "
+                "\"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2} ) )");
         break;
     case PRIM_KEYCHAR:
         gbnf_buf_puts(&b, "[^\"\\\\\\x00-\\x1F]");
@@ -165,11 +168,11 @@ static const char *prim(jsc *c, enum prim p) {
         gbnf_buf_printf(&b, "\"\\\"\" %s* \"\\\"\"", prim(c, PRIM_CHAR));
         break;
     case PRIM_INTEGER:
-        gbnf_buf_puts(&b, "\"-\"? ( \"0\" | [1-9] [0-9]{0,19} )");
+        gbnf_buf_puts(&b, "\"-\"? ( \"0\" | [1-9] [0-9]{0,17} )");
         break;
     case PRIM_NUMBER:
-        gbnf_buf_puts(&b, "\"-\"? ( \"0\" | [1-9] [0-9]{0,19} ) ( \".\" [0-9]{1,20} )? "
-                          "( [eE] [-+]? [0-9]{1,3} )?");
+        gbnf_buf_puts(&b, "\"-\"? ( \"0\" | [1-9] [0-9]{0,17} ) ( \".\" [0-9]{1,20} )? "
+                          "( [eE] [-+]? [0-9]{1,2} )?");
         break;
     case PRIM_BOOLEAN:
         gbnf_buf_puts(&b, "\"true\" | \"false\"");
@@ -186,6 +189,7 @@ static const char *prim(jsc *c, enum prim p) {
     }
     case PRIM_OBJECT: {
         const char *s = prim(c, PRIM_STRING), *v = prim(c, PRIM_VALUE);
+        prim(c, PRIM_WS);
         gbnf_buf_printf(
             &b, "\"{\" %s ( %s %s \":\" %s %s ( %s \",\" %s %s %s \":\" %s %s )* %s )? \"}\"", ws,
             s, ws, ws, v, ws, ws, s, ws, ws, v, ws);
@@ -193,6 +197,7 @@ static const char *prim(jsc *c, enum prim p) {
     }
     case PRIM_ARRAY: {
         const char *v = prim(c, PRIM_VALUE);
+        prim(c, PRIM_WS);
         gbnf_buf_printf(&b, "\"[\" %s ( %s ( %s \",\" %s %s )* %s )? \"]\"", ws, v, ws, ws, v, ws);
         break;
     }
@@ -767,8 +772,9 @@ static bool get_bounds(jsc *c, const json_t *s, bounds *b) {
         size_t m = path_push(c, keys[i]);
         if (!json_is_number(v))
             fail(c, CELER_STATUS_INVALID_ARGUMENT, "%s must be a number", keys[i]);
-        else if (fabs(json_number_value(v)) > BOUND_MAX)
-            fail(c, CELER_STATUS_UNSUPPORTED, "%s beyond +-1e18 is not supported", keys[i]);
+        else if (fabs(json_number_value(v)) >= BOUND_MAX)
+            fail(c, CELER_STATUS_UNSUPPORTED, "%s of 1e18 or more in magnitude is not supported",
+                 keys[i]);
         path_pop(c, m);
         if (c->st != CELER_OK) return false;
         double d = json_number_value(v);
@@ -827,7 +833,7 @@ static void put_same_len(gbnf_buf *out, const char *A, const char *B, int L) {
     gbnf_buf_puts(out, " )");
 }
 
-/* Non-negative integers a..b (b < 0: no upper bound; 20 digits at most) in canonical form,
+/* Non-negative integers a..b (b < 0: no upper bound; 18 digits at most) in canonical form,
  * as one parenthesized expression. */
 static void put_uint_range(gbnf_buf *out, unsigned long long a, long long b) {
     char A[24], B[24], lo[24], hi[24];
@@ -846,7 +852,7 @@ static void put_uint_range(gbnf_buf *out, unsigned long long a, long long b) {
             memset(hi, '9', (size_t)L), hi[L] = 0;
         put_same_len(out, lo, hi, L);
     }
-    if (b < 0 && la < 20) gbnf_buf_printf(out, " | [1-9] [0-9]{%d,19}", la);
+    if (b < 0 && la < 18) gbnf_buf_printf(out, " | [1-9] [0-9]{%d,17}", la);
     gbnf_buf_puts(out, " )");
 }
 

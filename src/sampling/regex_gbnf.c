@@ -460,9 +460,9 @@ static bool parse_alt(rx *r, gbnf_buf *out, bool top) {
         if (branch) gbnf_buf_puts(out, " | ");
         bool start = false, end = false;
         if (top && peek(r) == '^') r->i++, start = true;
-        if (r->search && !start) gbnf_buf_printf(out, "%s* ", r->any_char);
+        if (top && r->search && !start) gbnf_buf_printf(out, "%s* ", r->any_char);
         if (!parse_seq(r, out, top, &end)) return false;
-        if (r->search && !end) gbnf_buf_printf(out, " %s*", r->any_char);
+        if (top && r->search && !end) gbnf_buf_printf(out, " %s*", r->any_char);
         if (peek(r) != '|') break;
         r->i++;
     }
