@@ -193,7 +193,7 @@ fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	    clang -O1 -g -std=c11 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 	        $(shell pkg-config --cflags $(PKGS)) -o $(BUILD)/fuzz/$$t tests/fuzz/$$t.c \
-	        $(filter src/io/% src/base/% src/tokenizer/% src/vision/% src/server/request.c,$(LIB_SRC)) $(LDLIBS); \
+	        $(filter src/io/% src/base/% src/tokenizer/% src/vision/% src/sampling/% src/server/request.c,$(LIB_SRC)) $(LDLIBS); \
 	    mkdir -p $(BUILD)/fuzz/$$t-new; \
 	    $(BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	        -rss_limit_mb=2048 $(BUILD)/fuzz/$$t-new tests/fuzz/corpus/$$t; \
