@@ -468,6 +468,19 @@ int32_t celer_sampler_sample(celer_sampler *s, const float *logits);
 /* Records a token for the repetition penalty. */
 void celer_sampler_accept(celer_sampler *s, int32_t token);
 
+/* ==== Structured outputs ==== */
+
+/* A JSON Schema (the text of a JSON document) -> a GBNF grammar (llama.cpp's syntax) whose
+ * start rule is `root`, for response_format json_schema and tool parameters. Any keyword
+ * the compiler does not enforce is refused with one line naming it and its JSON pointer
+ * (docs/structured_outputs.md lists what is supported). *gbnf is malloc'd; the caller frees
+ * it. On error *gbnf is NULL and err holds the message. */
+celer_status celer_json_schema_to_grammar(const char *schema_json, char **gbnf, char *err,
+                                          size_t err_size);
+/* A regex (ECMAScript/PCRE subset) -> a GBNF grammar matching the strings it matches in
+ * full; backreferences, lookaround and the like are refused by name. Ownership as above. */
+celer_status celer_regex_to_grammar(const char *regex, char **gbnf, char *err, size_t err_size);
+
 /* ==== Streaming detokenization ==== */
 
 /* Text of ids arriving one at a time that never ends inside a UTF-8 sequence. */
