@@ -3,7 +3,8 @@
 the same GGUF, the same thread count and the same number of parallel slots
 (docs/benchmarks.md "Serving", DESIGN.md section 8).
 
-For each concurrency C (default 1, 4, 16) the two servers run R rounds; a round is the
+For each concurrency C (default 1, 8, 16) and each temperature T (default 0, greedy, and 0.8,
+sampled with each server's defaults for everything else) the two servers run R rounds; a round is the
 palindrome A B B A. A run starts the server on a free loopback port with -np C and
 -c C x CTX (context per slot), waits for /health, warms up with C + 2 requests of their own
 prompts, then sends N(C) streamed chat completions from C client tasks (closed loop: each
@@ -19,8 +20,10 @@ against the last).
 
 Prompts are natural text, the same for both servers and every run: a seeded generator
 composes requests from a pool of sentences (about 50-400 prompt tokens, a shared system
-prompt, max_tokens 64-128, temperature 0, seed fixed); the model stops where it stops
-(no ignore_eos), and completion_tokens counts what each server really produced.
+prompt, max_tokens 64-128, temperature T, seed fixed); the model stops where it stops
+(no ignore_eos), and completion_tokens counts what each server really produced. A request
+sets only the temperature, as an OpenAI client does: llama-server then samples with its own
+defaults (top-k 40, top-p 0.95, min-p 0.05), celer serve with OpenAI's (none of those).
 
 Run (after bash bench/setup_serve.sh and make all):
   build/serve-venv/bin/python bench/serve.py            # full: 2 rounds, ~18 min on 2 cores
@@ -352,13 +355,13 @@ async def stream_request(session, url, path, body, drop_after=None, timeout=600.
     return res
 
 
-def chat_body(messages, max_tokens, seed=1234):
+def chat_body(messages, max_tokens, temperature, seed=1234):
     return {"model": "default", "messages": messages, "max_tokens": max_tokens,
-            "temperature": 0, "seed": seed, "stream": True,
+            "temperature": temperature, "seed": seed, "stream": True,
             "stream_options": {"include_usage": True}}
 
 
-async def run_load(url, reqs, concurrency):
+async def run_load(url, reqs, concurrency, temperature):
     """The requests from `concurrency` tasks, closed loop. (results, wall seconds)."""
     # A new connection per request: llama-server closes a kept-alive connection after a
     # stream, and a reused one would fail; the connect on loopback costs well under 1 ms.
@@ -373,7 +376,7 @@ async def run_load(url, reqs, concurrency):
                 nxt += 1
                 messages, max_tokens = reqs[i]
                 results[i] = await stream_request(session, url, "/v1/chat/completions",
-                                                  chat_body(messages, max_tokens))
+                                                  chat_body(messages, max_tokens, temperature))
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
@@ -405,21 +408,22 @@ METRICS = [  # key, header, better ("hi"/"lo"), format
 ]
 
 
-async def one_run(args, engine, conc, reqs, warm, run_idx):
+async def one_run(args, engine, conc, temp, reqs, warm, run_idx):
     port = free_port()
     if engine == "celer":
         argv = celer_argv(args.model, port, conc, args.ctx, args.threads, args.celer_args,
                           args.celer_bin)
     else:
         argv = llama_argv(args.model, port, conc, args.ctx, args.threads, args.llama_args)
-    srv = Server(engine, argv, port, OUT_DIR / "logs" / f"c{conc}-{run_idx:02d}-{engine}.log")
+    srv = Server(engine, argv, port,
+                 OUT_DIR / "logs" / f"c{conc}-t{temp:g}-{run_idx:02d}-{engine}.log")
     srv.start()
     try:
         async with aiohttp.ClientSession() as s:
             ready_s = await srv.wait_ready(s)
-        wres, _ = await run_load(srv.url, warm, conc)
+        wres, _ = await run_load(srv.url, warm, conc, temp)
         werr = [r.error for r in wres if r.error]
-        results, wall = await run_load(srv.url, reqs, conc)
+        results, wall = await run_load(srv.url, reqs, conc, temp)
         hwm = srv.vm("VmHWM")
         alive = srv.alive()
     finally:
@@ -431,7 +435,8 @@ async def one_run(args, engine, conc, reqs, warm, run_idx):
     ttft = [r.ttft for r in ok if r.ttft is not None]
     gaps = [g for r in ok for g in r.gaps]
     run = {
-        "engine": engine, "concurrency": conc, "run": run_idx, "argv": [str(a) for a in argv],
+        "engine": engine, "concurrency": conc, "temperature": temp, "run": run_idx,
+        "argv": [str(a) for a in argv],
         "ready_s": ready_s, "wall_s": wall, "requests": len(reqs), "ok": len(ok),
         "errors": errors[:20], "n_errors": len(errors),
         "completion_tokens": tokens,
@@ -443,12 +448,17 @@ async def one_run(args, engine, conc, reqs, warm, run_idx):
         "hwm_mib": hwm, "alive_at_end": alive, "exit_code": rc,
         "texts": ["".join(r.text) for r in results],
     }
-    print(f"  c={conc:<3d} {LABEL[engine]:<13s} {run['tok_s']:7.1f} tok/s  "
+    print(f"  c={conc:<3d} t={temp:<4g} {LABEL[engine]:<13s} {run['tok_s']:7.1f} tok/s  "
           f"TTFT p50/p99 {run['ttft_p50']:6.0f}/{run['ttft_p99']:6.0f} ms  "
           f"ITL p50/p99 {run['itl_p50']:5.1f}/{run['itl_p99']:6.1f} ms  "
           f"{tokens} tok in {wall:.1f} s  HWM {hwm or 0:.0f} MiB"
           + (f"  ERRORS {len(errors)}: {errors[0]}" if errors else ""), flush=True)
     return run
+
+
+def settings(args):
+    """Every (concurrency, temperature) pair measured, in order."""
+    return [(c, t) for c in args.concurrency for t in args.temperatures]
 
 
 def fmt_cell(vals, f):
@@ -490,17 +500,18 @@ def report(args, runs, meta):
     w("Median over runs [min-max]; ratios celer / llama-server: ratio of medians "
       "[min-max of the paired ratios]. tok/s: higher is better; TTFT, ITL, RSS: lower.")
     w("")
-    w("| concurrency | server | " + " | ".join(m[1] for m in METRICS) + " | errors |")
-    w("| ---: | --- | " + " | ".join("---:" for _ in METRICS) + " | ---: |")
+    w("| concurrency | temperature | server | " + " | ".join(m[1] for m in METRICS) +
+      " | errors |")
+    w("| ---: | ---: | --- | " + " | ".join("---:" for _ in METRICS) + " | ---: |")
     ratios = {}
-    for conc in args.concurrency:
-        cr = [r for r in runs if r["concurrency"] == conc]
+    for conc, temp in settings(args):
+        cr = [r for r in runs if r["concurrency"] == conc and r["temperature"] == temp]
         for eng in ENGINES:
             er = [r for r in cr if r["engine"] == eng]
             if not er:
                 continue
             cells = [fmt_cell([r[m[0]] for r in er], m[3]) for m in METRICS]
-            w(f"| {conc} | {LABEL[eng]} | " + " | ".join(cells) +
+            w(f"| {conc} | {temp:g} | {LABEL[eng]} | " + " | ".join(cells) +
               f" | {sum(r['n_errors'] for r in er)} |")
         if {"celer", "llama"} <= {r["engine"] for r in cr}:
             cells = []
@@ -512,10 +523,10 @@ def report(args, runs, meta):
                     continue
                 rmed = statistics.median(a) / statistics.median(b)
                 pr = paired_ratios(cr, key, args.rounds)
-                ratios[(conc, key)] = (rmed, pr)
+                ratios[(conc, temp, key)] = (rmed, pr)
                 cells.append(f"**{rmed:.2f}** [{min(pr):.2f}-{max(pr):.2f}]" if pr
                              else f"**{rmed:.2f}**")
-            w(f"| {conc} | celer ÷ llama | " + " | ".join(cells) + " | |")
+            w(f"| {conc} | {temp:g} | celer ÷ llama | " + " | ".join(cells) + " | |")
     w("")
     tgt = []
 
@@ -526,26 +537,29 @@ def report(args, runs, meta):
         r, pr = ratios[key]
         spread = f" (paired {min(pr):.2f}-{max(pr):.2f})" if pr else ""
         tgt.append(f"- {desc}: {r:.2f}{spread}: **{'met' if ok(r) else 'not met'}**")
-    target("output tok/s at concurrency 16 >= 1.5x llama-server", (16, "tok_s"),
-           lambda r: r >= 1.5)
-    target("output tok/s at concurrency 1 >= 1.2x llama-server", (1, "tok_s"),
-           lambda r: r >= 1.2)
-    for conc in args.concurrency:
-        target(f"p99 TTFT lower than llama-server at concurrency {conc}", (conc, "ttft_p99"),
-               lambda r: r < 1.0)
+    for temp in args.temperatures:
+        for conc in (8, 16):
+            target(f"output tok/s at concurrency {conc}, temperature {temp:g} >= 1.5x "
+                   "llama-server", (conc, temp, "tok_s"), lambda r: r >= 1.5)
+        target(f"output tok/s at concurrency 1, temperature {temp:g} >= 1.2x llama-server",
+               (1, temp, "tok_s"), lambda r: r >= 1.2)
+    for conc, temp in settings(args):
+        target(f"p99 TTFT lower than llama-server at concurrency {conc}, temperature {temp:g}",
+               (conc, temp, "ttft_p99"), lambda r: r < 1.0)
     w("Targets:")
     w("")
     lines.extend(tgt)
     w("")
     # What the two servers produced: completions agree? (greedy, same weights)
-    for conc in args.concurrency:
-        cr = [r for r in runs if r["concurrency"] == conc]
+    for conc, temp in settings(args):
+        cr = [r for r in runs if r["concurrency"] == conc and r["temperature"] == temp]
         toks = {e: [r["completion_tokens"] for r in cr if r["engine"] == e] for e in ENGINES}
         if all(toks.values()):
             a = [r for r in cr if r["engine"] == "celer"][0]["texts"]
             b = [r for r in cr if r["engine"] == "llama"][0]["texts"]
             same = sum(1 for x, y in zip(a, b) if x == y)
-            w(f"- concurrency {conc}: completion tokens per run celer {toks['celer']}, "
+            w(f"- concurrency {conc}, temperature {temp:g}: completion tokens per run celer "
+              f"{toks['celer']}, "
               f"llama-server {toks['llama']}; identical completions {same}/{len(a)}")
     pt = [p for r in runs for p in r["prompt_tokens"] if p]
     if pt:
@@ -569,11 +583,13 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="GGUF (default: tools/fetch_model.sh's SmolLM2 Q4_1)")
-    ap.add_argument("--concurrency", default="1,4,16",
+    ap.add_argument("--concurrency", default="1,8,16",
                     help="comma-separated client counts; each run uses -np = concurrency")
     ap.add_argument("--rounds", type=int, help="A B B A rounds (default 2, quick 1)")
     ap.add_argument("--requests", help="measured requests per run as C=N pairs, "
                     "e.g. 1=16,4=32,16=64 (default that; quick 1=6,4=12,16=32)")
+    ap.add_argument("--temperatures", default="0,0.8",
+                    help="comma-separated request temperatures (0 = greedy)")
     ap.add_argument("--threads", "-t", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=1024, help="context per slot (default 1024)")
     ap.add_argument("--engines", default="celer,llama")
@@ -585,9 +601,10 @@ def parse_args(argv=None):
     ap.add_argument("--llama-args", default="", help="extra flags for llama-server")
     args = ap.parse_args(argv)
     args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
+    args.temperatures = [float(x) for x in args.temperatures.split(",") if x]
     if args.rounds is None:
         args.rounds = 1 if args.quick else 2
-    spec = args.requests or ("1=6,4=12,16=32" if args.quick else "1=16,4=32,16=64")
+    spec = args.requests or ("1=6,8=16,16=32" if args.quick else "1=16,8=32,16=64")
     req = dict(tuple(int(v) for v in kv.split("=")) for kv in spec.split(","))
     args.n_requests = {c: req.get(c, max(8, 4 * c)) for c in args.concurrency}
     args.engines = [e for e in args.engines.split(",") if e]
@@ -626,7 +643,7 @@ async def main_async(args):
     runs = []
     idx = 0
     t_start = time.monotonic()
-    for conc in args.concurrency:
+    for conc, temp in settings(args):
         n = args.n_requests[conc]
         reqs = make_requests(n, args.seed + conc)
         warm = make_requests(conc + 2, args.seed + 1000 + conc)
@@ -636,7 +653,7 @@ async def main_async(args):
             for eng in order:
                 if eng not in args.engines:
                     continue
-                run = await one_run(args, eng, conc, reqs, warm, idx)
+                run = await one_run(args, eng, conc, temp, reqs, warm, idx)
                 run["round"] = rd
                 runs.append(run)
                 idx += 1
