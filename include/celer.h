@@ -611,6 +611,14 @@ typedef struct celer_request_params {
                                    image when its rows are first computed, and keys cached
                                    blocks by the image's digest. */
     int32_t n_images;
+    const char *grammar; /* GBNF (llama.cpp's syntax, start rule "root") that each choice's
+                            text must follow, or NULL; copied and compiled at submit (an error
+                            names its line and column; the engine needs a tokenizer). Only
+                            tokens that keep the text a prefix of one of its sentences are
+                            sampled, EOS and stop ids only where a sentence may end, and a
+                            choice whose sentence nothing can extend ends with
+                            CELER_FINISH_STOP. celer_json_schema_to_grammar makes one from a
+                            JSON Schema. */
 } celer_request_params;
 
 /* n 1, max_tokens 16, default sampler, no stops beyond EOS, no logprobs. */

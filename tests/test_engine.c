@@ -9,7 +9,8 @@
  * cache on and off; a pool too small for every sequence pre-empts and still gives the
  * same tokens; n choices share the prompt; cancellation returns every block; stop ids;
  * bad requests and a full queue are clean errors; the stop-string scan; and, on the real
- * model, stop strings and logprobs through the tokenizer.
+ * model, stop strings and logprobs through the tokenizer, and choices held to a grammar
+ * (a JSON Schema's, at temperatures up to 1.5: every one valid).
  *
  * Images (the first LLaVA-NeXT and the first Gemma 3 fixture): a prompt's image token
  * expands to the image's rows and gives what the same prompt gives through the context API
@@ -25,6 +26,7 @@
 #include "engine/stop.h"
 
 #include <dirent.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +415,95 @@ static void test_real_batched(celer_model *m, celer_tokenizer *tok) {
     for (int i = 0; i < N; i++) free(ids[i]);
 }
 
+/* Whether o is what the schema of test_real_grammar allows: {"name": string of at most 12
+ * characters, "age": integer 0..120, optional "tags": at most 3 strings}, nothing else. */
+static bool person_valid(const char *text) {
+    json_error_t je;
+    json_t *o = json_loads(text, 0, &je);
+    bool ok = json_is_object(o) && json_is_string(json_object_get(o, "name")) &&
+              json_is_integer(json_object_get(o, "age"));
+    if (ok) {
+        const json_int_t age = json_integer_value(json_object_get(o, "age"));
+        const json_t *tags = json_object_get(o, "tags");
+        ok = age >= 0 && age <= 120 && json_string_length(json_object_get(o, "name")) <= 12 &&
+             json_object_size(o) == (size_t)(tags ? 3 : 2) &&
+             (!tags || (json_is_array(tags) && json_array_size(tags) <= 3));
+        for (size_t i = 0; ok && tags && i < json_array_size(tags); i++)
+            ok = json_is_string(json_array_get(tags, i));
+    }
+    json_decref(o);
+    return ok;
+}
+
+/* Grammar-constrained choices on the real model: a JSON Schema (through
+ * celer_json_schema_to_grammar) at temperatures from 0 to 1.5, four choices a request:
+ * every choice that stops is valid JSON of the schema (checked here with jansson), none
+ * is cut by the length limit this generous; a GBNF alternative ends the choice as soon as
+ * nothing can extend it; a malformed grammar is refused at submit, naming its line. */
+static void test_real_grammar(celer_model *m, celer_tokenizer *tok) {
+    const char *schema =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", "
+        "\"maxLength\": 12}, \"age\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": "
+        "120}, \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\", "
+        "\"maxLength\": 8}, \"maxItems\": 3}}, \"required\": [\"name\", \"age\"], "
+        "\"additionalProperties\": false}";
+    char err[512], *gbnf = NULL;
+    if (!CHECK(celer_json_schema_to_grammar(schema, &gbnf, err, sizeof err) == CELER_OK, "%s", err))
+        return;
+    const char *prompt = "A person described as JSON:";
+    int32_t *ids;
+    int64_t n;
+    CHECK(celer_tokenize(tok, prompt, strlen(prompt), true, &ids, &n, err, sizeof err) == CELER_OK,
+          "%s", err);
+    celer_engine *eng = engine_new(m, tok, 4, 0, 64, true);
+    if (!eng) goto out;
+    enum { R = 6 };
+    run_state rs = {0};
+    for (int i = 0; i < R; i++) {
+        celer_request_params rp = celer_request_default_params();
+        rp.prompt = ids, rp.n_prompt = n, rp.max_tokens = 100, rp.n = 4;
+        rp.sampling.temp = 0.3f * (float)i, rp.sampling.top_k = 0, rp.sampling.top_p = 1;
+        rp.sampling.min_p = 0, rp.sampling.seed = 100 + (uint64_t)i;
+        rp.grammar = gbnf;
+        submit(eng, &rs, &rp);
+        drain(eng, &rs); /* the queue holds two requests of four choices */
+    }
+    int valid = 0, stopped = 0;
+    for (int i = 0; i < R; i++)
+        for (int c = 0; c < 4; c++) {
+            const bool stop = rs.out[i].finish[c] == CELER_FINISH_STOP;
+            stopped += stop;
+            const bool ok = stop && person_valid(rs.out[i].text[c]);
+            valid += ok;
+            if (!ok)
+                printf("  grammar: temp %.1f choice %d (finish %d): \"%s\"\n", 0.3 * i, c,
+                       rs.out[i].finish[c], rs.out[i].text[c]);
+        }
+    printf("  grammar: %d of %d choices stopped, %d valid\n", stopped, 4 * R, valid);
+    CHECK(valid == 4 * R, "grammar: %d of %d choices are valid JSON of the schema", valid, 4 * R);
+
+    run_state yn = {0};
+    celer_request_params rp = greedy_request(ids, n, 20);
+    rp.ignore_eos = false;
+    rp.grammar = "root ::= (\"yes\" | \"no\") \"!\"";
+    submit(eng, &yn, &rp);
+    drain(eng, &yn);
+    CHECK(yn.out[0].finish[0] == CELER_FINISH_STOP &&
+              (!strcmp(yn.out[0].text[0], "yes!") || !strcmp(yn.out[0].text[0], "no!")),
+          "GBNF yes/no: \"%s\" (finish %d)", yn.out[0].text[0], yn.out[0].finish[0]);
+
+    uint64_t id;
+    rp.grammar = "root ::= \"a\"\nitem ::= [a-";
+    CHECK(celer_engine_submit(eng, &rp, &id, err, sizeof err) == CELER_STATUS_INVALID_ARGUMENT &&
+              strstr(err, "line 2"),
+          "a malformed grammar: \"%s\"", err);
+    check_idle(eng, "grammar");
+    celer_engine_destroy(eng);
+out:
+    free(ids);
+    free(gbnf);
+}
+
 static void test_real_text(void) {
     const char *path = real_model_path();
     celer_model *m = NULL;
@@ -503,6 +594,7 @@ static void test_real_text(void) {
     celer_engine_destroy(eng);
     free(ids);
     test_real_batched(m, tok);
+    test_real_grammar(m, tok);
 out:
     celer_tokenizer_close(tok);
     celer_model_close(m);

@@ -24,7 +24,9 @@
 #include "base/error.h"
 #include "engine/context.h"
 #include "engine/stop.h"
+#include "models/model.h"
 #include "sampling/logits_proc.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -71,6 +73,7 @@ typedef struct step_event {
     choice *c;
     int32_t token;              /* -1: the event only ends the choice */
     celer_finish_reason finish; /* the run's; the text stage may end it by a stop string */
+    bool stop_id;               /* token is an EOS or stop id: it ends the choice, no text */
     float logprob;
     int32_t n_top;
     int32_t top_ids[CELER_MAX_TOP_LOGPROBS];
@@ -85,6 +88,9 @@ struct request {
     int32_t n_spans;
     float *bias;
     char **stop;
+    grammar *grammar; /* compiled p.grammar, or NULL */
+    int32_t *end_ids; /* [n_end] the ids that end a choice (EOS unless ignored, stop ids) */
+    int32_t n_end;
     char *error;     /* why a choice ended with CELER_FINISH_ERROR (the first reason), or NULL */
     choice *choices; /* [p.n] */
     int32_t n_open;  /* choices whose final event has not gone out */
@@ -115,6 +121,7 @@ struct celer_engine {
     int32_t *ids;       /* [n_seq_max] the argmax of each row that wants one */
     step_event *events; /* what the last run decided, for celer_engine_emit */
     int64_t n_events, cap_events;
+    grammar_vocab *gvocab; /* the tokens' bytes, made for the first grammar request */
     celer_engine_stats st;
     celer_error err;
 };
@@ -226,6 +233,8 @@ static void request_free(request *r) {
     for (int32_t i = 0; r->choices && i < r->p.n; i++) choice_free(&r->choices[i]);
     for (int32_t i = 0; r->stop && i < r->p.n_stop; i++) free(r->stop[i]);
     spans_free(r->spans, r->n_spans);
+    grammar_free(r->grammar);
+    free(r->end_ids);
     free(r->choices);
     free(r->prompt);
     free(r->bias_ids);
@@ -253,6 +262,7 @@ void celer_engine_destroy(celer_engine *eng) {
     free(eng->logits);
     free(eng->ids);
     free(eng->events);
+    grammar_vocab_free(eng->gvocab);
     free(eng->b_embd);
     free(eng);
 }
@@ -356,6 +366,9 @@ static celer_status check_request(celer_engine *eng, const celer_request_params 
     if (p->n_stop && !eng->tok)
         return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
                          "stop: stop strings need the engine to have a tokenizer");
+    if (p->grammar && !eng->tok)
+        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+                         "grammar: a grammar needs the engine to have a tokenizer");
     if (eng->p.max_queue && eng->n_waiting + p->n > eng->p.max_queue)
         return error_set(e, CELER_STATUS_BUSY, "the queue is full (%d requests wait)",
                          eng->n_waiting);
@@ -380,6 +393,10 @@ static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
                                     .n_bias = r->p.n_bias,
                                     .presence_penalty = r->p.presence_penalty,
                                     .frequency_penalty = r->p.frequency_penalty,
+                                    .grammar = r->grammar,
+                                    .vocab = eng->gvocab,
+                                    .end_ids = r->end_ids,
+                                    .n_end = r->n_end,
                                     .sampler = {sp->temp, sp->top_k, sp->top_p, sp->min_p,
                                                 sp->repeat_penalty, sp->repeat_last_n,
                                                 sp->seed + (uint64_t)i}};
@@ -482,6 +499,39 @@ done:
     return s;
 }
 
+/* The grammar of r (and the engine's token bytes, the first time) and the ids that end its
+ * choices. */
+static celer_status request_grammar(celer_engine *eng, request *r) {
+    celer_error *e = &eng->err;
+    celer_status s = grammar_parse(r->p.grammar, strlen(r->p.grammar), &r->grammar, e);
+    if (s != CELER_OK) return s;
+    if (!eng->gvocab) {
+        char **bytes;
+        size_t *len;
+        const tokenizer *t = tok_of(eng->tok);
+        if ((s = tok_vocab_bytes(t, &bytes, &len, e)) != CELER_OK) return s;
+        /* ids the model has beyond the tokenizer's (padding) have no bytes */
+        const int64_t nt = tok_vocab_size(t);
+        char **b = calloc((size_t)eng->v, sizeof *b);
+        size_t *l = calloc((size_t)eng->v, sizeof *l);
+        if (b && l) {
+            for (int64_t i = 0; i < eng->v && i < nt; i++) b[i] = bytes[i], l[i] = len[i];
+            s = grammar_vocab_create((const char *const *)b, l, eng->v, NULL, 0, &eng->gvocab, e);
+        } else {
+            s = error_set(e, CELER_STATUS_OUT_OF_MEMORY, "grammar: out of memory");
+        }
+        free(b), free(l);
+        tok_vocab_bytes_free(bytes, len);
+        if (s != CELER_OK) return s;
+    }
+    const int32_t n_eos = r->p.ignore_eos ? 0 : eng->model->n_eos;
+    if (!(r->end_ids = malloc(sizeof *r->end_ids * (size_t)(n_eos + r->p.n_stop_ids + 1))))
+        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "grammar: out of memory");
+    for (int32_t i = 0; i < n_eos; i++) r->end_ids[r->n_end++] = eng->model->eos[i];
+    for (int32_t i = 0; i < r->p.n_stop_ids; i++) r->end_ids[r->n_end++] = r->stop_ids[i];
+    return CELER_OK;
+}
+
 celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *params,
                                  uint64_t *id, char *err, size_t err_size) {
     int32_t *prompt;
@@ -517,7 +567,14 @@ celer_status celer_engine_submit(celer_engine *eng, const celer_request_params *
     for (int32_t i = 0; ok && i < p->n_stop; i++) ok = (r->stop[i] = strdup(p->stop[i])) != NULL;
     r->p.prompt = r->prompt, r->p.bias_ids = r->bias_ids, r->p.bias = r->bias, r->p.images = NULL;
     r->p.stop_ids = r->stop_ids, r->p.stop = (const char *const *)r->stop;
-    if (!ok || !(r->choices = calloc((size_t)p->n, sizeof *r->choices))) goto oom;
+    if (!ok) goto oom;
+    if (p->grammar && (s = request_grammar(eng, r)) != CELER_OK) {
+        request_free(r);
+        error_copy(&eng->err, err, err_size);
+        return s;
+    }
+    r->p.grammar = NULL; /* compiled into r->grammar */
+    if (!(r->choices = calloc((size_t)p->n, sizeof *r->choices))) goto oom;
     for (int32_t i = 0; i < p->n; i++)
         if (choice_init(eng, r, i) != CELER_OK) goto oom;
     r->id = eng->next_id++;
@@ -906,7 +963,12 @@ static void choice_apply(celer_engine *eng, choice *c, float *rows, const int32_
         step_event *top = ev ? ev : &scratch;
         const int32_t n_top = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
         const float lse = r->p.top_logprobs >= 0 ? log_normalizer(eng->v, l, n_top, top) : 0;
-        tok = logits_proc_sample(c->lp, l);
+        if ((tok = logits_proc_sample(c->lp, l)) < 0) { /* the grammar leaves no token */
+            c->finish = CELER_FINISH_STOP;
+            if (ev) ev->finish = c->finish, ev->n_top = 0;
+            choice_end(eng, c, ev);
+            return;
+        }
         if (r->p.top_logprobs >= 0)
             top->logprob = l[tok] - logits_proc_adjustment(c->lp, tok) - lse;
     }
@@ -915,7 +977,9 @@ static void choice_apply(celer_engine *eng, choice *c, float *rows, const int32_
     c->n_gen++;
     eng->st.generation_tokens_total++;
     if (ev) ev->token = tok;
-    if (is_stop_id(eng, r, tok))
+    const bool stop_id = is_stop_id(eng, r, tok);
+    if (ev) ev->stop_id = stop_id;
+    if (stop_id || logits_proc_done(c->lp)) /* an end id, or a sentence nothing can extend */
         c->finish = CELER_FINISH_STOP;
     else if ((r->p.max_tokens > 0 && c->n_gen >= r->p.max_tokens) || c->n_tokens >= eng->p.n_ctx)
         c->finish = CELER_FINISH_LENGTH;
@@ -970,7 +1034,7 @@ static void event_emit(celer_engine *eng, const step_event *se, celer_event_fn f
                       .finish = se->finish};
     const size_t from = c->sent;
     bool matched = false;
-    if (se->token >= 0 && c->ds && se->finish != CELER_FINISH_STOP) {
+    if (se->token >= 0 && c->ds && !se->stop_id) {
         const char *piece;
         size_t n;
         if (celer_detok_stream_push(c->ds, se->token, &piece, &n, NULL, 0) == CELER_OK)

@@ -1,8 +1,9 @@
 /*
  * logits_proc.h - what one output does to its row of logits before and after a token is
  * chosen: the processors, in a fixed order (logit bias, then OpenAI's presence and frequency
- * penalties over the completion so far), then the sampler (sampling.h: repetition penalty,
- * temperature, top-k, top-p, min-p, the draw), and the bookkeeping of the chosen token.
+ * penalties over the completion so far, then the grammar mask), then the sampler
+ * (sampling.h: repetition penalty, temperature, top-k, top-p, min-p, the draw), and the
+ * bookkeeping of the chosen token.
  *
  * The engine owns one per choice and hands it its rows; nothing here knows of models,
  * sequences or text. Every buffer is sized at creation: applying and sampling allocate
@@ -11,6 +12,7 @@
 #ifndef CELER_SAMPLING_LOGITS_PROC_H
 #define CELER_SAMPLING_LOGITS_PROC_H
 
+#include "sampling/grammar.h"
 #include "sampling/sampling.h"
 
 #include <stdbool.h>
@@ -22,6 +24,13 @@ typedef struct logits_proc_params {
     int32_t n_bias;
     float presence_penalty;  /* subtracted once from a token already generated */
     float frequency_penalty; /* subtracted per earlier occurrence in the completion */
+    /* A grammar the completion must follow (NULL: none): only tokens that keep the text a
+     * prefix of one of its sentences survive the mask, and the ending ids end_ids[n_end]
+     * (EOS, stop ids; borrowed) only where a sentence may end. vocab: the tokens' bytes. */
+    const grammar *grammar;
+    const grammar_vocab *vocab;
+    const int32_t *end_ids;
+    int32_t n_end;
     sampler_params sampler;
 } logits_proc_params;
 
@@ -36,7 +45,8 @@ void logits_proc_destroy(logits_proc *lp);
  * changes a logit (a caller may then ask a device for the argmax alone). */
 bool logits_proc_greedy(const logits_proc *lp);
 
-/* Runs the processors on l[n_vocab] in place, then the sampler; returns the token. */
+/* Runs the processors on l[n_vocab] in place, then the sampler; returns the token, or -1
+ * when the grammar leaves no token at all (the vocabulary cannot go on with the sentence). */
 int32_t logits_proc_sample(logits_proc *lp, float *l);
 
 /* What the processors added to token id's logit (for the model's own log-probability). */
@@ -46,5 +56,9 @@ float logits_proc_adjustment(const logits_proc *lp, int32_t id);
  * (that history and the presence/frequency counts). */
 void logits_proc_accept_prompt(logits_proc *lp, int32_t tok);
 void logits_proc_accept(logits_proc *lp, int32_t tok);
+
+/* Whether the grammar's sentence is complete and nothing can extend it, or an ending id was
+ * accepted: the output is over. False without a grammar. */
+bool logits_proc_done(const logits_proc *lp);
 
 #endif

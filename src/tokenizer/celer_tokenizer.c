@@ -14,7 +14,8 @@ struct celer_tokenizer {
     tokenizer *t;
 };
 
-celer_status celer_tokenizer_open(const char *path, celer_tokenizer **out, char *err, size_t err_size) {
+celer_status celer_tokenizer_open(const char *path, celer_tokenizer **out, char *err,
+                                  size_t err_size) {
     celer_error e = {{0}};
     *out = NULL;
     celer_tokenizer *tok = calloc(1, sizeof *tok);
@@ -42,23 +43,31 @@ void celer_tokenizer_close(celer_tokenizer *tok) {
     free(tok);
 }
 
-celer_status celer_tokenize(const celer_tokenizer *tok, const char *text, size_t len, bool add_special,
-                            int32_t **ids, int64_t *n, char *err, size_t err_size) {
+celer_status celer_tokenize(const celer_tokenizer *tok, const char *text, size_t len,
+                            bool add_special, int32_t **ids, int64_t *n, char *err,
+                            size_t err_size) {
     celer_error e = {{0}};
     celer_status st = tok_encode(tok->t, text, len, add_special, ids, n, &e);
     if (st != CELER_OK) error_copy(&e, err, err_size);
     return st;
 }
 
-celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, int64_t n, bool skip_special,
-                              char **text, size_t *len, char *err, size_t err_size) {
+celer_status celer_detokenize(const celer_tokenizer *tok, const int32_t *ids, int64_t n,
+                              bool skip_special, char **text, size_t *len, char *err,
+                              size_t err_size) {
     celer_error e = {{0}};
     celer_status st = tok_decode(tok->t, ids, n, skip_special, text, len, &e);
     if (st != CELER_OK) error_copy(&e, err, err_size);
     return st;
 }
 
-int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok) { return tok_vocab_size(tok->t); }
+int64_t celer_tokenizer_n_vocab(const celer_tokenizer *tok) {
+    return tok_vocab_size(tok->t);
+}
+
+const tokenizer *tok_of(const celer_tokenizer *tok) {
+    return tok->t;
+}
 
 /* ==== Streaming detokenization ==== */
 
@@ -89,16 +98,16 @@ void celer_detok_stream_destroy(celer_detok_stream *s) {
     free(s);
 }
 
-celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const char **text, size_t *len,
-                                     char *err, size_t err_size) {
+celer_status celer_detok_stream_push(celer_detok_stream *s, int32_t id, const char **text,
+                                     size_t *len, char *err, size_t err_size) {
     celer_error e = {{0}};
     celer_status st = tok_stream_push(s->s, id, text, len, &e);
     if (st != CELER_OK) error_copy(&e, err, err_size);
     return st;
 }
 
-celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len, char *err,
-                                      size_t err_size) {
+celer_status celer_detok_stream_flush(celer_detok_stream *s, const char **text, size_t *len,
+                                      char *err, size_t err_size) {
     celer_error e = {{0}};
     celer_status st = tok_stream_flush(s->s, text, len, &e);
     if (st != CELER_OK) error_copy(&e, err, err_size);

@@ -56,6 +56,10 @@ bool tok_is_special(const tokenizer *t, int32_t id);
 celer_status tok_vocab_bytes(const tokenizer *t, char ***bytes, size_t **len, celer_error *e);
 void tok_vocab_bytes_free(char **bytes, size_t *len);
 
+/* The tokenizer behind a public handle (celer.h), for the layers above this one. */
+struct celer_tokenizer;
+const tokenizer *tok_of(const struct celer_tokenizer *t);
+
 /* ==== Streaming detokenizer ==== */
 
 /* Turns ids arriving one at a time into text that never ends inside a UTF-8 sequence:
