@@ -515,9 +515,36 @@ static void check_flags_and_unsupported(void) {
     chat("\"functions\":[{\"name\":\"f\"}]", false, "functions");
     chat("\"tools\":{}", false, "tools");
     chat("\"response_format\":{\"type\":\"text\"}", true, "");
-    chat("\"response_format\":{\"type\":\"json_object\"}", false, "response_format.type");
+    chat("\"response_format\":{\"type\":\"json_object\"}", true, "");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
+         "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+         "\"required\":[\"a\"],\"additionalProperties\":false},\"strict\":true}}",
+         true, "");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"any\"}}",
+         true, "");
     chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", false,
-         "response_format.type");
+         "response_format.json_schema.name");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\"}}",
+         false, "response_format.json_schema.name");
+    chat("\"response_format\":{\"type\":\"json_schema\"}", false, "response_format.json_schema");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
+         "\"schema\":{\"type\":\"integer\",\"multipleOf\":3}}}",
+         false, "response_format.json_schema.schema");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
+         "\"schema\":[1]}}",
+         false, "response_format.json_schema.schema");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
+         "\"strict\":1}}",
+         false, "response_format.json_schema.strict");
+    chat("\"json_schema\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", true, "");
+    chat("\"json_schema\":{\"type\":\"string\",\"if\":{}}", false, "json_schema");
+    chat("\"json_schema\":\"{}\"", false, "json_schema");
+    chat("\"grammar\":\"root ::= \\\"yes\\\"\"", true, "");
+    chat("\"grammar\":\"\"", true, "");
+    chat("\"grammar\":7", false, "grammar");
+    chat("\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}", false, "grammar");
+    chat("\"response_format\":{\"type\":\"json_object\"},\"grammar\":\"root ::= \\\"a\\\"\"",
+         false, "response_format");
     chat("\"response_format\":{\"type\":\"xml\"}", false, "response_format.type");
     chat("\"response_format\":\"text\"", false, "response_format");
     chat("\"chat_template_kwargs\":{\"enable_thinking\":false}", true, "");
@@ -553,6 +580,34 @@ static void check_flags_and_unsupported(void) {
 }
 
 /* chat_template_kwargs kept as JSON text, and over the server's default kwargs */
+/* What a structured-output field leaves for the engine: the grammar of its schema, GBNF as
+ * given, nothing for "text"; a keyword the compiler does not enforce is named. */
+static void check_structured(void) {
+    server_request r;
+    request_error e;
+    const char *json_object = "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}";
+    if (CHECK(parse(REQUEST_CHAT, json_object, &r, &e), "%s", e.message)) {
+        CHECK(r.grammar && strstr(r.grammar, "root ::="), "json_object: grammar \"%.60s\"",
+              r.grammar ? r.grammar : "(none)");
+        request_free(&r);
+    }
+    const char *gbnf = "{\"prompt\":\"hi\",\"grammar\":\"root ::= [a-z]+\"}";
+    if (CHECK(parse(REQUEST_COMPLETION, gbnf, &r, &e), "%s", e.message)) {
+        CHECK(r.grammar && !strcmp(r.grammar, "root ::= [a-z]+"), "grammar: \"%s\"",
+              r.grammar ? r.grammar : "(none)");
+        request_free(&r);
+    }
+    const char *text = "{" MSG ",\"response_format\":{\"type\":\"text\"}}";
+    if (CHECK(parse(REQUEST_CHAT, text, &r, &e), "%s", e.message)) {
+        CHECK(!r.grammar, "text: no grammar");
+        request_free(&r);
+    }
+    const char *bad = "{" MSG ",\"json_schema\":{\"type\":\"object\",\"patternProperties\":{}}}";
+    CHECK(!parse(REQUEST_CHAT, bad, &r, &e) && strstr(e.message, "patternProperties") &&
+              strstr(e.message, "/patternProperties"),
+          "an unsupported keyword is named with its pointer: \"%s\"", e.message);
+}
+
 static void check_template_kwargs(void) {
     server_request r;
     request_error e;
@@ -856,6 +911,7 @@ int main(void) {
     check_numbers();
     check_stop_and_bias();
     check_flags_and_unsupported();
+    check_structured();
     check_template_kwargs();
     check_prompts();
     check_builders();

@@ -29,6 +29,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -504,7 +505,12 @@ done:
 static celer_status request_grammar(celer_engine *eng, request *r) {
     celer_error *e = &eng->err;
     celer_status s = grammar_parse(r->p.grammar, strlen(r->p.grammar), &r->grammar, e);
-    if (s != CELER_OK) return s;
+    if (s != CELER_OK) { /* "grammar line L column C: ...", as "grammar: line L ..." */
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        const char *at = strncmp(msg, "grammar ", 8) ? msg : msg + 8;
+        return error_set(e, s, "grammar: %s", at);
+    }
     if (!eng->gvocab) {
         char **bytes;
         size_t *len;

@@ -447,6 +447,7 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     rp.top_logprobs = r->logprobs ? r->top_logprobs : -1;
     rp.images = ex->images;
     rp.n_images = ex->n_images;
+    rp.grammar = r->grammar;
     ex->choices = calloc((size_t)r->n, sizeof *ex->choices);
     if (!ex->choices) {
         free(ids);

@@ -13,6 +13,7 @@
  */
 #include "server/request.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -49,6 +50,7 @@ void request_free(server_request *r) {
     free(r->bias_ids);
     free(r->bias);
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -581,22 +583,105 @@ static bool parse_unsupported(const json_t *root, request_error *e) {
             return BAD(e, listed[k], "%s: tool and function calling is not supported yet",
                        listed[k]);
     }
-    const json_t *rf = field_get(root, "response_format");
-    if (!rf) return true;
-    if (!json_is_object(rf))
-        return BAD(e, "response_format", "response_format: expected an object, found %s",
-                   found(rf));
-    const json_t *t = json_object_get(rf, "type");
-    if (!json_is_string(t))
-        return BAD(e, "response_format.type", "response_format.type: expected a string, found %s",
-                   t ? found(t) : "nothing");
-    const char *ts = json_string_value(t);
-    if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema"))
-        return BAD(e, "response_format.type",
-                   "response_format.type: \"%s\" is not supported yet; only \"text\"", ts);
-    if (strcmp(ts, "text") != 0)
-        return BAD(e, "response_format.type",
-                   "response_format.type: expected \"text\", found \"%.40s\"", ts);
+    return true;
+}
+
+/* The grammar of the JSON Schema schema (r->grammar), or a 400 about param naming what the
+ * compiler refused. */
+static bool schema_grammar(const json_t *schema, const char *param, server_request *r,
+                           request_error *e) {
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY), err[400];
+    if (!text) return out_of_memory(e);
+    const celer_status st = celer_json_schema_to_grammar(text, &r->grammar, err, sizeof err);
+    free(text);
+    if (st == CELER_STATUS_OUT_OF_MEMORY) return out_of_memory(e);
+    if (st != CELER_OK) return BAD(e, param, "%s: %s", param, err);
+    return true;
+}
+
+/* OpenAI's json_schema response format: {"name", "schema", "strict", "description"}. */
+static bool parse_json_schema_format(const json_t *js, server_request *r, request_error *e) {
+    const char *p = "response_format.json_schema";
+    if (!json_is_object(js))
+        return BAD(e, p, "%s: expected an object, found %s", p, js ? found(js) : "nothing");
+    const json_t *name = json_object_get(js, "name");
+    const char *ns = json_string_value(name);
+    size_t len = ns ? strlen(ns) : 0, ok = 0;
+    while (ok < len && (isalnum((unsigned char)ns[ok]) || ns[ok] == '_' || ns[ok] == '-')) ok++;
+    if (!ns || len == 0 || len > 64 || ok != len)
+        return BAD(e, "response_format.json_schema.name",
+                   "response_format.json_schema.name: expected 1 to 64 letters, digits, '_' or "
+                   "'-', found %s",
+                   ns     ? "other characters"
+                   : name ? found(name)
+                          : "nothing");
+    const json_t *strict = field_get(js, "strict");
+    if (strict && !json_is_boolean(strict))
+        return BAD(e, "response_format.json_schema.strict",
+                   "response_format.json_schema.strict: expected a boolean, found %s",
+                   found(strict));
+    const json_t *schema = field_get(js, "schema");
+    if (schema && !json_is_object(schema) && !json_is_boolean(schema))
+        return BAD(e, "response_format.json_schema.schema",
+                   "response_format.json_schema.schema: expected an object, found %s",
+                   found(schema));
+    /* without a schema, any JSON value: the empty schema */
+    json_t *any = schema ? NULL : json_object();
+    const bool done =
+        schema_grammar(schema ? schema : any, "response_format.json_schema.schema", r, e);
+    json_decref(any);
+    return done;
+}
+
+/* What the output must look like, as a GBNF grammar in r->grammar (NULL: free text):
+ * OpenAI's response_format ("text"; "json_object": a JSON object; "json_schema": a JSON
+ * Schema), or llama-server's fields "json_schema" (a schema object) and "grammar" (GBNF
+ * text, checked when the engine compiles it). One of them at most. */
+static bool parse_structured(const json_t *root, server_request *r, request_error *e) {
+    const json_t *rf = field_get(root, "response_format"), *js = field_get(root, "json_schema"),
+                 *g = field_get(root, "grammar");
+    const char *ts = NULL;
+    if (rf) {
+        if (!json_is_object(rf))
+            return BAD(e, "response_format", "response_format: expected an object, found %s",
+                       found(rf));
+        const json_t *t = json_object_get(rf, "type");
+        if (!json_is_string(t))
+            return BAD(e, "response_format.type",
+                       "response_format.type: expected a string, found %s",
+                       t ? found(t) : "nothing");
+        ts = json_string_value(t);
+        if (strcmp(ts, "text") && strcmp(ts, "json_object") && strcmp(ts, "json_schema"))
+            return BAD(e, "response_format.type",
+                       "response_format.type: expected \"text\", \"json_object\" or "
+                       "\"json_schema\", found \"%.40s\"",
+                       ts);
+        if (!strcmp(ts, "text")) ts = NULL;
+    }
+    if ((ts != NULL) + (js != NULL) + (g != NULL) > 1)
+        return BAD(e, ts ? "response_format" : "grammar",
+                   "%s: give one of response_format, json_schema and grammar",
+                   ts ? "response_format" : "grammar");
+    if (ts && !strcmp(ts, "json_object")) {
+        json_t *object = json_pack("{s:s}", "type", "object");
+        const bool done = object && schema_grammar(object, "response_format", r, e);
+        json_decref(object);
+        return object ? done : out_of_memory(e);
+    }
+    if (ts) return parse_json_schema_format(json_object_get(rf, "json_schema"), r, e);
+    if (js) {
+        if (!json_is_object(js) && !json_is_boolean(js))
+            return BAD(e, "json_schema", "json_schema: expected an object, found %s", found(js));
+        return schema_grammar(js, "json_schema", r, e);
+    }
+    if (g) {
+        if (!json_is_string(g))
+            return BAD(e, "grammar", "grammar: expected a string of GBNF, found %s", found(g));
+        if (json_string_length(g) == 0) return true; /* llama-server: empty means none */
+        const size_t n = json_string_length(g);
+        if (!(r->grammar = malloc(n + 1))) return out_of_memory(e);
+        memcpy(r->grammar, json_string_value(g), n + 1);
+    }
     return true;
 }
 
@@ -649,8 +734,8 @@ static bool parse_chat(const json_t *root, const request_limits *lim, server_req
                        request_error *e) {
     r->max_tokens = -1;
     if (!parse_messages(root, lim, r, e) || !parse_template_kwargs(root, r, e) ||
-        !parse_unsupported(root, e) || !parse_common(root, lim, r, e) ||
-        !field_bool(root, "logprobs", &r->logprobs, e))
+        !parse_unsupported(root, e) || !parse_structured(root, r, e) ||
+        !parse_common(root, lim, r, e) || !field_bool(root, "logprobs", &r->logprobs, e))
         return false;
     int64_t k = -1;
     if (!field_int(root, "top_logprobs", 0, CELER_MAX_TOP_LOGPROBS, &k, e)) return false;
@@ -715,7 +800,9 @@ static bool parse_prompt(const json_t *root, const request_limits *lim, server_r
 static bool parse_completion(const json_t *root, const request_limits *lim, server_request *r,
                              request_error *e) {
     r->max_tokens = 16;
-    if (!parse_prompt(root, lim, r, e) || !parse_common(root, lim, r, e)) return false;
+    if (!parse_prompt(root, lim, r, e) || !parse_structured(root, r, e) ||
+        !parse_common(root, lim, r, e))
+        return false;
     int64_t k = -1;
     if (!field_int(root, "logprobs", 0, REQUEST_MAX_COMPLETION_LOGPROBS, &k, e)) return false;
     r->logprobs = k >= 0;
@@ -762,8 +849,13 @@ bool request_parse(request_kind kind, const char *body, size_t len, const reques
     /* OpenAI's defaults, not the CLI's: temperature 1, nucleus, top-k and min-p off; the
      * repetition window is llama.cpp's 64, though the penalty is off (1). Set here rather
      * than from celer_sampler_default_params so this file links alone (the fuzz target). */
-    out->sampling = (celer_sampler_params){.temp = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-                                           .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+    out->sampling = (celer_sampler_params){.temp = 1.0f,
+                                           .top_k = 0,
+                                           .top_p = 1.0f,
+                                           .min_p = 0.0f,
+                                           .repeat_penalty = 1.0f,
+                                           .repeat_last_n = 64,
+                                           .seed = 0};
     json_error_t jerr;
     json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
     if (!root) {

@@ -83,6 +83,11 @@ typedef struct server_request {
     bool logprobs;        /* chat: logprobs true; completion: logprobs given */
     int32_t top_logprobs; /* alternatives per token (chat: top_logprobs, completion: logprobs) */
     bool ignore_eos;      /* llama-server's extension */
+    /* The grammar the output must follow (GBNF text, malloc'd), or NULL: from OpenAI's
+     * response_format (json_object, json_schema) or llama-server's json_schema and grammar
+     * fields. A schema is compiled here (a keyword the compiler does not enforce is a 400
+     * naming it); GBNF from "grammar" is checked when the engine compiles it. */
+    char *grammar;
     bool stream, include_usage;
 } server_request;
 

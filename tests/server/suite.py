@@ -6,6 +6,11 @@ binary). Prints one line per test and, last, `test_server: N passed, M failed[, 
 Servers, one at a time:
   main      -np 4 --metrics --alias, CORS, --max-body-bytes, --max-queue 64: client API,
             bad input, metrics, prefix cache, 16 concurrent greedy requests
+  structured  -np 8: response_format json_object / json_schema, llama-server's json_schema and
+            grammar fields (tests/server/structured.py): every completion validated with the
+            jsonschema package, refused keywords, 16 streams half constrained
+  structured_tiny  the tiny random LLaVA-NeXT below: 2,400 schema completions at random
+            temperatures, every one that stops valid
   noprefix  --no-prefix-cache --metrics: same greedy text as with the cache, dropped
             clients cancel their requests, SIGTERM during a stream
   auth      --api-key (two keys); authfile: --api-key-file
@@ -39,6 +44,7 @@ import httpx
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import structured  # noqa: E402
 from common import (Failure, Results, Server, ServerError, T, celer_bin, check,  # noqa: E402
                     default_model, eq, error_of, get, metrics, parse_json_body, post_json, raw_request,
                     set_scale, short, timeout_scale, wait_until)
@@ -1296,6 +1302,9 @@ CTX = None
 
 
 def with_server(res, ctx, name, args, tests, log_dir, stop_check=True, model=None, env=None):
+    only = os.environ.get("SERVER_TESTS_ONLY")  # "structured,vlm": run just these servers
+    if only and name not in only.split(","):
+        return
     srv = Server(ctx.binary, model or ctx.model, name, args, log_dir, env)
     print(f"--- server {name}: celer serve {' '.join(args)}", flush=True)
     try:
@@ -1387,6 +1396,8 @@ def main():
                                    "--cors-origin", ORIGIN, "--max-body-bytes", str(MAX_BODY),
                                    "--max-queue", "64"], main_tests, log_dir)
 
+    with_server(res, CTX, "structured", ["-np", "8", "-c", "8192", "-t", "2"], structured.real_tests(), log_dir)
+
     with_server(res, CTX, "noprefix", ["--no-prefix-cache", "--metrics", "-np", "2", "-c", str(TOTAL_CTX)], [
         ("prefix_cache_off_same_greedy_text", test_prefix_cache_off_same_text),
         ("disconnect_mid_stream_cancels", test_disconnect_stream),
@@ -1416,6 +1427,8 @@ def main():
     with open(os.path.join(VLM_DIR, "golden.json")) as f:
         VLM_GOLDEN = json.load(f)
     with_server(res, CTX, "vlm", ["-np", "2", "-c", "2048", "-t", "2"], vlm_tests(), log_dir, model=VLM_DIR)
+    with_server(res, CTX, "structured_tiny", ["-np", "8", "-c", "4096", "-t", "2"], structured.tiny_tests(), log_dir,
+                model=VLM_DIR)
 
     global G3_GOLDEN
     with open(os.path.join(G3_DIR, "golden.json")) as f:
