@@ -33,6 +33,9 @@
 #ifndef CELER_H
 #define CELER_H
 
+/* The release: `celer --version` prints it. */
+#define CELER_VERSION "0.9.0"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

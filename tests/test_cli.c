@@ -2,7 +2,8 @@
  * test_cli.c - the command line as scripts use it: `celer logits` writes .npy files
  * that match the goldens ([n, vocab] with --all, [1, vocab] of the last row without),
  * `celer generate --print-ids` prints the golden greedy continuation, and bad flags fail
- * with one line.
+ * with one line; --version and every command's --help; generate held to a JSON Schema or a
+ * GBNF grammar on the real model.
  */
 #define _DEFAULT_SOURCE
 #include "harness.h"
@@ -382,7 +383,77 @@ out:
     json_decref(g);
 }
 
+/* The usual conventions: --version, and COMMAND --help on stdout with exit 0. */
+static void check_help(void) {
+    char cmd[512], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' --version", bin());
+    CHECK(run_capture(cmd, out, sizeof out) == 0 && !strncmp(out, "celer ", 6), "--version: \"%s\"",
+          out);
+    const char *cmds[] = {"logits",  "generate", "run",        "inspect",  "perplexity",
+                          "convert", "tokenize", "detokenize", "template", "bench",
+                          "serve",   "ls",       "pull"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s --help 2>/dev/null", bin(), cmds[i]);
+        const int rc = run_capture(cmd, out, sizeof out);
+        CHECK(rc == 0 && strstr(out, "usage: celer") && strstr(out, cmds[i]),
+              "%s --help: exit %d, stdout \"%.80s\"", cmds[i], rc, out);
+    }
+}
+
+/* generate under a JSON Schema or a GBNF grammar, on the real model: the text is valid
+ * JSON of the schema, or a sentence of the grammar; a keyword the compiler refuses is named. */
+static void check_structured(void) {
+    const char *model = real_model_path();
+    if (access(model, R_OK) != 0) {
+        SKIP_REQUIRED("structured generate: the default model is missing (%s)", model);
+        return;
+    }
+    const char *schema = "/tmp/celer-cli-schema.json";
+    FILE *f = fopen(schema, "w");
+    if (!f) return;
+    fputs("{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", "
+          "\"maxLength\": 20}, \"people\": {\"type\": \"integer\", \"minimum\": 0}}, "
+          "\"required\": [\"city\", \"people\"], \"additionalProperties\": false}",
+          f);
+    fclose(f);
+    char cmd[4096], out[4096];
+    for (int seed = 1; seed <= 3; seed++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' generate -m '%s' -p 'A city as JSON.' --json-schema %s -n 80 --temp 0.8 "
+                 "--seed %d -t 2 2>/dev/null",
+                 bin(), model, schema, seed);
+        CHECK(run_capture(cmd, out, sizeof out) == 0, "generate --json-schema exits 0");
+        json_error_t je;
+        json_t *v = json_loads(out, 0, &je);
+        const json_t *city = json_object_get(v, "city"), *people = json_object_get(v, "people");
+        CHECK(json_is_object(v) && json_object_size(v) == 2 && json_is_string(city) &&
+                  json_string_length(city) <= 20 && json_is_integer(people) &&
+                  json_integer_value(people) >= 0,
+              "--json-schema seed %d: \"%s\"", seed, out);
+        json_decref(v);
+    }
+    snprintf(
+        cmd, sizeof cmd,
+        "'%s' generate -m '%s' -p 'Is water wet?' --grammar 'root ::= (\"yes\" | \"no\") \".\"' "
+        "-n 10 -t 2 2>/dev/null",
+        bin(), model);
+    CHECK(run_capture(cmd, out, sizeof out) == 0 &&
+              (!strcmp(out, "yes.\n") || !strcmp(out, "no.\n")),
+          "--grammar: \"%s\"", out);
+    char args[4200];
+    snprintf(args, sizeof args,
+             "generate -m '%s' -p x --json-schema '{\"type\": \"integer\", "
+             "\"multipleOf\": 2}'",
+             model);
+    check_fails("an unsupported schema keyword", args, "multipleOf");
+    snprintf(args, sizeof args, "generate -m '%s' -p x --grammar 'root ::= ['", model);
+    check_fails("a malformed grammar", args, "grammar: line 1");
+    unlink(schema);
+}
+
 int main(void) {
+    check_help();
+    check_structured();
     check_image("llava-mistral-mlx-q4");
     check_image_gemma3("gemma3-vision-mlx-bf16", "wide");
     check_image_gemma3("gemma3-vision-hf-bf16", "two");

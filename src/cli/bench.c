@@ -143,7 +143,8 @@ static void parse_opts(bench_opts *o, int argc, char **argv) {
         const bool thr = !strcmp(a, "-t") || !strcmp(a, "--threads");
         if (!thr && cli_model_flag(&o->mo, argc, argv, &i)) continue;
         const bool takes_value = thr || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-d") ||
-                                 !strcmp(a, "-r") || !strcmp(a, "-o") || !strcmp(a, "-np") || !strcmp(a, "-b");
+                                 !strcmp(a, "-r") || !strcmp(a, "-o") || !strcmp(a, "-np") ||
+                                 !strcmp(a, "-b");
         if (!takes_value) cli_die("bench: unknown option %s (see celer bench --help)", a);
         if (i + 1 >= argc) cli_die("%s: expected a value", a);
         const char *v = argv[++i];
@@ -228,7 +229,7 @@ typedef struct bench_result {
     int32_t n_threads;
     const char *kernels; /* static, from the library */
     int64_t n_ctx, n_batch;
-    double load_ms; /* model open + context create */
+    double load_ms;           /* model open + context create */
     celer_context_memory mem; /* what the context held on its device */
     char device[32];
     char test_time[32];
@@ -240,10 +241,10 @@ typedef struct bench_result {
 typedef struct bench_buffers {
     const int32_t *ids; /* synthetic ids: max(-d) for the prefix, then max(p, n) */
     int64_t max_depth;
-    float *logits;      /* [max(-np), vocab] */
+    float *logits;                /* [max(-np), vocab] */
     int32_t *step_ids, *step_seq; /* [max(-np)]: a step's rows */
     int8_t *step_want;            /* [max(-np)], all set */
-    float *all_logits;  /* [max(p), vocab] with --full-logits, else NULL */
+    float *all_logits;            /* [max(p), vocab] with --full-logits, else NULL */
 } bench_buffers;
 
 static void check(celer_context *ctx, celer_status s) {
@@ -258,7 +259,8 @@ static int64_t bench_run_once(celer_context *ctx, const bench_result *r, const b
         check(ctx, celer_seq_reset(ctx, s));
         if (!r->n_depth) continue;
         celer_batch b = celer_batch_tokens(bb->ids, r->n_depth);
-        check(ctx, celer_forward_last_logits_with_sequence_id(ctx, &b, s, r->n_depth - 1, bb->logits));
+        check(ctx,
+              celer_forward_last_logits_with_sequence_id(ctx, &b, s, r->n_depth - 1, bb->logits));
         if (celer_seq_length(ctx, s) != r->n_depth)
             cli_die("bench: the cache holds %lld positions after a %lld-token prefix",
                     (long long)celer_seq_length(ctx, s), (long long)r->n_depth);
@@ -269,7 +271,9 @@ static int64_t bench_run_once(celer_context *ctx, const bench_result *r, const b
         const int64_t t0 = now_ns();
         for (int64_t i = 0; i < r->n_gen; i++) {
             for (int64_t s = 0; s < r->n_seq; s++) bb->step_ids[s] = ids[i];
-            const celer_batch b = {.n = r->n_seq, .token = bb->step_ids, .seq_id = bb->step_seq,
+            const celer_batch b = {.n = r->n_seq,
+                                   .token = bb->step_ids,
+                                   .seq_id = bb->step_seq,
                                    .logits = bb->step_want};
             check(ctx, celer_batch_decode(ctx, &b, bb->logits));
         }
@@ -310,14 +314,15 @@ static void bench_run(celer_context *ctx, bench_result *r, const bench_buffers *
 
 typedef struct image_bench {
     celer_image *img;
-    int64_t rows;      /* prompt rows of the image */
-    float *embd;       /* [rows + max(p), d]: the image's rows, then room for the text rows */
-    int32_t *tokens;   /* [rows + max(p)]: -1, then synthetic ids */
-    double *samples;   /* [reps] */
+    int64_t rows;    /* prompt rows of the image */
+    float *embd;     /* [rows + max(p), d]: the image's rows, then room for the text rows */
+    int32_t *tokens; /* [rows + max(p)]: -1, then synthetic ids */
+    double *samples; /* [reps] */
 } image_bench;
 
 /* Encode and ppN+img at one thread count: a markdown row or JSON objects per test. */
-static void bench_image(celer_context *ctx, image_bench *ib, const bench_opts *o, float *logits, json_t *arr) {
+static void bench_image(celer_context *ctx, image_bench *ib, const bench_opts *o, float *logits,
+                        json_t *arr) {
     const int32_t threads = celer_context_n_threads(ctx);
     double mean, sd;
     check(ctx, celer_image_encode(ctx, ib->img, ib->embd)); /* warm-up, and the rows */
@@ -328,14 +333,16 @@ static void bench_image(celer_context *ctx, image_bench *ib, const bench_opts *o
     }
     mean_stddev(ib->samples, o->reps, &mean, &sd);
     if (arr)
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:f, s:f}", "test", "image_encode",
-                                             "n_threads", threads, "kernels", celer_context_kernels(ctx),
-                                             "image_width", (json_int_t)celer_image_width(ib->img), "image_height",
-                                             (json_int_t)celer_image_height(ib->img), "image_rows",
-                                             (json_int_t)ib->rows, "avg_ms", mean, "stddev_ms", sd));
+        json_array_append_new(
+            arr, json_pack("{s:s, s:i, s:s, s:I, s:I, s:I, s:f, s:f}", "test", "image_encode",
+                           "n_threads", threads, "kernels", celer_context_kernels(ctx),
+                           "image_width", (json_int_t)celer_image_width(ib->img), "image_height",
+                           (json_int_t)celer_image_height(ib->img), "image_rows",
+                           (json_int_t)ib->rows, "avg_ms", mean, "stddev_ms", sd));
     else
-        printf("| %lldx%lld | %lld | %d | encode | %.1f ± %.1f ms |\n", (long long)celer_image_width(ib->img),
-               (long long)celer_image_height(ib->img), (long long)ib->rows, threads, mean, sd);
+        printf("| %lldx%lld | %lld | %d | encode | %.1f ± %.1f ms |\n",
+               (long long)celer_image_width(ib->img), (long long)celer_image_height(ib->img),
+               (long long)ib->rows, threads, mean, sd);
     for (int64_t p = 0; p < o->n_pp; p++) {
         const int64_t n = ib->rows + o->pp[p];
         const celer_batch b = {.n = n, .token = ib->tokens, .embd = ib->embd};
@@ -349,14 +356,15 @@ static void bench_image(celer_context *ctx, image_bench *ib, const bench_opts *o
         check(ctx, celer_seq_reset(ctx, 0));
         mean_stddev(ib->samples, o->reps, &mean, &sd);
         if (arr)
-            json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:I, s:I, s:f, s:f}", "test", "pp+image",
-                                                 "n_threads", threads, "kernels", celer_context_kernels(ctx),
-                                                 "n_prompt", (json_int_t)o->pp[p], "image_rows", (json_int_t)ib->rows,
-                                                 "avg_ts", mean, "stddev_ts", sd));
+            json_array_append_new(
+                arr, json_pack("{s:s, s:i, s:s, s:I, s:I, s:f, s:f}", "test", "pp+image",
+                               "n_threads", threads, "kernels", celer_context_kernels(ctx),
+                               "n_prompt", (json_int_t)o->pp[p], "image_rows", (json_int_t)ib->rows,
+                               "avg_ts", mean, "stddev_ts", sd));
         else
             printf("| %lldx%lld | %lld | %d | pp%lld+img | %.2f ± %.2f rows/s |\n",
-                   (long long)celer_image_width(ib->img), (long long)celer_image_height(ib->img), (long long)ib->rows,
-                   threads, (long long)o->pp[p], mean, sd);
+                   (long long)celer_image_width(ib->img), (long long)celer_image_height(ib->img),
+                   (long long)ib->rows, threads, (long long)o->pp[p], mean, sd);
     }
 }
 
@@ -589,6 +597,7 @@ static int64_t max_of(const int64_t *v, int64_t n) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (cli_help(argc, argv, usage_text)) return 0;
     bench_opts o = {0};
     parse_opts(&o, argc, argv);
     const int64_t max_p = max_of(o.pp, o.n_pp), max_n = max_of(o.tg, o.n_tg);
@@ -615,7 +624,8 @@ int cmd_bench(int argc, char **argv) {
 
     /* Every buffer a timed run touches, before any clock starts. Per thread count the
      * tests run depth by depth, ppN then tgN at each (llama-bench's order). */
-    const int64_t per_d = o.n_pp + o.n_tg * o.n_np, per_t = per_d * o.n_depth, n_res = per_t * o.n_threads;
+    const int64_t per_d = o.n_pp + o.n_tg * o.n_np, per_t = per_d * o.n_depth,
+                  n_res = per_t * o.n_threads;
     bench_result *res = calloc((size_t)(n_res > 0 ? n_res : 1), sizeof *res);
     int32_t *ids = synthetic_ids(max_d + need, bm.n_vocab);
     bench_buffers bb = {.ids = ids,
@@ -635,7 +645,8 @@ int cmd_bench(int argc, char **argv) {
     if (o.image) {
         if (!celer_model_has_vision(m)) cli_die("--image: %s reads no images", bm.desc);
         if (celer_image_load(o.image, &ib.img, err, sizeof err) != CELER_OK) cli_die("%s", err);
-        if (celer_model_image_positions(m, ib.img, &ib.rows, err, sizeof err) != CELER_OK) cli_die("%s", err);
+        if (celer_model_image_positions(m, ib.img, &ib.rows, err, sizeof err) != CELER_OK)
+            cli_die("%s", err);
         const int64_t n = ib.rows + max_p;
         ib.embd = malloc(sizeof(float) * (size_t)(n * bm.n_embd));
         ib.tokens = malloc(sizeof *ib.tokens * (size_t)n);
@@ -680,7 +691,8 @@ int cmd_bench(int argc, char **argv) {
             if (!o.json) md_row(&bm, r, o.reps, o.full_logits);
         }
         if (o.image) {
-            if (!o.json && ti == 0) printf("\n| image | rows | threads | test | result |\n|---|---:|---:|---|---:|\n");
+            if (!o.json && ti == 0)
+                printf("\n| image | rows | threads | test | result |\n|---|---:|---:|---|---:|\n");
             bench_image(ctx, &ib, &o, bb.logits, img_json);
         }
         celer_context_destroy(ctx);
@@ -715,11 +727,12 @@ int cmd_bench(int argc, char **argv) {
                    res[ti * per_t].load_ms, (long long)o.threads[ti], o.threads[ti] > 1 ? "s" : "",
                    (long long)ctx_len, (int)res[ti * per_t].n_batch);
         if (n_res) {
-            const celer_context_memory *mm = &res[per_t - 1].mem; /* after every test of a context */
+            const celer_context_memory *mm =
+                &res[per_t - 1].mem; /* after every test of a context */
             const double mib = 1024.0 * 1024;
-            printf("memory on %s: weights %.1f + KV cache %.1f + buffers %.1f = %.1f MiB\n", res[0].device,
-                   (double)mm->weights / mib, (double)mm->kv / mib, (double)mm->buffers / mib,
-                   (double)(mm->weights + mm->kv + mm->buffers) / mib);
+            printf("memory on %s: weights %.1f + KV cache %.1f + buffers %.1f = %.1f MiB\n",
+                   res[0].device, (double)mm->weights / mib, (double)mm->kv / mib,
+                   (double)mm->buffers / mib, (double)(mm->weights + mm->kv + mm->buffers) / mib);
             printf("peak RSS: %.1f MiB\n", (double)peak_rss / mib);
         }
         for (int64_t ti = 0; o.memory && ti < o.n_threads; ti++) {

@@ -16,6 +16,12 @@ void cli_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)
 
 /* "1,2,3" -> ids (malloc'd, caller frees); dies with a message on bad input. */
 int32_t *cli_parse_ids(const char *s, int64_t *n);
+/* Whether the arguments ask for help (-h, --help); then usage has gone to stdout. A command
+ * returns 0 right after. */
+bool cli_help(int argc, char **argv, const char *usage);
+/* The whole of path, NUL-terminated (*len bytes before the NUL; len may be NULL); malloc'd.
+ * Dies naming the file on error. */
+char *cli_read_file(const char *path, size_t *len);
 /* Strict decimal integer; dies naming the flag on bad input. */
 int64_t cli_parse_int(const char *flag, const char *s);
 double cli_parse_num(const char *flag, const char *s);

@@ -38,6 +38,37 @@ double cli_parse_num(const char *flag, const char *s) {
     return v;
 }
 
+bool cli_help(int argc, char **argv, const char *usage) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            puts(usage);
+            return true;
+        }
+    return false;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) cli_die("%s: cannot open", path);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) cli_die("out of memory");
+    for (size_t k; (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (n == cap - 1) {
+            char *p = realloc(buf, cap *= 2);
+            if (!p) cli_die("out of memory");
+            buf = p;
+        }
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) cli_die("%s: read error", path);
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
 int32_t *cli_parse_ids(const char *s, int64_t *n) {
     int64_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';

@@ -8,13 +8,18 @@
 #include <stdio.h>
 #include <string.h>
 
+static const char convert_usage[] = "usage: celer convert -m MODEL.gguf -o DIR";
+
 int cmd_convert(int argc, char **argv) {
+    if (cli_help(argc, argv, convert_usage)) return 0;
     cli_model_opts o = {0};
     const char *out = NULL;
     for (int i = 0; i < argc; i++) {
         if (cli_model_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else cli_die("convert: unknown or incomplete option %s\nusage: celer convert -m MODEL.gguf -o DIR", argv[i]);
+        if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            out = argv[++i];
+        else
+            cli_die("convert: unknown or incomplete option %s\n%s", argv[i], convert_usage);
     }
     if (!out) cli_die("convert: -o DIR is required");
     celer_model *m = cli_open_model(&o);

@@ -20,12 +20,15 @@ static void print_devices(void) {
         printf("  %-8s none: %s\n", name, desc);
 }
 
+static const char inspect_usage[] =
+    "usage: celer inspect [-m MODEL] [-c CTX]   (no model: the devices)";
+
 int cmd_inspect(int argc, char **argv) {
+    if (cli_help(argc, argv, inspect_usage)) return 0;
     cli_model_opts o = {0};
     for (int i = 0; i < argc; i++)
         if (!cli_model_flag(&o, argc, argv, &i))
-            cli_die("inspect: unknown option %s\nusage: celer inspect [-m MODEL] [-c CTX]",
-                    argv[i]);
+            cli_die("inspect: unknown option %s\n%s", argv[i], inspect_usage);
     if (!o.model) {
         print_devices();
         return 0;

@@ -54,6 +54,7 @@ static void image_batch(celer_context *ctx, const celer_model *m, const cli_imag
 }
 
 int cmd_logits(int argc, char **argv) {
+    if (cli_help(argc, argv, usage_text)) return 0;
     cli_model_opts o = {0};
     cli_images im = {0};
     const char *ids_arg = NULL, *text = NULL, *out = NULL;

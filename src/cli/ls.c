@@ -18,8 +18,11 @@ static void human_size(int64_t bytes, char *out, size_t cap) {
     snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
+static const char ls_usage[] = "usage: celer ls   (models in the Hugging Face cache)";
+
 int cmd_ls(int argc, char **argv) {
-    if (argc > 0) cli_die("ls: unknown option %s\nusage: celer ls", argv[0]);
+    if (cli_help(argc, argv, ls_usage)) return 0;
+    if (argc > 0) cli_die("ls: unknown option %s\n%s", argv[0], ls_usage);
     celer_cached_model *m;
     int64_t n;
     char err[512], size[32];

@@ -13,7 +13,8 @@ static void usage(FILE *f) {
         "  generate -m MODEL (-p TEXT | --ids 1,2,3) [-n N] [--temp T] [--top-k K] [--top-p P] "
         "[--min-p P]\n"
         "           [--repeat-penalty R] [--seed S] [--system TEXT] [--chat-template-kwargs JSON]\n"
-        "           [--no-chat-template] [--ignore-eos]\n"
+        "           [--no-chat-template] [--ignore-eos] [--json-schema FILE|JSON] [--grammar-file "
+        "FILE]\n"
         "  run [MODEL] [-p TEXT]                                  chat (REPL), or one answer with "
         "-p\n"
         "  inspect [-m MODEL] [-c CTX]                            architecture, size, memory; "
@@ -37,6 +38,7 @@ static void usage(FILE *f) {
         "cache\n"
         "  pull ORG/NAME[:QUANT][@REV]                            download a model from the "
         "Hugging Face Hub\n"
+        "  --version                                              the release\n"
         "common options: -t THREADS, -c CTX, --cache-type f16|f32, --device cpu|cuda[:N] (or "
         "$CELER_DEVICE)\n"
         "MODEL is a checkpoint directory (config.json + *.safetensors), a .gguf file, or a name\n"
@@ -51,6 +53,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("celer %s\n", CELER_VERSION);
+        return 0;
     }
     if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 2, argv + 2);
     if (!strcmp(argv[1], "generate")) return cmd_generate(argc - 2, argv + 2);

@@ -25,24 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE                                                                                        \
-    "celer perplexity -m MODEL -f FILE [-c CTX] [-t N] [--cache-type f16|f32] [--chunks K] [--compare KERNELS " \
+#define USAGE                                                                                      \
+    "celer perplexity -m MODEL -f FILE [-c CTX] [-t N] [--cache-type f16|f32] [--chunks K] "       \
+    "[--compare KERNELS "                                                                          \
     "[--compare-cache-type f16|f32]]"
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) cli_die("%s: cannot open", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += got;
-        if (n == cap) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    if (!buf) cli_die("out of memory");
-    *len = n;
-    return buf;
-}
 
 /* log(sum(exp(row[v]))) in double, and the index of the largest logit. */
 static double row_logsumexp(const float *row, int64_t v, int64_t *argmax) {
@@ -86,6 +72,7 @@ static celer_context *open_kernels(const cli_model_opts *o, celer_model *m, int6
 }
 
 int cmd_perplexity(int argc, char **argv) {
+    if (cli_help(argc, argv, "usage: " USAGE)) return 0;
     cli_model_opts o = {0};
     const char *file = NULL, *compare = NULL, *compare_kv = NULL;
     int64_t max_chunks = 0;
@@ -108,11 +95,12 @@ int cmd_perplexity(int argc, char **argv) {
     const int64_t c = o.n_ctx ? o.n_ctx : 512;
     if (c < 2) cli_die("-c: a window needs at least 2 tokens");
     size_t len;
-    char *text = read_file(file, &len), err[512];
+    char *text = cli_read_file(file, &len), err[512];
     celer_model *m = cli_open_model(&o);
     celer_context *ctx = cli_open_context(&o, m, c);
     if (compare_kv && !compare) cli_die("--compare-cache-type needs --compare KERNELS");
-    celer_context *cmp = compare ? open_kernels(&o, m, c, compare, compare_kv ? compare_kv : o.kv_type) : NULL;
+    celer_context *cmp =
+        compare ? open_kernels(&o, m, c, compare, compare_kv ? compare_kv : o.kv_type) : NULL;
     celer_tokenizer *tok = cli_open_tokenizer(o.model);
     int32_t *ids;
     int64_t n;

@@ -25,6 +25,7 @@ static const char usage_text[] =
     "pull. Progress is shown on stderr when it is a terminal.\n";
 
 int cmd_pull(int argc, char **argv) {
+    if (cli_help(argc, argv, usage_text)) return 0;
     const char *name = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

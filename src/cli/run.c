@@ -43,6 +43,7 @@ static void turn(cli_session *s, const cli_prompt_opts *po, const char *model_pa
 }
 
 int cmd_run(int argc, char **argv) {
+    if (cli_help(argc, argv, usage_text)) return 0;
     cli_model_opts o = {0};
     cli_prompt_opts po = {0};
     int64_t n_predict = -1;

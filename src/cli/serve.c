@@ -70,6 +70,7 @@ static int64_t parse_count(const char *flag, const char *v, int64_t lo, int64_t 
 }
 
 int cmd_serve(int argc, char **argv) {
+    if (cli_help(argc, argv, usage_text)) return 0;
     cli_model_opts o = {0}; /* -c here is the whole KV pool, in positions */
     char *keys[MAX_KEYS];
     int n_keys = 0;

@@ -148,6 +148,7 @@ int64_t cli_session_reply_images(cli_session *s, const int32_t *prompt, int64_t 
     rp.ignore_eos = ignore_eos;
     rp.stop_ids = &s->stop;
     rp.n_stop_ids = s->stop >= 0 && !ignore_eos;
+    rp.grammar = s->grammar;
     uint64_t id;
     if (celer_engine_submit(s->eng, &rp, &id, err, sizeof err) != CELER_OK) cli_die("%s", err);
     reply_state r = {.s = s, .print_ids = print_ids, .ignore_eos = ignore_eos, .out = out};

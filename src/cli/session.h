@@ -25,7 +25,8 @@ typedef struct cli_session {
     celer_tokenizer *tok; /* NULL: ids only */
     celer_sampler_params sp;
     int64_t n_ctx;
-    int32_t stop; /* tokenizer_config.json's eos_token, or -1 */
+    int32_t stop;        /* tokenizer_config.json's eos_token, or -1 */
+    const char *grammar; /* GBNF every reply must follow (celer_request_params.grammar), or NULL */
 } cli_session;
 
 typedef struct cli_stats {

@@ -18,28 +18,6 @@
 static const char template_usage[] = "usage: celer template -m MODEL --messages FILE.json "
                                      "[--add-generation-prompt] [--chat-template-kwargs JSON]";
 
-/* The whole of path, NUL-terminated (malloc'd); dies on error. */
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) cli_die("%s: cannot open", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) cli_die("out of memory");
-    for (size_t k; (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += k;
-        if (n == cap - 1) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) cli_die("out of memory");
-            buf = p;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) cli_die("%s: read error", path);
-    buf[n] = 0;
-    return buf;
-}
-
 /* The template variables of a request body (malloc'd JSON text, or NULL for none): the
  * flag's kwargs, then the body's "chat_template_kwargs" over them and its "tools". Dies
  * naming the file on a body field of the wrong type. */
@@ -64,6 +42,7 @@ static char *body_vars(const char *json, const char *path, const char *flag_kwar
 }
 
 int cmd_template(int argc, char **argv) {
+    if (cli_help(argc, argv, template_usage)) return 0;
     const char *model = NULL, *messages = NULL, *kwargs = NULL;
     int agp = 0;
     for (int i = 0; i < argc; i++) {
@@ -86,7 +65,7 @@ int cmd_template(int argc, char **argv) {
     char err[512], *src, *bos, *eos, *out;
     if (celer_chat_template_load(model, &src, &bos, &eos, err, sizeof err) != CELER_OK)
         cli_die("%s", err);
-    char *json = slurp(messages), *vars = body_vars(json, messages, kwargs);
+    char *json = cli_read_file(messages, NULL), *vars = body_vars(json, messages, kwargs);
     if (celer_chat_template_render_vars(src, json, vars, agp, bos, eos, &out, err, sizeof err) !=
         CELER_OK) {
         if (!strncmp(err, "messages:", 9)) cli_die("%s: %s", messages, err + 10);

@@ -15,28 +15,6 @@ static const char tokenize_usage[] =
 static const char detokenize_usage[] =
     "usage: celer detokenize -m PATH --ids 1,2,3 [--skip-special]";
 
-/* The whole of path (malloc'd); dies on error. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) cli_die("%s: cannot open", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) cli_die("out of memory");
-    for (size_t k; (k = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) cli_die("out of memory");
-            buf = p;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) cli_die("%s: read error", path);
-    *len = n;
-    return buf;
-}
-
 static celer_tokenizer *open_tokenizer(const char *path) {
     char err[512];
     celer_tokenizer *tok;
@@ -46,6 +24,7 @@ static celer_tokenizer *open_tokenizer(const char *path) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
+    if (cli_help(argc, argv, tokenize_usage)) return 0;
     const char *model = NULL, *text = NULL, *file = NULL;
     bool add_special = true, json = false;
     for (int i = 0; i < argc; i++) {
@@ -69,7 +48,7 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len;
     char *buf = NULL;
     if (file)
-        buf = read_all(file, &len), text = buf;
+        buf = cli_read_file(file, &len), text = buf;
     else
         len = strlen(text);
     int32_t *ids;
@@ -86,6 +65,7 @@ int cmd_tokenize(int argc, char **argv) {
 }
 
 int cmd_detokenize(int argc, char **argv) {
+    if (cli_help(argc, argv, detokenize_usage)) return 0;
     const char *model = NULL, *ids_arg = NULL;
     bool skip = false;
     for (int i = 0; i < argc; i++) {
