@@ -81,7 +81,7 @@ static bool stream_matches(tool_format f, const char *text, size_t len, const si
 /* Every single cut point, byte by byte, and random cuts. */
 static void check_stream(tool_format f, const char *text, size_t len, const char *label) {
     tool_calls_result r;
-    celer_error e;
+    tool_error e;
     if (!CHECK(tool_calls_parse(f, text, len, tools, 42, &r, &e) == CELER_OK, "%s: %s", label,
                e.msg))
         return;
@@ -202,7 +202,7 @@ static int check_rendering(tool_format f, const char *out, const json_t *message
         }
         if (!CHECK(msg, "%s: more assistant turns than assistant messages", label)) break;
         tool_calls_result r;
-        celer_error err;
+        tool_error err;
         if (!CHECK(tool_calls_parse(f, out + b, e - b, vtools, 1, &r, &err) == CELER_OK, "%s",
                    err.msg))
             break;
@@ -441,7 +441,7 @@ static void check_cases(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const hcase *h = &cases[k];
         tool_calls_result r;
-        celer_error e;
+        tool_error e;
         char label[96];
         snprintf(label, sizeof label, "%s case %zu", tool_format_name(h->f), k);
         if (!CHECK(tool_calls_parse(h->f, h->text, strlen(h->text), tools, 7, &r, &e) == CELER_OK,
@@ -476,7 +476,7 @@ static void check_cases(void) {
     /* ids follow the seed: the same seed, the same ids; another seed, others */
     const char *t = "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
     tool_calls_result a, b, c;
-    celer_error e;
+    tool_error e;
     tool_calls_parse(TOOL_FORMAT_HERMES, t, strlen(t), tools, 5, &a, &e);
     tool_calls_parse(TOOL_FORMAT_HERMES, t, strlen(t), tools, 5, &b, &e);
     tool_calls_parse(TOOL_FORMAT_HERMES, t, strlen(t), tools, 6, &c, &e);
@@ -570,7 +570,7 @@ static bool regex_full_match(const char *re, const char *s) {
 static void check_grammar_one(tool_format f, const char *forced, bool parallel, bool response,
                               const char *text, bool want) {
     char *g = NULL;
-    celer_error e;
+    tool_error e;
     if (!CHECK(tool_calls_grammar(f, tools, forced, parallel, response, &g, &e) == CELER_OK && g,
                "grammar %s: %s", tool_format_name(f), e.msg))
         return;
@@ -657,7 +657,7 @@ static void check_grammars(void) {
         snprintf(bad, sizeof bad, "Sure! %s", ex[i].one);
         check_grammar_one(f, NULL, true, false, bad, false);
         char *g = NULL;
-        celer_error e;
+        tool_error e;
         CHECK(tool_calls_grammar(f, tools, NULL, false, true, &g, &e) == CELER_OK &&
                   (f == TOOL_FORMAT_GENERIC) == (g != NULL),
               "%s: auto grammar", tool_format_name(f));
@@ -675,7 +675,7 @@ static void check_grammars(void) {
     json_t *odd = json_loads(
         "[{\"type\": \"function\", \"function\": {\"name\": \"a\\\"b\\\\c\"}}]", 0, NULL);
     char *g = NULL;
-    celer_error e;
+    tool_error e;
     CHECK(tool_calls_grammar(TOOL_FORMAT_HERMES, odd, NULL, false, false, &g, &e) == CELER_OK &&
               strstr(g, "\"\\\"a\\\\\\\"b\\\\\\\\c\\\"\""),
           "escaped name: %s", g ? g : e.msg);
@@ -690,7 +690,7 @@ static void check_grammars(void) {
 /* ==== Generic system prompt ==== */
 
 static void check_generic_prompt(void) {
-    celer_error e;
+    tool_error e;
     char *s = tool_calls_generic_system(tools, true, &e);
     CHECK(s &&
               strstr(s, "{\"name\":\"get_weather\",\"description\":\"Weather\",\"parameters\":{") &&

@@ -12,9 +12,21 @@
  */
 #include "server/tool_calls.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Fills e with the message; returns s. */
+static celer_status tool_fail(tool_error *e, celer_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static celer_status tool_fail(tool_error *e, celer_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
 
 /* ==== Formats ==== */
 
@@ -733,7 +745,7 @@ const char *tool_stream_problem(const tool_stream *s) {
 /* ==== Complete parse ==== */
 
 celer_status tool_calls_parse(tool_format f, const char *text, size_t len, const json_t *tools,
-                              uint64_t seed, tool_calls_result *out, celer_error *e) {
+                              uint64_t seed, tool_calls_result *out, tool_error *e) {
     memset(out, 0, sizeof *out);
     tool_stream *s = tool_stream_create(f, tools, seed);
     tbuf content = {0}, reasoning = {0};
@@ -747,7 +759,7 @@ celer_status tool_calls_parse(tool_format f, const char *text, size_t len, const
         free(content.p);
         free(reasoning.p);
         tool_stream_destroy(s);
-        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "tool calls: out of memory");
+        return tool_fail(e, CELER_STATUS_OUT_OF_MEMORY, "tool calls: out of memory");
     }
     out->content = content.p, out->content_len = content.len;
     out->reasoning = reasoning.p, out->reasoning_len = reasoning.len;
@@ -816,12 +828,12 @@ static bool gbnf_literal(tbuf *b, const char *s) {
 }
 
 celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *forced_name,
-                                bool parallel, bool allow_response, char **out, celer_error *e) {
+                                bool parallel, bool allow_response, char **out, tool_error *e) {
     *out = NULL;
     if ((unsigned)f >= TOOL_FORMAT_COUNT)
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT, "tool grammar: unknown format %d", f);
+        return tool_fail(e, CELER_STATUS_INVALID_ARGUMENT, "tool grammar: unknown format %d", f);
     if (!json_is_array(tools) || !json_array_size(tools))
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+        return tool_fail(e, CELER_STATUS_INVALID_ARGUMENT,
                          "tool grammar: tools is not a non-empty array");
     if (allow_response && f != TOOL_FORMAT_GENERIC) return CELER_OK;
     const frame *fr = &frames[f];
@@ -840,7 +852,7 @@ celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *
         const char *name = tool_name_of(t);
         if (!name) {
             free(b.p);
-            return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+            return tool_fail(e, CELER_STATUS_INVALID_ARGUMENT,
                              "tool grammar: tools[%zu] has no function name", i);
         }
         if (forced_name && strcmp(name, forced_name)) continue;
@@ -850,7 +862,7 @@ celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *
     }
     if (!n_alt) {
         free(b.p);
-        return error_set(e, CELER_STATUS_INVALID_ARGUMENT,
+        return tool_fail(e, CELER_STATUS_INVALID_ARGUMENT,
                          "tool grammar: tool_choice names \"%s\", which is not among the tools",
                          forced_name ? forced_name : "");
     }
@@ -885,7 +897,7 @@ celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *
                      "\"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n");
     if (!ok) {
         free(b.p);
-        return error_set(e, CELER_STATUS_OUT_OF_MEMORY, "tool grammar: out of memory");
+        return tool_fail(e, CELER_STATUS_OUT_OF_MEMORY, "tool grammar: out of memory");
     }
     *out = b.p;
     return CELER_OK;
@@ -893,9 +905,9 @@ celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *
 
 /* ==== The generic format's prompt ==== */
 
-char *tool_calls_generic_system(const json_t *tools, bool parallel, celer_error *e) {
+char *tool_calls_generic_system(const json_t *tools, bool parallel, tool_error *e) {
     if (!json_is_array(tools) || !json_array_size(tools)) {
-        error_set(e, CELER_STATUS_INVALID_ARGUMENT, "tools is not a non-empty array");
+        tool_fail(e, CELER_STATUS_INVALID_ARGUMENT, "tools is not a non-empty array");
         return NULL;
     }
     tbuf b = {0};
@@ -908,7 +920,7 @@ char *tool_calls_generic_system(const json_t *tools, bool parallel, celer_error 
         const char *name = tool_name_of(t);
         if (!name) {
             free(b.p);
-            error_set(e, CELER_STATUS_INVALID_ARGUMENT, "tools[%zu] has no function name", i);
+            tool_fail(e, CELER_STATUS_INVALID_ARGUMENT, "tools[%zu] has no function name", i);
             return NULL;
         }
         json_t *line = json_pack("{s:s}", "name", name);
@@ -931,16 +943,16 @@ char *tool_calls_generic_system(const json_t *tools, bool parallel, celer_error 
          tb_puts(&b, "To answer the user directly, answer {\"response\": \"<your answer>\"}.");
     if (!ok) {
         free(b.p);
-        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "tool prompt: out of memory");
+        tool_fail(e, CELER_STATUS_OUT_OF_MEMORY, "tool prompt: out of memory");
         return NULL;
     }
     return b.p;
 }
 
 json_t *tool_calls_generic_messages(const json_t *messages, const json_t *tools, bool parallel,
-                                    celer_error *e) {
+                                    tool_error *e) {
     if (!json_is_array(messages)) {
-        error_set(e, CELER_STATUS_INVALID_ARGUMENT, "messages is not an array");
+        tool_fail(e, CELER_STATUS_INVALID_ARGUMENT, "messages is not an array");
         return NULL;
     }
     char *sys = tool_calls_generic_system(tools, parallel, e);
@@ -967,7 +979,7 @@ json_t *tool_calls_generic_messages(const json_t *messages, const json_t *tools,
     free(sys);
     if (!ok) {
         json_decref(out);
-        error_set(e, CELER_STATUS_OUT_OF_MEMORY, "tool prompt: out of memory");
+        tool_fail(e, CELER_STATUS_OUT_OF_MEMORY, "tool prompt: out of memory");
         return NULL;
     }
     return out;

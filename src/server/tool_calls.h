@@ -55,12 +55,17 @@
 #ifndef CELER_SERVER_TOOL_CALLS_H
 #define CELER_SERVER_TOOL_CALLS_H
 
-#include "base/error.h"
+#include "celer.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Why a call failed: one line. */
+typedef struct tool_error {
+    char msg[256];
+} tool_error;
 
 #define TOOL_CALLS_MAX_BLOCK (1u << 20)
 #define TOOL_CALLS_MAX_CALLS 128
@@ -108,7 +113,7 @@ typedef struct tool_calls_result {
  * Fails only when out of memory; everything in *out is the caller's, freed by
  * tool_calls_result_free. */
 celer_status tool_calls_parse(tool_format f, const char *text, size_t len, const json_t *tools,
-                              uint64_t seed, tool_calls_result *out, celer_error *e);
+                              uint64_t seed, tool_calls_result *out, tool_error *e);
 void tool_calls_result_free(tool_calls_result *r);
 
 /* ==== Stream parse ==== */
@@ -161,7 +166,7 @@ void tool_stream_destroy(tool_stream *s);
  * Errors: tools not an array of functions with names, an empty one, forced_name not
  * among them. */
 celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *forced_name,
-                                bool parallel, bool allow_response, char **out, celer_error *e);
+                                bool parallel, bool allow_response, char **out, tool_error *e);
 
 /* ==== The generic format's prompt ==== */
 
@@ -169,13 +174,13 @@ celer_status tool_calls_grammar(tool_format f, const json_t *tools, const char *
  * format: the tools' name, description and parameters as JSON, one per line, then the two
  * answer shapes (with parallel, the model is told it may list several calls). malloc'd;
  * NULL with e set when tools is not an array of named functions or out of memory. */
-char *tool_calls_generic_system(const json_t *tools, bool parallel, celer_error *e);
+char *tool_calls_generic_system(const json_t *tools, bool parallel, tool_error *e);
 
 /* messages (an OpenAI messages array) with that text merged in: appended after a blank
  * line to the content of a first "system" message (a string, or a list of parts, where it
  * becomes one more text part), or as a new first system message when there is none. A new
  * reference; messages is not changed. NULL with e set as above. */
 json_t *tool_calls_generic_messages(const json_t *messages, const json_t *tools, bool parallel,
-                                    celer_error *e);
+                                    tool_error *e);
 
 #endif

@@ -23,7 +23,7 @@ static void check(bool ok) {
 
 static void one_format(tool_format f, const char *text, size_t len, uint32_t seed) {
     tool_calls_result r;
-    celer_error e;
+    tool_error e;
     if (tool_calls_parse(f, text, len, tools, 9, &r, &e) != CELER_OK) return;
     tool_stream *s = tool_stream_create(f, tools, 9);
     char *content = malloc(len + 1), *reasoning = malloc(len + 1);
