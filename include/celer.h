@@ -480,6 +480,11 @@ void celer_sampler_accept(celer_sampler *s, int32_t token);
  * it. On error *gbnf is NULL and err holds the message. */
 celer_status celer_json_schema_to_grammar(const char *schema_json, char **gbnf, char *err,
                                           size_t err_size);
+/* The same as rules to join into a larger grammar: the schema's start rule is named root and
+ * every other rule begins with prefix (say "tool0-args" and "tool0-"). */
+celer_status celer_json_schema_to_grammar_rules(const char *schema_json, const char *root,
+                                                const char *prefix, char **gbnf, char *err,
+                                                size_t err_size);
 /* A regex (ECMAScript/PCRE subset) -> a GBNF grammar matching the strings it matches in
  * full; backreferences, lookaround and the like are refused by name. Ownership as above. */
 celer_status celer_regex_to_grammar(const char *regex, char **gbnf, char *err, size_t err_size);
@@ -622,6 +627,8 @@ typedef struct celer_request_params {
                             choice whose sentence nothing can extend ends with
                             CELER_FINISH_STOP. celer_json_schema_to_grammar makes one from a
                             JSON Schema. */
+    bool keep_special; /* special tokens the model writes appear in the text (tool-call
+                          markers such as <|python_tag|>); EOS and stop ids never do */
 } celer_request_params;
 
 /* n 1, max_tokens 16, default sampler, no stops beyond EOS, no logprobs. */

@@ -19,7 +19,8 @@ static const char usage_text[] =
     "TOTAL_KV_POSITIONS]\n"
     "       [--ctx-per-seq N] [--batch-tokens N] [--max-queue N] [-t N] [--no-prefix-cache]\n"
     "       [--api-key K[,K2..] | --api-key-file F] [--alias NAME] [--metrics]\n"
-    "       [--cors-origin ORIGIN] [--max-body-bytes 8388608] [--chat-template-kwargs JSON]";
+    "       [--cors-origin ORIGIN] [--max-body-bytes 8388608] [--chat-template-kwargs JSON]\n"
+    "       [--chat-template-file FILE]";
 
 #define MAX_KEYS 256
 
@@ -75,6 +76,7 @@ int cmd_serve(int argc, char **argv) {
     char *keys[MAX_KEYS];
     int n_keys = 0;
     int64_t ctx_per_seq = 0;
+    char *template_file = NULL;
     server_config cfg = {.host = "127.0.0.1",
                          .port = 8080,
                          .max_body_bytes = 8u << 20,
@@ -115,6 +117,8 @@ int cmd_serve(int argc, char **argv) {
             cfg.cors_origin = v;
         else if (!strcmp(a, "--chat-template-kwargs"))
             cfg.chat_template_kwargs = cli_template_kwargs(v);
+        else if (!strcmp(a, "--chat-template-file"))
+            cfg.chat_template = template_file = cli_read_file(v, NULL);
         else
             cli_die("serve: unknown option %s\n%s", a, usage_text);
         i += !flag_only;
@@ -155,5 +159,6 @@ int cmd_serve(int argc, char **argv) {
     celer_tokenizer_close(tok);
     celer_model_close(m);
     for (int i = 0; i < n_keys; i++) free(keys[i]);
+    free(template_file);
     return rc;
 }

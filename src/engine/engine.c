@@ -407,7 +407,8 @@ static celer_status choice_init(celer_engine *eng, request *r, int32_t i) {
     c->tokens = malloc(sizeof *c->tokens * (size_t)eng->p.n_ctx);
     c->lp = logits_proc_create(&lpp, eng->v, eng->p.n_ctx);
     if (!c->tokens || !c->lp) return CELER_STATUS_OUT_OF_MEMORY;
-    if (eng->tok && celer_detok_stream_create(eng->tok, true, &c->ds, NULL, 0) != CELER_OK)
+    if (eng->tok &&
+        celer_detok_stream_create(eng->tok, !r->p.keep_special, &c->ds, NULL, 0) != CELER_OK)
         return CELER_STATUS_OUT_OF_MEMORY;
     memcpy(c->tokens, r->prompt, sizeof *c->tokens * (size_t)r->p.n_prompt);
     c->n_tokens = r->p.n_prompt;

@@ -13,6 +13,12 @@
 
 celer_status celer_json_schema_to_grammar(const char *schema_json, char **gbnf, char *err,
                                           size_t err_size) {
+    return celer_json_schema_to_grammar_rules(schema_json, "root", "", gbnf, err, err_size);
+}
+
+celer_status celer_json_schema_to_grammar_rules(const char *schema_json, const char *root,
+                                                const char *prefix, char **gbnf, char *err,
+                                                size_t err_size) {
     celer_error e = {{0}};
     celer_status st;
     *gbnf = NULL;
@@ -24,7 +30,7 @@ celer_status celer_json_schema_to_grammar(const char *schema_json, char **gbnf, 
                        schema_json ? je.line : 0, schema_json ? je.column : 0,
                        schema_json ? je.text : "no schema given");
     else
-        st = json_schema_to_gbnf(schema, "root", "", gbnf, &e);
+        st = json_schema_to_gbnf(schema, root, prefix, gbnf, &e);
     json_decref(schema);
     if (st != CELER_OK) error_copy(&e, err, err_size);
     return st;

@@ -11,6 +11,7 @@
  * (http.c).
  */
 #define _GNU_SOURCE
+#include "server/chat_tools.h"
 #include "server/http.h"
 
 #include <stdio.h>
@@ -114,13 +115,22 @@ static bool build_prompt(exchange *ex, int32_t **ids, int64_t *n, request_error 
         if (!s->tmpl_src)
             return fail400(e, "messages",
                            "the model has no chat template; use /v1/completions with a prompt");
-        char *vars;
-        if (!request_template_vars(s->cfg.chat_template_kwargs, r, &vars))
+        char *vars, *msgs = NULL;
+        if (r->tools_json) { /* the template sees the tools, or a system message does */
+            if (!chat_tools_prepare(s->tool_fmt, s->cfg.chat_template_kwargs, r, &msgs, &vars,
+                                    &ex->tool_grammar, e))
+                return false;
+            if (!(ex->tools = json_loads(r->tools_json, 0, NULL))) {
+                free(msgs), free(vars);
+                return request_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            }
+        } else if (!request_template_vars(s->cfg.chat_template_kwargs, r, &vars)) {
             return request_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        }
         const celer_status ts =
-            celer_chat_template_render_vars(s->tmpl_src, r->messages_json, vars, 1, s->tmpl_bos,
-                                            s->tmpl_eos, &prompt, err, sizeof err);
-        free(vars);
+            celer_chat_template_render_vars(s->tmpl_src, msgs ? msgs : r->messages_json, vars, 1,
+                                            s->tmpl_bos, s->tmpl_eos, &prompt, err, sizeof err);
+        free(vars), free(msgs);
         if (ts != CELER_OK)
             return request_fail(e, 400, "invalid_request_error", NULL, "messages",
                                 "messages: the chat template failed: %s", err);
@@ -261,6 +271,90 @@ static void collect(exchange *ex, const job_piece *p) {
     }
 }
 
+/* ==== Tool calls ==== */
+
+/* A finished chat choice with tools: its text split into content and calls. */
+static json_t *tool_choice_json(exchange *ex, int32_t i) {
+    choice_acc *ch = &ex->choices[i];
+    tool_calls_result res = {0};
+    tool_error te = {{0}};
+    if (tool_calls_parse(ex->srv->tool_fmt, ch->text ? ch->text : "", ch->len, ex->tools,
+                         ex->tool_seed + (uint64_t)i, &res, &te) != CELER_OK)
+        return NULL;
+    if (res.malformed && !ex->srv->cfg.quiet)
+        fprintf(stderr, "celer serve: %s: a tool call did not parse (%s); sent as content\n",
+                ex->id, res.problem);
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    if (msg) {
+        json_object_set_new(msg, "content",
+                            res.content_len || !res.n_calls
+                                ? openai_string(res.content, res.content_len)
+                                : json_null());
+        if (res.reasoning_len)
+            json_object_set_new(msg, "reasoning_content",
+                                openai_string(res.reasoning, res.reasoning_len));
+        if (res.n_calls)
+            json_object_set_new(msg, "tool_calls", chat_tools_calls_json(res.calls, res.n_calls));
+    }
+    const char *finish = res.n_calls && ch->finish == CELER_FINISH_STOP
+                             ? "tool_calls"
+                             : openai_finish_reason(ch->finish);
+    tool_calls_result_free(&res);
+    json_t *lp = ch->logprobs;
+    ch->logprobs = NULL; /* stolen */
+    return msg ? openai_chat_choice(i, msg, lp, finish) : NULL;
+}
+
+/* What a tool stream released, as chunks: content (with logprobs lp, stolen), reasoning,
+ * then the calls' deltas. */
+static bool tool_stream_chunks(exchange *ex, int32_t i, const tool_stream_out *o, json_t *lp) {
+    if (!o) {
+        json_decref(lp);
+        return false;
+    }
+    bool ok = true;
+    if (o->content_len || lp) {
+        json_t *d = json_pack("{s:o}", "content", openai_string(o->content, o->content_len));
+        ok = openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
+                               d ? openai_chat_chunk(&ex->meta, i, d, lp, NULL) : NULL);
+    } else {
+        json_decref(lp);
+    }
+    if (ok && o->reasoning_len) {
+        json_t *d =
+            json_pack("{s:o}", "reasoning_content", openai_string(o->reasoning, o->reasoning_len));
+        ok = openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
+                               d ? openai_chat_chunk(&ex->meta, i, d, NULL, NULL) : NULL);
+    }
+    if (ok && o->n_deltas) {
+        json_t *d =
+            json_pack("{s:o}", "tool_calls", chat_tools_deltas_json(o->deltas, o->n_deltas));
+        ok = openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
+                               d ? openai_chat_chunk(&ex->meta, i, d, NULL, NULL) : NULL);
+    }
+    return ok;
+}
+
+/* A streamed piece of a choice with tools: through its tool stream; at the end the rest,
+ * and the finish reason ("tool_calls" when it called one). */
+static bool tool_stream_piece(exchange *ex, choice_acc *c, const job_piece *p, json_t *lp) {
+    bool ok = tool_stream_chunks(
+        ex, p->index, tool_stream_push(c->ts, p->text ? p->text : "", p->text ? p->len : 0), lp);
+    if (!ok || p->finish == CELER_FINISH_NONE) return ok;
+    note_end(ex, c, p);
+    ok = tool_stream_chunks(ex, p->index, tool_stream_finish(c->ts), NULL);
+    size_t n_calls = 0;
+    tool_stream_calls(c->ts, &n_calls);
+    if (tool_stream_malformed(c->ts) && !ex->srv->cfg.quiet)
+        fprintf(stderr, "celer serve: %s: a tool call did not parse (%s); sent as content\n",
+                ex->id, tool_stream_problem(c->ts));
+    const char *finish =
+        n_calls && p->finish == CELER_FINISH_STOP ? "tool_calls" : openai_finish_reason(p->finish);
+    return ok &&
+           openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
+                             openai_chat_chunk(&ex->meta, p->index, json_object(), NULL, finish));
+}
+
 /* Streamed: turns pieces into events on ex->out. */
 static bool stream_format(exchange *ex, const job_piece *p) {
     const server *s = ex->srv;
@@ -285,6 +379,10 @@ static bool stream_format(exchange *ex, const job_piece *p) {
                 piece_logprob(s, p, lp, c->offset, &tl);
             }
             c->offset += tl;
+        }
+        if (c->ts) {
+            ok = tool_stream_piece(ex, c, p, lp);
+            continue;
         }
         if (p->len > 0 || lp)
             ok = openai_sse_append(&ex->out, &ex->out_len, &ex->out_cap,
@@ -405,6 +503,10 @@ static enum MHD_Result answer_whole(exchange *ex, struct MHD_Connection *c) {
     json_t *choices = json_array();
     for (int32_t i = 0; choices && i < ex->req.n; i++) {
         choice_acc *ch = &ex->choices[i];
+        if (ex->tools) {
+            json_array_append_new(choices, tool_choice_json(ex, i));
+            continue;
+        }
         json_array_append_new(choices, openai_choice(&ex->meta, i, ch->text ? ch->text : "",
                                                      ch->len, ch->logprobs, ch->finish));
         ch->logprobs = NULL; /* stolen */
@@ -447,9 +549,15 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     rp.top_logprobs = r->logprobs ? r->top_logprobs : -1;
     rp.images = ex->images;
     rp.n_images = ex->n_images;
-    rp.grammar = r->grammar;
+    rp.grammar = ex->tool_grammar ? ex->tool_grammar : r->grammar;
+    rp.keep_special = ex->tools != NULL; /* the calls' markers may be special tokens */
+    ex->tool_seed = random_seed();
     ex->choices = calloc((size_t)r->n, sizeof *ex->choices);
-    if (!ex->choices) {
+    bool streams_ok = true;
+    for (int32_t i = 0; ex->choices && ex->tools && r->stream && i < r->n; i++)
+        streams_ok &= (ex->choices[i].ts = tool_stream_create(s->tool_fmt, ex->tools,
+                                                              ex->tool_seed + (uint64_t)i)) != NULL;
+    if (!ex->choices || !streams_ok) {
         free(ids);
         request_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
         return http_respond_error(ex, c, &e) ? MHD_YES : MHD_NO;

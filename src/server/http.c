@@ -155,8 +155,10 @@ static enum MHD_Result answer_health(exchange *ex, struct MHD_Connection *c) {
     /* a lost device fails every request: unhealthy, so whatever watches it restarts us */
     const char *lost = jobs_lost(ex->srv->js);
     if (lost)
-        return http_respond_json(ex, c, 503, json_pack("{s:s, s:s}", "status", "error", "error", lost)) ? MHD_YES
-                                                                                                         : MHD_NO;
+        return http_respond_json(ex, c, 503,
+                                 json_pack("{s:s, s:s}", "status", "error", "error", lost))
+                   ? MHD_YES
+                   : MHD_NO;
     return http_respond_json(ex, c, 200, json_pack("{s:s}", "status", "ok")) ? MHD_YES : MHD_NO;
 }
 
@@ -241,6 +243,7 @@ void exchange_unref(exchange *ex) {
     for (int32_t i = 0; ex->choices && i < ex->req.n; i++) {
         free(ex->choices[i].text);
         json_decref(ex->choices[i].logprobs);
+        tool_stream_destroy(ex->choices[i].ts);
     }
     free(ex->choices);
     for (int32_t i = 0; i < ex->n_images; i++) celer_image_free(ex->images[i]);
@@ -248,6 +251,8 @@ void exchange_unref(exchange *ex) {
     if (ex->have_req) request_free(&ex->req);
     free(ex->body);
     free(ex->error);
+    json_decref(ex->tools);
+    free(ex->tool_grammar);
     free(ex->out);
     atomic_fetch_sub(&ex->srv->live, 1);
     free(ex);
@@ -533,6 +538,17 @@ celer_status server_load(server *s, celer_model *model, celer_tokenizer *tok, in
         fprintf(stderr, "celer serve: no chat template (%s); /v1/chat/completions answers 400\n",
                 terr);
     }
+    if (s->cfg.chat_template) { /* --chat-template-file: its source, the model's bos/eos */
+        free(s->tmpl_src);
+        if (!(s->tmpl_src = strdup(s->cfg.chat_template))) {
+            snprintf(err, err_size, "out of memory");
+            return CELER_STATUS_OUT_OF_MEMORY;
+        }
+    }
+    s->tool_fmt = tool_format_detect(s->tmpl_src);
+    if (s->tmpl_src && !s->cfg.quiet)
+        fprintf(stderr, "celer serve: tool calls in the %s format\n",
+                tool_format_name(s->tool_fmt));
     if (s->tmpl_eos) { /* the end-of-turn text, as one id, also ends a chat choice */
         int32_t *ids = NULL;
         int64_t n = 0;

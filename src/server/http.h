@@ -12,6 +12,7 @@
 #include "server/openai.h"
 #include "server/request.h"
 #include "server/server.h"
+#include "server/tool_calls.h"
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -32,6 +33,7 @@ struct server {
     jobs *js;
     char *tmpl_src, *tmpl_bos, *tmpl_eos; /* the chat template, or NULL */
     int32_t stop_id;                      /* the template's eos text as one id, or -1 */
+    tool_format tool_fmt;                 /* how the template's model writes tool calls */
     int64_t n_vocab;
     bool vision;         /* the model takes images */
     int32_t image_token; /* its image placeholder id, or -1 */
@@ -56,6 +58,7 @@ typedef struct choice_acc {
     json_t *logprobs; /* non-streamed: chat array or legacy object; NULL if not asked */
     celer_finish_reason finish;
     bool ended;
+    tool_stream *ts; /* streamed with tools: the calls parsed so far */
 } choice_acc;
 
 /* A request and its response. Refcounted: the connection holds one reference and a
@@ -84,7 +87,10 @@ typedef struct exchange {
     openai_meta meta;
     choice_acc *choices; /* [req.n] */
     openai_usage usage;
-    char *error; /* the model step failed */
+    char *error;        /* the model step failed */
+    json_t *tools;      /* chat with tools: the request's tools (calls are parsed), or NULL */
+    char *tool_grammar; /* the grammar that forces a call, or NULL */
+    uint64_t tool_seed; /* of the calls' ids */
     /* streaming */
     char *out;
     size_t out_len, out_cap, out_off;

@@ -112,8 +112,8 @@ char *metrics_format(const server_metrics *m, const celer_engine_stats *st) {
            "Prompt positions found in the prefix cache.", (double)st->prefix_hits_total);
     metric(&t, "celer_requests_total", "counter", "Generation requests that finished.",
            (double)m->requests_total);
-    metric(&t, "celer_request_failures_total", "counter", "Generation requests a failed model step ended.",
-           (double)m->request_failures_total);
+    metric(&t, "celer_request_failures_total", "counter",
+           "Generation requests a failed model step ended.", (double)m->request_failures_total);
     metric(&t, "celer_step_failures_total", "counter", "Model steps that failed (device errors).",
            (double)m->step_failures_total);
     metric(&t, "celer_preemptions_total", "counter",

@@ -22,10 +22,10 @@ typedef struct metrics_histogram {
 } metrics_histogram;
 
 typedef struct server_metrics {
-    metrics_histogram ttft;  /* submit -> first token, seconds */
-    metrics_histogram itl;   /* between two tokens of one choice */
-    metrics_histogram e2e;   /* submit -> last choice ended */
-    uint64_t requests_total; /* requests whose every choice ended */
+    metrics_histogram ttft;          /* submit -> first token, seconds */
+    metrics_histogram itl;           /* between two tokens of one choice */
+    metrics_histogram e2e;           /* submit -> last choice ended */
+    uint64_t requests_total;         /* requests whose every choice ended */
     uint64_t request_failures_total; /* requests a failed model step ended */
     uint64_t step_failures_total;    /* model steps that failed */
 } server_metrics;

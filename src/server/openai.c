@@ -176,6 +176,13 @@ json_t *openai_choice(const openai_meta *m, int32_t index, const char *text, siz
                      "logprobs", lp, "finish_reason", openai_finish_reason(finish));
 }
 
+json_t *openai_chat_choice(int32_t index, json_t *message, json_t *logprobs, const char *finish) {
+    json_t *lp = logprobs ? json_pack("{s:o, s:n}", "content", logprobs, "refusal") : json_null();
+    if (message) json_object_set_new(message, "refusal", json_null());
+    return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", message, "logprobs", lp,
+                     "finish_reason", finish);
+}
+
 json_t *openai_response(const openai_meta *m, json_t *choices, const openai_usage *u) {
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", m->id, "object",
                      m->chat ? "chat.completion" : "text_completion", "created",
@@ -210,6 +217,14 @@ json_t *openai_chunk(const openai_meta *m, int32_t index, bool role, const char 
                         f == CELER_FINISH_NONE ? json_null()
                                                : json_string(openai_finish_reason(f)));
     return chunk_json(m, json_pack("[o]", choice));
+}
+
+json_t *openai_chat_chunk(const openai_meta *m, int32_t index, json_t *delta, json_t *logprobs,
+                          const char *finish) {
+    json_t *lp = logprobs ? json_pack("{s:o, s:n}", "content", logprobs, "refusal") : json_null();
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", delta, "logprobs",
+                               lp, "finish_reason", finish ? json_string(finish) : json_null());
+    return choice ? chunk_json(m, json_pack("[o]", choice)) : NULL;
 }
 
 json_t *openai_usage_chunk(const openai_meta *m, const openai_usage *u) {

@@ -75,6 +75,16 @@ bool openai_completion_logprobs_append(json_t *obj, const openai_logprob *lp, si
 json_t *openai_choice(const openai_meta *m, int32_t index, const char *text, size_t len,
                       json_t *logprobs, celer_finish_reason finish);
 
+/* A chat choice from its message object (stolen: {"role", "content", "tool_calls"?, ...}),
+ * logprobs (stolen chat content array, or NULL) and finish reason ("stop", "length",
+ * "tool_calls"). */
+json_t *openai_chat_choice(int32_t index, json_t *message, json_t *logprobs, const char *finish);
+
+/* A chat chunk of one choice from its delta object (stolen), logprobs (stolen, or NULL) and
+ * finish reason (NULL while the choice goes on). */
+json_t *openai_chat_chunk(const openai_meta *m, int32_t index, json_t *delta, json_t *logprobs,
+                          const char *finish);
+
 /* The whole non-streamed answer; choices (an array) is stolen. */
 json_t *openai_response(const openai_meta *m, json_t *choices, const openai_usage *u);
 

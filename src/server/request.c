@@ -51,6 +51,7 @@ void request_free(server_request *r) {
     free(r->bias);
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->grammar);
+    free(r->tools_json);
     memset(r, 0, sizeof *r);
 }
 
@@ -527,6 +528,29 @@ static bool parse_content(const json_t *content, size_t i, bool user, const requ
     return *out ? true : out_of_memory(e);
 }
 
+/* An assistant message's tool_calls as chat templates read them (transformers passes them
+ * so): each call's function.arguments, a JSON string in OpenAI's API, parsed into the
+ * object it holds. calls is the message's copy, changed in place. */
+static bool parse_tool_calls(json_t *calls, size_t i, request_error *e) {
+    char p[96];
+    snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+    if (!json_is_array(calls)) return BAD(e, p, "%s: expected an array, found %s", p, found(calls));
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        json_t *c = json_array_get(calls, k), *f = json_object_get(c, "function");
+        snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu].function", i, k);
+        if (!json_is_object(f) || !json_is_string(json_object_get(f, "name")))
+            return BAD(e, p, "%s: expected {\"name\", \"arguments\"}", p);
+        const json_t *args = json_object_get(f, "arguments");
+        if (!json_is_string(args)) continue; /* an object already, or absent */
+        json_t *obj = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+        if (json_is_object(obj))
+            json_object_set_new(f, "arguments", obj);
+        else
+            json_decref(obj); /* not an object: the template gets the string */
+    }
+    return true;
+}
+
 /* messages -> r->messages_json: each message a copy with its content as the template
  * sees it (parse_content), and the image parts into r->images. */
 static bool parse_messages(const json_t *root, const request_limits *lim, server_request *r,
@@ -560,29 +584,130 @@ static bool parse_messages(const json_t *root, const request_limits *lim, server
         json_t *text = NULL, *copy = NULL;
         ok = parse_content(field_get(m, "content"), i, !strcmp(json_string_value(role), "user"),
                            lim, r, &text, e);
-        if (ok &&
-            (!(copy = json_copy((json_t *)m)) || json_object_set_new(copy, "content", text) != 0 ||
-             json_array_append_new(norm, copy) != 0))
+        if (ok && (!(copy = json_deep_copy((json_t *)m)) ||
+                   json_object_set_new(copy, "content", text) != 0 ||
+                   json_array_append_new(norm, copy) != 0))
             ok = out_of_memory(e);
         else if (!ok)
             json_decref(text);
+        json_t *calls = ok ? json_object_get(copy, "tool_calls") : NULL;
+        if (calls && !json_is_null(calls)) ok = parse_tool_calls(calls, i, e);
     }
     if (ok && !(r->messages_json = json_dumps(norm, JSON_COMPACT))) ok = out_of_memory(e);
     json_decref(norm);
     return ok;
 }
 
-/* Fields that ask for a feature celer does not have yet. */
+/* Whether s is a function name OpenAI accepts: 1 to 64 of [a-zA-Z0-9_-]. */
+static bool function_name_ok(const char *s) {
+    size_t n = 0;
+    while (s[n] && n <= 64 && (isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == '-')) n++;
+    return n > 0 && n <= 64 && !s[n];
+}
+
+/* The legacy "functions" field is refused (tools replaced it). */
 static bool parse_unsupported(const json_t *root, request_error *e) {
-    const char *const listed[] = {"tools", "functions"};
-    for (int k = 0; k < 2; k++) {
-        const json_t *v = field_get(root, listed[k]);
-        if (v && !json_is_array(v))
-            return BAD(e, listed[k], "%s: expected an array, found %s", listed[k], found(v));
-        if (v && json_array_size(v) > 0)
-            return BAD(e, listed[k], "%s: tool and function calling is not supported yet",
-                       listed[k]);
+    const json_t *v = field_get(root, "functions");
+    if (v && !json_is_array(v))
+        return BAD(e, "functions", "functions: expected an array, found %s", found(v));
+    if (v && json_array_size(v) > 0)
+        return BAD(e, "functions", "functions: the legacy field is not supported; use tools");
+    return true;
+}
+
+/* tools[i]: {"type": "function", "function": {"name", "description"?, "parameters"?,
+ * "strict"?}}. */
+static bool parse_tool(const json_t *t, size_t i, request_error *e) {
+    char p[96];
+    snprintf(p, sizeof p, "tools[%zu]", i);
+    if (!json_is_object(t)) return BAD(e, p, "%s: expected an object, found %s", p, found(t));
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (!type || strcmp(type, "function")) return BAD(e, p, "%s.type: expected \"function\"", p);
+    const json_t *f = json_object_get(t, "function");
+    snprintf(p, sizeof p, "tools[%zu].function", i);
+    if (!json_is_object(f))
+        return BAD(e, p, "%s: expected an object, found %s", p, f ? found(f) : "nothing");
+    const char *name = json_string_value(json_object_get(f, "name"));
+    snprintf(p, sizeof p, "tools[%zu].function.name", i);
+    if (!name || !function_name_ok(name))
+        return BAD(e, p, "%s: expected 1 to 64 letters, digits, '_' or '-'", p);
+    const json_t *desc = field_get(f, "description"), *params = field_get(f, "parameters");
+    snprintf(p, sizeof p, "tools[%zu].function.description", i);
+    if (desc && !json_is_string(desc))
+        return BAD(e, p, "%s: expected a string, found %s", p, found(desc));
+    snprintf(p, sizeof p, "tools[%zu].function.parameters", i);
+    if (params && !json_is_object(params))
+        return BAD(e, p, "%s: expected a JSON Schema object, found %s", p, found(params));
+    return true;
+}
+
+/* tools, tool_choice and parallel_tool_calls (chat). tool_choice "none" drops the tools:
+ * the template does not see them and nothing is parsed as a call. */
+static bool parse_tools(const json_t *root, server_request *r, request_error *e) {
+    const json_t *tools = field_get(root, "tools"), *choice = field_get(root, "tool_choice");
+    r->parallel_tool_calls = true;
+    if (!field_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e)) return false;
+    if (tools && !json_is_array(tools))
+        return BAD(e, "tools", "tools: expected an array, found %s", found(tools));
+    const size_t n = tools ? json_array_size(tools) : 0;
+    if (n > REQUEST_MAX_TOOLS)
+        return BAD(e, "tools", "tools: at most %d tools, found %zu", REQUEST_MAX_TOOLS, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!parse_tool(json_array_get(tools, i), i, e)) return false;
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(json_string_value(json_object_get(
+                            json_object_get(json_array_get(tools, k), "function"), "name")),
+                        json_string_value(json_object_get(
+                            json_object_get(json_array_get(tools, i), "function"), "name"))))
+                return BAD(e, "tools", "tools[%zu].function.name: the same name as tools[%zu]", i,
+                           k);
     }
+    bool none = false;
+    if (choice && json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (!strcmp(c, "none"))
+            none = true;
+        else if (!strcmp(c, "required"))
+            r->tool_choice = REQUEST_TOOLS_REQUIRED;
+        else if (strcmp(c, "auto"))
+            return BAD(e, "tool_choice",
+                       "tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": "
+                       "\"function\", \"function\": {\"name\": ...}}");
+    } else if (choice) {
+        const json_t *f = json_is_object(choice) ? json_object_get(choice, "function") : NULL;
+        const char *type = json_string_value(json_object_get(choice, "type")),
+                   *name = json_string_value(json_object_get(f, "name"));
+        if (!type || strcmp(type, "function") || !name)
+            return BAD(e, "tool_choice",
+                       "tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": "
+                       "...}}, found %s",
+                       found(choice));
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++)
+            known =
+                !strcmp(name, json_string_value(json_object_get(
+                                  json_object_get(json_array_get(tools, i), "function"), "name")));
+        if (!known)
+            return BAD(e, "tool_choice",
+                       "tool_choice: names function \"%.64s\", which is not among the tools", name);
+        r->tool_choice = REQUEST_TOOLS_NAMED;
+        snprintf(r->tool_name, sizeof r->tool_name, "%s", name);
+    }
+    if (n == 0) {
+        if (r->tool_choice != REQUEST_TOOLS_AUTO)
+            return BAD(e, "tool_choice",
+                       "tool_choice: \"required\" and a named function need tools");
+        return true;
+    }
+    if (none) return true;
+    if (r->grammar && r->tool_choice != REQUEST_TOOLS_AUTO)
+        return BAD(e, "tool_choice",
+                   "tool_choice: a required tool call and a response format cannot be combined");
+    if (r->grammar)
+        return BAD(e, "response_format",
+                   "response_format: with tools, give tool_choice \"none\" (a response format and "
+                   "tool calls cannot be combined)");
+    if (!(r->tools_json = json_dumps(tools, JSON_COMPACT))) return out_of_memory(e);
     return true;
 }
 
@@ -734,7 +859,7 @@ static bool parse_chat(const json_t *root, const request_limits *lim, server_req
                        request_error *e) {
     r->max_tokens = -1;
     if (!parse_messages(root, lim, r, e) || !parse_template_kwargs(root, r, e) ||
-        !parse_unsupported(root, e) || !parse_structured(root, r, e) ||
+        !parse_unsupported(root, e) || !parse_structured(root, r, e) || !parse_tools(root, r, e) ||
         !parse_common(root, lim, r, e) || !field_bool(root, "logprobs", &r->logprobs, e))
         return false;
     int64_t k = -1;

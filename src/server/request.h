@@ -42,6 +42,14 @@ typedef struct request_limits {
     const char *model;  /* its name, for the error a text-only model gives them; may be NULL */
 } request_limits;
 
+typedef enum request_tool_choice {
+    REQUEST_TOOLS_AUTO = 0, /* the model may call tools or answer */
+    REQUEST_TOOLS_REQUIRED, /* it must call one or more */
+    REQUEST_TOOLS_NAMED,    /* it must call tool_name */
+} request_tool_choice;
+
+#define REQUEST_MAX_TOOLS 128
+
 /* One "image_url" part: the bytes of the image file its data: URL holds. */
 typedef struct request_image {
     unsigned char *data; /* [len] (malloc'd), len > 0 */
@@ -89,6 +97,13 @@ typedef struct server_request {
      * naming it); GBNF from "grammar" is checked when the engine compiles it. */
     char *grammar;
     bool stream, include_usage;
+    /* chat: OpenAI tools. tools_json: the "tools" array as given (compact JSON text), or
+     * NULL when there are none or tool_choice is "none"; tool_name: the function a
+     * {"type": "function"} tool_choice names. */
+    char *tools_json;
+    request_tool_choice tool_choice;
+    char tool_name[72];
+    bool parallel_tool_calls;
 } server_request;
 
 /* An OpenAI error object: {"error": {"message", "type", "param", "code"}}. */

@@ -38,6 +38,9 @@ typedef struct server_config {
     /* extra chat template variables for every chat request (a JSON object's text, which
      * server_start checks), under each request's chat_template_kwargs; or NULL */
     const char *chat_template_kwargs;
+    /* the chat template's Jinja source instead of the model's (llama-server's
+     * --chat-template-file: a file's contents), or NULL */
+    const char *chat_template;
 } server_config;
 
 typedef struct server server;

@@ -11,6 +11,10 @@ Servers, one at a time:
             jsonschema package, refused keywords, 16 streams half constrained
   structured_tiny  the tiny random LLaVA-NeXT below: 2,400 schema completions at random
             temperatures, every one that stops valid
+  tools     -np 4: tools with every tool_choice, parallel calls, streamed calls, a multi-turn
+            exchange, malformed tools (tests/server/tools.py); tools_<family>: the tiny random
+            LLaVA-NeXT with each family's chat template (--chat-template-file), calls forced in
+            the family's format and read back
   noprefix  --no-prefix-cache --metrics: same greedy text as with the cache, dropped
             clients cancel their requests, SIGTERM during a stream
   auth      --api-key (two keys); authfile: --api-key-file
@@ -45,7 +49,8 @@ import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import structured  # noqa: E402
-from common import (Failure, Results, Server, ServerError, T, celer_bin, check,  # noqa: E402
+import tools  # noqa: E402
+from common import (ROOT, Failure, Results, Server, ServerError, T, celer_bin, check,  # noqa: E402
                     default_model, eq, error_of, get, metrics, parse_json_body, post_json, raw_request,
                     set_scale, short, timeout_scale, wait_until)
 
@@ -1400,6 +1405,7 @@ def main():
                                    "--max-queue", "64"], main_tests, log_dir)
 
     with_server(res, CTX, "structured", ["-np", "8", "-c", "8192", "-t", "2"], structured.real_tests(), log_dir)
+    with_server(res, CTX, "tools", ["-np", "4", "-c", "8192", "-t", "2"], tools.real_tests(), log_dir)
 
     with_server(res, CTX, "noprefix", ["--no-prefix-cache", "--metrics", "-np", "2", "-c", str(TOTAL_CTX)], [
         ("prefix_cache_off_same_greedy_text", test_prefix_cache_off_same_text),
@@ -1432,6 +1438,9 @@ def main():
     with_server(res, CTX, "vlm", ["-np", "2", "-c", "2048", "-t", "2"], vlm_tests(), log_dir, model=VLM_DIR)
     with_server(res, CTX, "structured_tiny", ["-np", "8", "-c", "4096", "-t", "2"], structured.tiny_tests(), log_dir,
                 model=VLM_DIR)
+    for name, extra, family_tests in tools.family_servers(os.path.join(ROOT, "tests", "templates")):
+        with_server(res, CTX, name, ["-np", "2", "-c", "4096", "-t", "2"] + extra, family_tests, log_dir,
+                    model=VLM_DIR)
 
     global G3_GOLDEN
     with open(os.path.join(G3_DIR, "golden.json")) as f:
