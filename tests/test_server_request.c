@@ -511,7 +511,24 @@ static void check_flags_and_unsupported(void) {
          ""); /* unknown: ignored */
     chat("\"ignore_eos\":true", true, "");
     chat("\"tools\":[]", true, "");
-    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", false, "tools");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", true, "");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+         "\"type\":\"object\"}}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false",
+         true, "");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{"
+         "\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
+         true, "");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{"
+         "\"type\":\"function\",\"function\":{\"name\":\"g\"}}",
+         false, "tool_choice");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f g\"}}]", false,
+         "tools[0].function.name");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]",
+         false, "tools[0].function.parameters");
+    chat("\"tools\":[{\"type\":\"code\"}]", false, "tools[0]");
+    chat("\"tool_choice\":\"required\"", false, "tool_choice");
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"parallel_tool_calls\":1",
+         false, "parallel_tool_calls");
     chat("\"functions\":[{\"name\":\"f\"}]", false, "functions");
     chat("\"tools\":{}", false, "tools");
     chat("\"response_format\":{\"type\":\"text\"}", true, "");
