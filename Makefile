@@ -13,6 +13,8 @@
 #                   LLaVA-NeXT with random weights (VISION_ARGS, docs/benchmarks.md)
 #   make bench-gguf celer against llama.cpp on the same GGUF files on the CPU: Gemma 3 270M
 #                   Q4_K_M, a 1B-shaped Q4_K_M and Q4_0 made by llama-quantize (GGUF_ARGS)
+#   make bench-sampling sampler time per token (tools/sampler_bench.c), and decode under a JSON
+#                   schema against the same request free (bench/schema_decode.sh)
 #   make bench-grammar  grammar mask time (p50/p99/max) on SmolLM2's and Llama 3.1's
 #                   vocabularies while replaying JSON documents (tools/grammar_bench.c)
 #   make bench-cuda celer's CUDA backend against llama.cpp's CUDA build on the same values, on
@@ -76,7 +78,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
 
 .PHONY: all run test test-cuda asan fuzz format fixtures deps model clean check-tests bench bench-serve bench-vision \
-        bench-cuda bench-gguf bench-grammar soak
+        bench-cuda bench-gguf bench-grammar bench-sampling soak
 
 all: $(BUILD)/celer
 
@@ -263,6 +265,15 @@ bench-grammar: deps $(BUILD)/tools/grammar_bench
 	    xz -dc tests/tokenizers/llama3_1/$$f.xz > $(BUILD)/tokenizers/llama3_1/$$f; done
 	taskset -c 0 $(BUILD)/tools/grammar_bench tests/tokenizer/smollm2
 	taskset -c 0 $(BUILD)/tools/grammar_bench $(BUILD)/tokenizers/llama3_1
+
+# Sampler time per token and decode under a JSON schema (not part of test).
+$(BUILD)/tools/sampler_bench: tools/sampler_bench.c $(BUILD)/libceler.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libceler.a $(LDLIBS) $(MODULE_LDFLAGS)
+
+bench-sampling: deps all $(BUILD)/tools/sampler_bench
+	taskset -c 0 $(BUILD)/tools/sampler_bench "$$(bash tools/fetch_model.sh | tail -1)"
+	bash bench/schema_decode.sh
 
 bench-serve: deps
 	bash bench/setup_serve.sh
