@@ -23,19 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_text(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)sz + 1);
-    if (s && fread(s, 1, (size_t)sz, f) != (size_t)sz) free(s), s = NULL;
-    fclose(f);
-    if (s) s[sz] = 0, *n = (size_t)sz;
-    return s;
-}
-
 static grammar *parse_str(const char *src) {
     grammar *g = NULL;
     celer_error e = {{0}};
@@ -49,12 +36,12 @@ static grammar *parse_str(const char *src) {
 static grammar *parse_file(const char *name) {
     char path[256];
     snprintf(path, sizeof path, "tests/grammar/%s.gbnf", name);
-    size_t n;
-    char *src = read_text(path, &n);
+    char *src = read_text_file(path);
     if (!src) {
         CHECK(false, "cannot read %s", path);
         return NULL;
     }
+    const size_t n = strlen(src);
     grammar *g = NULL;
     celer_error e = {{0}};
     celer_status st = grammar_parse(src, n, &g, &e);
