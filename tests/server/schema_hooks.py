@@ -7,13 +7,15 @@
    Values of the wrong type or below the range are left alone, so negative cases stay
    negative.
 
-2. Enough accepted requests. Most members of OpenAI's schemas use features celer answers
-   with 400 by design (tools and functions, non-text content parts, json response formats,
-   batch or null prompts, suffix, top_logprobs without logprobs, max_tokens 0, top_p 0,
-   best_of 0). Left alone, almost no request reaches a 200 and the response schema check
-   has nothing to look at. So every other body is steered: those
-   fields are dropped or narrowed to what celer serves. The other half is sent as generated
-   (apart from 1.), for the no-5xx check on everything.
+2. Enough accepted requests. Most members of OpenAI's schemas carry something celer answers
+   with 400 (functions, audio, non-text content parts, batch or null prompts, suffix,
+   top_logprobs without logprobs, max_tokens 0, top_p 0, best_of 0) or that a generated
+   value rarely gets right (tools whose names and schemas must be valid, JSON response
+   formats with a schema the compiler enforces; tests/server/tools.py and structured.py
+   drive those). Left alone, almost no request reaches a 200 and the response schema check
+   has nothing to look at. So every other body is steered: those fields are dropped or
+   narrowed to plain chat. The other half is sent as generated (apart from 1.), for the
+   no-5xx check on everything.
 """
 import itertools
 
