@@ -1036,8 +1036,8 @@ static void event_emit(celer_engine *eng, const step_event *se, celer_event_fn f
                       .text = "",
                       .logprob = se->logprob,
                       .n_top = se->n_top,
-                      .top_ids = se->n_top ? se->top_ids : NULL,
-                      .top_logprobs = se->n_top ? se->top_lp : NULL,
+                      .top_ids = se->top_ids,
+                      .top_logprobs = se->top_lp,
                       .finish = se->finish};
     const size_t from = c->sent;
     bool matched = false;
