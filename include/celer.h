@@ -627,8 +627,8 @@ typedef struct celer_request_params {
                             choice whose sentence nothing can extend ends with
                             CELER_FINISH_STOP. celer_json_schema_to_grammar makes one from a
                             JSON Schema. */
-    bool keep_special; /* special tokens the model writes appear in the text (tool-call
-                          markers such as <|python_tag|>); EOS and stop ids never do */
+    bool keep_special;   /* special tokens the model writes appear in the text (tool-call
+                            markers such as <|python_tag|>); EOS and stop ids never do */
 } celer_request_params;
 
 /* n 1, max_tokens 16, default sampler, no stops beyond EOS, no logprobs. */

@@ -24,32 +24,32 @@
 
 /* Bookkeeping of one pool block. */
 typedef struct kv_block {
-    int32_t ref;              /* sequences holding the block */
-    bool published;           /* in the hash map (and then read-only) */
-    uint64_t hash;            /* chained hash of the block's tokens (valid when published) */
-    uint64_t extra;           /* what besides token ids the rows depend on (image digests), 0 if nothing */
-    int32_t map_next;         /* next block in the same hash bucket */
+    int32_t ref;      /* sequences holding the block */
+    bool published;   /* in the hash map (and then read-only) */
+    uint64_t hash;    /* chained hash of the block's tokens (valid when published) */
+    uint64_t extra;   /* what besides token ids the rows depend on (image digests), 0 if nothing */
+    int32_t map_next; /* next block in the same hash bucket */
     int32_t lru_prev, lru_next; /* in the LRU list when published and ref == 0 */
 } kv_block;
 
 typedef struct kv_cache {
     int64_t n_layer, kvd, block_size, n_blocks;
-    int64_t n_ctx;          /* positions per sequence */
+    int64_t n_ctx; /* positions per sequence */
     int32_t n_seq;
-    int64_t max_blocks;     /* per sequence: ceil(n_ctx / block_size) */
-    int64_t elem_bytes;     /* 2 (fp16) or 4 (fp32) */
-    void **k, **v;          /* [n_layer] pools, memory of be */
+    int64_t max_blocks; /* per sequence: ceil(n_ctx / block_size) */
+    int64_t elem_bytes; /* 2 (fp16) or 4 (fp32) */
+    void **k, **v;      /* [n_layer] pools, memory of be */
     backend *be;
-    kv_block *meta;         /* [n_blocks] */
-    int32_t *block_tokens;  /* [n_blocks, block_size] tokens of published blocks */
-    int32_t *free_blocks;   /* stack of unreferenced, unpublished blocks */
+    kv_block *meta;        /* [n_blocks] */
+    int32_t *block_tokens; /* [n_blocks, block_size] tokens of published blocks */
+    int32_t *free_blocks;  /* stack of unreferenced, unpublished blocks */
     int64_t n_free;
     int32_t lru_head, lru_tail; /* oldest first; -1 when empty */
     int64_t n_lru;
-    int32_t *buckets;       /* [n_buckets] first block of each hash bucket, -1 when empty */
-    int64_t n_buckets;      /* a power of two */
-    int32_t *tables;        /* [n_seq, max_blocks] */
-    int64_t *len;           /* [n_seq] positions held */
+    int32_t *buckets;  /* [n_buckets] first block of each hash bucket, -1 when empty */
+    int64_t n_buckets; /* a power of two */
+    int32_t *tables;   /* [n_seq, max_blocks] */
+    int64_t *len;      /* [n_seq] positions held */
 } kv_cache;
 
 /* n_blocks: the pool; 0 means room for n_seq sequences of n_ctx positions each. The
@@ -65,7 +65,9 @@ static inline int64_t kv_cache_blocks_for(const kv_cache *kv, int64_t len) {
 }
 
 /* Blocks that can be taken now: free ones plus cached ones that would be evicted. */
-static inline int64_t kv_cache_available(const kv_cache *kv) { return kv->n_free + kv->n_lru; }
+static inline int64_t kv_cache_available(const kv_cache *kv) {
+    return kv->n_free + kv->n_lru;
+}
 
 /* Blocks held by at least one sequence. */
 static inline int64_t kv_cache_used(const kv_cache *kv) {

@@ -329,7 +329,8 @@ int64_t sampler_distribution(sampler *s, const float *logits, int32_t *ids, floa
 }
 
 int32_t sampler_sample(sampler *s, const float *logits) {
-    if (s->p.temp <= 0.0f && s->p.repeat_penalty == 1.0f) return sampling_argmax(logits, s->n_vocab);
+    if (s->p.temp <= 0.0f && s->p.repeat_penalty == 1.0f)
+        return sampling_argmax(logits, s->n_vocab);
     const double u = rng_uniform(s->rng);
     int64_t sorted;
     double total;
