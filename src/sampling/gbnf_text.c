@@ -93,13 +93,8 @@ static void put_char(gbnf_buf *b, uint32_t cp, bool in_class) {
             gbnf_buf_printf(b, "\\U%08X", (unsigned)cp);
         else
             gbnf_buf_printf(b, "\\u%04X", (unsigned)cp);
-    } else if (cp < 0x800) {
-        tmp[0] = (char)(0xC0 | (cp >> 6)), tmp[1] = (char)(0x80 | (cp & 0x3F));
-        gbnf_buf_putn(b, tmp, 2);
     } else {
-        tmp[0] = (char)(0xE0 | (cp >> 12)), tmp[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        tmp[2] = (char)(0x80 | (cp & 0x3F));
-        gbnf_buf_putn(b, tmp, 3);
+        gbnf_buf_putn(b, tmp, gbnf_utf8_encode(cp, tmp));
     }
 }
 
@@ -219,6 +214,19 @@ bool gbnf_name_ok(const char *s, bool allow_empty) {
             return false;
     }
     return true;
+}
+
+size_t gbnf_utf8_encode(uint32_t cp, char *out) {
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), 2;
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F)), out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
 }
 
 size_t gbnf_utf8_decode(const char *s, size_t n, uint32_t *cp) {

@@ -69,5 +69,7 @@ bool gbnf_name_ok(const char *s, bool allow_empty);
 /* Decodes one UTF-8 code point from s[n] (n > 0): its length in bytes, or 0 when the bytes
  * are not valid UTF-8 (overlong forms, surrogates and truncation included). */
 size_t gbnf_utf8_decode(const char *s, size_t n, uint32_t *cp);
+/* Encodes code point cp (at most U+10FFFF) as UTF-8 into out[4]; returns its length. */
+size_t gbnf_utf8_encode(uint32_t cp, char *out);
 
 #endif

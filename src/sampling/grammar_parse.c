@@ -18,6 +18,7 @@
  * Not here: token references (`<[id]>`, `<token>`, `!...`; refused with a message) and
  * anything about vocabularies.
  */
+#include "sampling/gbnf_text.h"
 #include "sampling/grammar_impl.h"
 
 #include <stdarg.h>
@@ -521,25 +522,11 @@ static bool byte_chain(compiler *c, uint32_t a, uint32_t b, const uint8_t *lo, c
     return true;
 }
 
-static int utf8_encode(uint32_t cp, uint8_t *out) {
-    if (cp < 0x80) return out[0] = (uint8_t)cp, 1;
-    if (cp < 0x800)
-        return out[0] = (uint8_t)(0xC0 | cp >> 6), out[1] = (uint8_t)(0x80 | (cp & 0x3F)), 2;
-    if (cp < 0x10000) {
-        out[0] = (uint8_t)(0xE0 | cp >> 12), out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (uint8_t)(0xF0 | cp >> 18), out[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)), out[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* Code points lo..hi (one encoded length) as byte-range sequences: split until every
  * position's bytes form one range (the classic UTF-8 range splitting). */
 static bool utf8_span(compiler *c, uint32_t a, uint32_t b, uint32_t lo, uint32_t hi) {
     uint8_t el[4], eh[4];
-    int n = utf8_encode(lo, el);
+    int n = (int)gbnf_utf8_encode(lo, (char *)el);
     for (int i = 1; i < n; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
@@ -549,7 +536,7 @@ static bool utf8_span(compiler *c, uint32_t a, uint32_t b, uint32_t lo, uint32_t
                 return utf8_span(c, a, b, lo, (hi & ~m) - 1) && utf8_span(c, a, b, hi & ~m, hi);
         }
     }
-    utf8_encode(hi, eh);
+    gbnf_utf8_encode(hi, (char *)eh);
     return byte_chain(c, a, b, el, eh, n);
 }
 
@@ -623,7 +610,7 @@ static bool node_compile(compiler *c, int32_t k, uint32_t a, uint32_t b) {
         if (!nd.n) return eps(c, a, b);
         for (int32_t i = 0; i < nd.n; i++) {
             uint8_t enc[4];
-            int len = utf8_encode(g->pool[nd.off + i], enc);
+            int len = (int)gbnf_utf8_encode(g->pool[nd.off + i], (char *)enc);
             uint32_t to = b;
             if (i + 1 < nd.n && !state_new(c, &to)) return false;
             if (!byte_chain(c, a, to, enc, enc, len)) return false;

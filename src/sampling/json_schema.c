@@ -985,19 +985,8 @@ static char *gen_key_rest(jsc *c, const tnode *t, int i) {
         for (int k = t[i].child; k >= 0 && c->st == CELER_OK; k = t[k].next) {
             char *sub = gen_key_rest(c, t, k);
             if (!sub) break;
-            char u[8];
-            size_t len = 0;
-            uint32_t cp = t[k].cp;
-            if (cp < 0x80)
-                u[len++] = (char)cp;
-            else if (cp < 0x800)
-                u[len++] = (char)(0xC0 | (cp >> 6)), u[len++] = (char)(0x80 | (cp & 0x3F));
-            else if (cp < 0x10000)
-                u[len++] = (char)(0xE0 | (cp >> 12)), u[len++] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-                u[len++] = (char)(0x80 | (cp & 0x3F));
-            else
-                u[len++] = (char)(0xF0 | (cp >> 18)), u[len++] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-                u[len++] = (char)(0x80 | ((cp >> 6) & 0x3F)), u[len++] = (char)(0x80 | (cp & 0x3F));
+            char u[4];
+            const size_t len = gbnf_utf8_encode(t[k].cp, u);
             if (n++) gbnf_buf_puts(&b, " | ");
             gbnf_put_literal(&b, u, len);
             gbnf_buf_printf(&b, " %s", sub);

@@ -412,17 +412,7 @@ static bool parse_atom(rx *r, gbnf_buf *out) {
         if (ok && !is_set) gbnf_cset_add(&s, cp, cp);
         if (ok && !is_set && !r->json) {
             char tmp[4];
-            size_t k = 0;
-            if (cp < 0x80)
-                tmp[k++] = (char)cp;
-            else if (cp < 0x800)
-                tmp[k++] = (char)(0xC0 | (cp >> 6)), tmp[k++] = (char)(0x80 | (cp & 0x3F));
-            else if (cp < 0x10000)
-                tmp[k++] = (char)(0xE0 | (cp >> 12)), tmp[k++] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-                tmp[k++] = (char)(0x80 | (cp & 0x3F));
-            else
-                tmp[k++] = (char)(0xF0 | (cp >> 18)), tmp[k++] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-                tmp[k++] = (char)(0x80 | ((cp >> 6) & 0x3F)), tmp[k++] = (char)(0x80 | (cp & 0x3F));
+            const size_t k = gbnf_utf8_encode(cp, tmp);
             if (cp >= 0xD800 && cp < 0xE000)
                 ok = rx_fail(r, at, "surrogate code point");
             else
