@@ -527,7 +527,8 @@ static void check_flags_and_unsupported(void) {
          false, "tools[0].function.parameters");
     chat("\"tools\":[{\"type\":\"code\"}]", false, "tools[0]");
     chat("\"tool_choice\":\"required\"", false, "tool_choice");
-    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"parallel_tool_calls\":1",
+    chat("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"parallel_tool_"
+         "calls\":1",
          false, "parallel_tool_calls");
     chat("\"functions\":[{\"name\":\"f\"}]", false, "functions");
     chat("\"tools\":{}", false, "tools");
@@ -537,12 +538,12 @@ static void check_flags_and_unsupported(void) {
          "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
          "\"required\":[\"a\"],\"additionalProperties\":false},\"strict\":true}}",
          true, "");
-    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"any\"}}",
-         true, "");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"any\"}}", true,
+         "");
     chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", false,
          "response_format.json_schema.name");
-    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\"}}",
-         false, "response_format.json_schema.name");
+    chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a b\"}}", false,
+         "response_format.json_schema.name");
     chat("\"response_format\":{\"type\":\"json_schema\"}", false, "response_format.json_schema");
     chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
          "\"schema\":{\"type\":\"integer\",\"multipleOf\":3}}}",
@@ -560,8 +561,8 @@ static void check_flags_and_unsupported(void) {
     chat("\"grammar\":\"\"", true, "");
     chat("\"grammar\":7", false, "grammar");
     chat("\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}", false, "grammar");
-    chat("\"response_format\":{\"type\":\"json_object\"},\"grammar\":\"root ::= \\\"a\\\"\"",
-         false, "response_format");
+    chat("\"response_format\":{\"type\":\"json_object\"},\"grammar\":\"root ::= \\\"a\\\"\"", false,
+         "response_format");
     chat("\"response_format\":{\"type\":\"xml\"}", false, "response_format.type");
     chat("\"response_format\":\"text\"", false, "response_format");
     chat("\"chat_template_kwargs\":{\"enable_thinking\":false}", true, "");
