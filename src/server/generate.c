@@ -551,7 +551,7 @@ enum MHD_Result generate_handle(exchange *ex, struct MHD_Connection *c) {
     rp.n_images = ex->n_images;
     rp.grammar = ex->tool_grammar ? ex->tool_grammar : r->grammar;
     rp.keep_special = ex->tools != NULL; /* the calls' markers may be special tokens */
-    ex->tool_seed = random_seed();
+    if (ex->tools) ex->tool_seed = random_seed();
     ex->choices = calloc((size_t)r->n, sizeof *ex->choices);
     bool streams_ok = true;
     for (int32_t i = 0; ex->choices && ex->tools && r->stream && i < r->n; i++)
